@@ -1,0 +1,5 @@
+import sys
+
+from hnbench.cli import main
+
+sys.exit(main())

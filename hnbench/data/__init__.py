@@ -1,0 +1,51 @@
+"""Image–caption sets: the dataset abstraction, generic local readers, built-in benchmarks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hnbench.data.base import FileImages, HFImages, ImageSource, ImageTextDataset
+from hnbench.errors import DataError
+
+__all__ = ["FileImages", "HFImages", "ImageSource", "ImageTextDataset", "load_dataset"]
+
+
+def load_dataset(
+    name_or_path: str,
+    *,
+    data_root: str | None = None,
+    protocol: str | None = None,
+    split: str | None = None,
+    image_column: str | None = None,
+    caption_column: str | None = None,
+    skip_invalid: bool = False,
+    **kwargs: Any,
+) -> ImageTextDataset:
+    """Load a registered benchmark by name, or a local manifest / image folder / HF dataset by path.
+
+    Resolution order: a registered name (``synthdense``, …); an existing ``.jsonl``/``.csv`` manifest;
+    a directory with ``metadata.jsonl``/``.csv`` (image folder); a directory or file that
+    ``datasets`` can read (``save_to_disk`` output, parquet); otherwise a Hugging Face hub id
+    written ``hf:ORG/NAME`` (or ``ORG/NAME``).
+    """
+    from hnbench.data import local
+    from hnbench.registry import DATASETS
+
+    columns = {"image_column": image_column, "caption_column": caption_column}
+    if name_or_path in DATASETS:
+        loader = DATASETS.get(name_or_path)
+        return loader(data_root=data_root, protocol=protocol, split=split, skip_invalid=skip_invalid, **kwargs)
+    p = Path(name_or_path)
+    if p.is_file() and p.suffix in (".jsonl", ".csv"):
+        return local.load_manifest(p, skip_invalid=skip_invalid, **columns)
+    if p.is_dir() and ((p / "metadata.jsonl").is_file() or (p / "metadata.csv").is_file()):
+        return local.load_imagefolder(p, skip_invalid=skip_invalid, **columns)
+    if p.exists():
+        return local.load_hf(str(p), split=split, skip_invalid=skip_invalid, **columns)
+    if name_or_path.startswith("hf:") or ("/" in name_or_path and not name_or_path.startswith((".", "/"))):
+        return local.load_hf(name_or_path.removeprefix("hf:"), split=split, skip_invalid=skip_invalid, **columns)
+    if "/" in name_or_path or name_or_path.endswith((".jsonl", ".csv")):
+        raise DataError(f"dataset path not found: {name_or_path}")
+    DATASETS.get(name_or_path)  # raises with "did you mean"
+    raise DataError(f"unknown dataset {name_or_path!r}")

@@ -1,0 +1,295 @@
+"""The image–caption set every stage works on, and the image sources behind it.
+
+An :class:`ImageTextDataset` holds ``n_images`` images with stable ids and ``n_captions`` captions,
+each caption pointing at exactly one image (``caption_image``); an image may have several captions.
+Images are opened lazily through an :class:`ImageSource`, which is picklable so DataLoader workers
+can decode in parallel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from hnbench.errors import DataError, ImageLoadError
+
+logger = logging.getLogger(__name__)
+
+
+class ImageSource:
+    """A sequence of images addressed by position; ``open(i)`` returns an RGB PIL image."""
+
+    ids: list[str]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def open(self, i: int) -> Image.Image:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def describe(self, i: int) -> str:
+        """Where image ``i`` comes from (a path or a dataset row), for error messages."""
+        return self.ids[i]
+
+    def signature(self, i: int) -> str:
+        """A cheap identity of image ``i``'s content (name and size) used in dataset fingerprints."""
+        return self.describe(i)
+
+    def subset(self, keep: Sequence[int]) -> ImageSource:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+def _decode(data: bytes | str, item_id: str, where: str) -> Image.Image:
+    try:
+        with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as im:
+            im.load()
+            return im.convert("RGB")
+    except FileNotFoundError as e:
+        raise ImageLoadError(item_id, where, "file not found") from e
+    except OSError as e:  # PIL raises OSError / UnidentifiedImageError for corrupt data
+        raise ImageLoadError(item_id, where, f"cannot decode image ({e})") from e
+
+
+class FileImages(ImageSource):
+    """Images stored as files on disk."""
+
+    def __init__(self, paths: Sequence[str], ids: Sequence[str]):
+        if len(paths) != len(ids):
+            raise ValueError("paths and ids differ in length")
+        self.paths, self.ids = list(paths), list(ids)
+
+    def open(self, i: int) -> Image.Image:
+        return _decode(self.paths[i], self.ids[i], self.paths[i])
+
+    def describe(self, i: int) -> str:
+        return self.paths[i]
+
+    def signature(self, i: int) -> str:
+        p = self.paths[i]
+        try:
+            size = os.path.getsize(p)
+        except OSError:
+            size = -1
+        return f"{os.path.basename(p)}:{size}"
+
+    def missing(self) -> list[int]:
+        """Positions whose file does not exist (a cheap stat, no decoding)."""
+        return [i for i, p in enumerate(self.paths) if not os.path.isfile(p)]
+
+    def subset(self, keep: Sequence[int]) -> FileImages:
+        return FileImages([self.paths[i] for i in keep], [self.ids[i] for i in keep])
+
+
+class HFImages(ImageSource):
+    """Images in a column of a Hugging Face ``datasets.Dataset`` (decoded lazily, per row)."""
+
+    def __init__(self, dataset: Any, column: str, ids: Sequence[str], rows: Sequence[int] | None = None):
+        from datasets import Image as HFImage
+
+        feature = dataset.features.get(column)
+        if isinstance(feature, HFImage) and feature.decode:
+            dataset = dataset.cast_column(column, HFImage(decode=False))
+        self.dataset, self.column, self.ids = dataset, column, list(ids)
+        self.rows = list(rows) if rows is not None else list(range(len(self.ids)))
+
+    def _value(self, i: int) -> Any:
+        return self.dataset[self.rows[i]][self.column]
+
+    def open(self, i: int) -> Image.Image:
+        value, where = self._value(i), self.describe(i)
+        if isinstance(value, Image.Image):
+            return value.convert("RGB")
+        if isinstance(value, dict):
+            if value.get("bytes"):
+                return _decode(value["bytes"], self.ids[i], where)
+            if value.get("path"):
+                return _decode(value["path"], self.ids[i], value["path"])
+        if isinstance(value, str):
+            return _decode(value, self.ids[i], value)
+        raise ImageLoadError(self.ids[i], where, f"unsupported image value of type {type(value).__name__}")
+
+    def describe(self, i: int) -> str:
+        return f"row {self.rows[i]} of column {self.column!r}"
+
+    def signature(self, i: int) -> str:
+        value = self._value(i)
+        if isinstance(value, dict) and value.get("bytes"):
+            return hashlib.sha1(value["bytes"]).hexdigest()
+        return str(value.get("path") if isinstance(value, dict) else value)
+
+    def subset(self, keep: Sequence[int]) -> HFImages:
+        return HFImages(self.dataset, self.column, [self.ids[i] for i in keep], [self.rows[i] for i in keep])
+
+
+@dataclass
+class ImageTextDataset:
+    """An image–caption set: images with ids, captions with ids, and which image each caption describes."""
+
+    name: str
+    images: ImageSource
+    captions: list[str]
+    caption_ids: list[str]
+    caption_image: np.ndarray
+    protocol: str | None = None
+    source: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.caption_image = np.asarray(self.caption_image, dtype=np.int64)
+        if not (len(self.captions) == len(self.caption_ids) == len(self.caption_image)):
+            raise DataError(f"{self.name}: captions, caption ids and caption→image map differ in length")
+        if len(set(self.images.ids)) != len(self.images.ids):
+            dup = _first_duplicate(self.images.ids)
+            raise DataError(f"{self.name}: image id {dup!r} appears more than once")
+        if len(set(self.caption_ids)) != len(self.caption_ids):
+            dup = _first_duplicate(self.caption_ids)
+            raise DataError(f"{self.name}: caption id {dup!r} appears more than once")
+        if len(self.caption_image) and (self.caption_image.min() < 0 or self.caption_image.max() >= self.n_images):
+            raise DataError(f"{self.name}: a caption points at an image index outside 0..{self.n_images - 1}")
+        without = np.setdiff1d(np.arange(self.n_images), self.caption_image)
+        if len(without):
+            raise DataError(f"{self.name}: image {self.image_ids[without[0]]!r} has no caption "
+                            f"({len(without)} images without captions)")
+
+    @property
+    def image_ids(self) -> list[str]:
+        return self.images.ids
+
+    @property
+    def n_images(self) -> int:
+        return len(self.images)
+
+    @property
+    def n_captions(self) -> int:
+        return len(self.captions)
+
+    def image_captions(self) -> list[np.ndarray]:
+        """For each image, the indices of its captions."""
+        order = np.argsort(self.caption_image, kind="stable")
+        bounds = np.searchsorted(self.caption_image[order], np.arange(self.n_images + 1))
+        return [order[bounds[i]:bounds[i + 1]] for i in range(self.n_images)]
+
+    def fingerprint(self) -> str:
+        """sha256 over ids, caption texts and image names+sizes (cheap: no image bytes are read)."""
+        h = hashlib.sha256()
+        h.update(json.dumps([self.name, self.protocol]).encode())
+        for i in range(self.n_images):
+            h.update(f"\0{self.images.ids[i]}\0{self.images.signature(i)}".encode())
+        for cid, text, img in zip(self.caption_ids, self.captions, self.caption_image.tolist()):
+            h.update(f"\1{cid}\0{img}\0{text}".encode())
+        return h.hexdigest()[:16]
+
+    def drop_images(self, bad: Sequence[int], reason: str = "unreadable image") -> ImageTextDataset:
+        """A copy without the given image positions and their captions; the dropped ids are recorded."""
+        bad_set = set(int(i) for i in bad)
+        if not bad_set:
+            return self
+        keep = [i for i in range(self.n_images) if i not in bad_set]
+        remap = -np.ones(self.n_images, dtype=np.int64)
+        remap[keep] = np.arange(len(keep))
+        cap_keep = [j for j in range(self.n_captions) if int(self.caption_image[j]) not in bad_set]
+        skipped = {k: list(v) for k, v in self.skipped.items()}
+        skipped.setdefault(reason, []).extend(self.image_ids[i] for i in sorted(bad_set))
+        return ImageTextDataset(
+            name=self.name, images=self.images.subset(keep),
+            captions=[self.captions[j] for j in cap_keep], caption_ids=[self.caption_ids[j] for j in cap_keep],
+            caption_image=remap[self.caption_image[cap_keep]], protocol=self.protocol, source=self.source,
+            meta=dict(self.meta), skipped=skipped,
+        )
+
+    def n_skipped(self) -> int:
+        return sum(len(v) for v in self.skipped.values())
+
+    def __repr__(self) -> str:
+        proto = f", protocol={self.protocol!r}" if self.protocol else ""
+        return f"ImageTextDataset({self.name!r}{proto}, n_images={self.n_images}, n_captions={self.n_captions})"
+
+
+def _first_duplicate(items: Sequence[str]) -> str:
+    seen: set[str] = set()
+    for x in items:
+        if x in seen:
+            return x
+        seen.add(x)
+    return ""
+
+
+def build_dataset(
+    name: str,
+    records: Sequence[tuple[str, str, list[str]]],
+    *,
+    make_source: Any,
+    skip_invalid: bool = False,
+    protocol: str | None = None,
+    source: str | None = None,
+    meta: dict[str, Any] | None = None,
+) -> ImageTextDataset:
+    """Group ``(image_id, image_ref, captions)`` records into a dataset, validating as it goes.
+
+    Records with the same image id are merged (their captions concatenated, in order). An empty
+    caption or a missing image file is an error naming the item, or — with ``skip_invalid`` — the
+    item is dropped and counted in ``dataset.skipped``. ``make_source(refs, ids)`` builds the
+    :class:`ImageSource` for the surviving images.
+    """
+    order: list[str] = []
+    refs: dict[str, str] = {}
+    caps: dict[str, list[str]] = {}
+    skipped: dict[str, list[str]] = {}
+    for image_id, ref, texts in records:
+        if image_id in refs and refs[image_id] != ref:
+            raise DataError(f"{name}: image id {image_id!r} refers to two files: {refs[image_id]!r} and {ref!r}")
+        if image_id not in refs:
+            order.append(image_id)
+            refs[image_id] = ref
+            caps[image_id] = []
+        for text in texts:
+            if not isinstance(text, str) or not text.strip():
+                if skip_invalid:
+                    skipped.setdefault("empty caption", []).append(image_id)
+                    continue
+                raise DataError(f"{name}: empty caption for image {image_id!r} (pass --skip-invalid to drop it)")
+            caps[image_id].append(text)
+    kept = []
+    for image_id in order:
+        if not caps[image_id]:
+            if skip_invalid:
+                skipped.setdefault("image without caption", []).append(image_id)
+                continue
+            raise DataError(f"{name}: image {image_id!r} has no caption (pass --skip-invalid to drop it)")
+        kept.append(image_id)
+    src = make_source([refs[i] for i in kept], kept)
+    if isinstance(src, FileImages):
+        missing = src.missing()
+        if missing and not skip_invalid:
+            i = missing[0]
+            raise DataError(f"{name}: image {src.ids[i]!r} not found at {src.paths[i]} "
+                            f"({len(missing)} missing; pass --skip-invalid to drop them)")
+        if missing:
+            skipped.setdefault("missing image", []).extend(src.ids[i] for i in missing)
+            gone = set(missing)
+            kept = [x for k, x in enumerate(kept) if k not in gone]
+            src = src.subset([k for k in range(len(src)) if k not in gone])
+    captions, caption_ids, caption_image = [], [], []
+    for k, image_id in enumerate(kept):
+        many = len(caps[image_id]) > 1
+        for j, text in enumerate(caps[image_id]):
+            captions.append(text)
+            caption_ids.append(f"{image_id}#{j}" if many else image_id)
+            caption_image.append(k)
+    if not captions:
+        raise DataError(f"{name}: no usable image–caption pairs")
+    for reason, ids in skipped.items():
+        logger.warning("%s: skipped %d items (%s), e.g. %s", name, len(ids), reason, ids[:3])
+    return ImageTextDataset(name=name, images=src, captions=captions, caption_ids=caption_ids,
+                            caption_image=np.asarray(caption_image), protocol=protocol, source=source,
+                            meta=meta or {}, skipped=skipped)

@@ -1,0 +1,162 @@
+"""Readers for generic local formats: JSONL/CSV manifests, image folders, Hugging Face datasets.
+
+- **Manifest** (``.jsonl`` or ``.csv``): one row per image (or per image–caption pair) with
+  columns ``image`` (a path relative to the manifest file) and ``caption`` (a string; in JSONL also
+  a list of strings). An optional ``id`` column names the image; otherwise its path is the id.
+  Rows naming the same image are merged into one multi-caption image.
+- **Image folder**: a directory with ``metadata.jsonl`` (or ``metadata.csv``) whose ``file_name``
+  column holds the image path relative to the directory — the Hugging Face ``imagefolder``
+  convention.
+- **Hugging Face dataset**: a hub id, a directory written by ``Dataset.save_to_disk``, or a
+  directory / file of parquet shards, read with ``datasets``; ``image_column`` holds an ``Image``
+  feature (or bytes / paths), ``caption_column`` a string or a list of strings.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from hnbench.data.base import FileImages, HFImages, ImageTextDataset, build_dataset
+from hnbench.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+IMAGE_COLUMNS = ("image", "file_name", "filepath", "image_path", "path")
+CAPTION_COLUMNS = ("caption", "text", "description", "title", "captions")
+
+
+def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], what: str, where: str) -> str:
+    if wanted is not None:
+        if wanted not in columns:
+            raise DataError(f"{where}: no {what} column {wanted!r}; columns are {columns}")
+        return wanted
+    for c in candidates:
+        if c in columns:
+            return c
+    flag = "--image-column" if what == "image" else "--caption-column"
+    raise DataError(f"{where}: no {what} column (looked for {list(candidates)}); columns are {columns}. "
+                    f"Name it with {flag}.")
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    if path.suffix == ".csv":
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            rows = list(reader)
+            for n, row in enumerate(rows, start=2):
+                if None in row or any(v is None for v in row.values()):
+                    raise DataError(f"{path}:{n}: row has a different number of fields than the header "
+                                    f"{reader.fieldnames}")
+            return rows
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{n}: not valid JSON ({e.msg})") from e
+            if not isinstance(row, dict):
+                raise DataError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
+            rows.append(row)
+    return rows
+
+
+def load_manifest(
+    path: str | Path,
+    *,
+    image_column: str | None = None,
+    caption_column: str | None = None,
+    name: str | None = None,
+    skip_invalid: bool = False,
+    base_dir: str | Path | None = None,
+) -> ImageTextDataset:
+    """Load a JSONL/CSV manifest; image paths are relative to ``base_dir`` (default: the manifest's folder)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"manifest not found: {path}")
+    rows = _read_rows(path)
+    if not rows:
+        raise DataError(f"{path}: manifest has no rows")
+    columns = sorted(set().union(*(r.keys() for r in rows)))
+    img_col = _pick(columns, image_column, IMAGE_COLUMNS, "image", str(path))
+    cap_col = _pick(columns, caption_column, CAPTION_COLUMNS, "caption", str(path))
+    base = Path(base_dir) if base_dir is not None else path.parent
+    records = []
+    for n, row in enumerate(rows, start=1):
+        ref = row.get(img_col)
+        if not isinstance(ref, str) or not ref:
+            raise DataError(f"{path}: row {n} has no {img_col!r} value")
+        texts = row.get(cap_col)
+        texts = texts if isinstance(texts, list) else [texts if texts is not None else ""]
+        image_id = str(row["id"]) if row.get("id") not in (None, "") else ref
+        records.append((image_id, str(base / ref), texts))
+    return build_dataset(name or path.stem, records, make_source=FileImages, skip_invalid=skip_invalid,
+                         source=str(path), meta={"format": "manifest", "columns": [img_col, cap_col]})
+
+
+def load_imagefolder(directory: str | Path, **kwargs: Any) -> ImageTextDataset:
+    """Load an image folder described by ``metadata.jsonl`` / ``metadata.csv`` (``file_name`` column)."""
+    directory = Path(directory)
+    for meta in ("metadata.jsonl", "metadata.csv"):
+        if (directory / meta).is_file():
+            kwargs.setdefault("name", directory.name)
+            ds = load_manifest(directory / meta, **kwargs)
+            ds.meta["format"] = "imagefolder"
+            return ds
+    raise DataError(f"{directory}: no metadata.jsonl or metadata.csv (image-folder format)")
+
+
+def load_hf(
+    path: str,
+    *,
+    split: str | None = None,
+    image_column: str | None = None,
+    caption_column: str | None = None,
+    id_column: str | None = None,
+    name: str | None = None,
+    skip_invalid: bool = False,
+    revision: str | None = None,
+) -> ImageTextDataset:
+    """Load a Hugging Face dataset: hub id, ``save_to_disk`` directory, or parquet files/folder."""
+    import datasets
+
+    p = Path(path)
+    if p.is_dir() and ((p / "dataset_info.json").is_file() or (p / "dataset_dict.json").is_file()):
+        obj = datasets.load_from_disk(str(p))
+    elif p.is_dir() and any(p.rglob("*.parquet")):
+        files = sorted(str(f) for f in p.rglob("*.parquet"))
+        obj = datasets.load_dataset("parquet", data_files=files)
+    elif p.is_file() and p.suffix == ".parquet":
+        obj = datasets.load_dataset("parquet", data_files=[str(p)])
+    else:  # a hub id (needs the internet unless already in HF_HOME)
+        obj = datasets.load_dataset(path, revision=revision)
+    if isinstance(obj, datasets.DatasetDict):
+        splits = list(obj.keys())
+        chosen = split or ("test" if "test" in splits else splits[0] if len(splits) == 1 else None)
+        if chosen is None or chosen not in obj:
+            raise DataError(f"{path}: choose a split with --split; available: {splits}")
+        ds = obj[chosen]
+    else:
+        ds, chosen = obj, split
+    columns = list(ds.column_names)
+    img_col = _pick(columns, image_column, IMAGE_COLUMNS, "image", path)
+    cap_col = _pick(columns, caption_column, CAPTION_COLUMNS, "caption", path)
+    if id_column is None and "id" in columns:
+        id_column = "id"
+    ids = [str(x) for x in ds[id_column]] if id_column else [str(i) for i in range(len(ds))]
+    caption_values = ds[cap_col]
+    records = [(ids[i], str(i), v if isinstance(v, list) else [v if v is not None else ""])
+               for i, v in enumerate(caption_values)]
+
+    def make_source(refs: list[str], kept_ids: list[str]) -> HFImages:
+        return HFImages(ds, img_col, kept_ids, rows=[int(r) for r in refs])
+
+    return build_dataset(name or p.name or path, records, make_source=make_source, skip_invalid=skip_invalid,
+                         source=str(path),
+                         meta={"format": "hf", "split": chosen, "columns": [img_col, cap_col], "revision": revision})

@@ -1,0 +1,48 @@
+"""``synthdense`` as a registered dataset: generated once into the cache, then read as an image folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hnbench.data.base import ImageTextDataset
+from hnbench.data.local import load_imagefolder
+from hnbench.errors import ConfigError
+from hnbench.paths import cache_dir
+
+PROTOCOLS = ("test", "train")
+DEFAULT_PROTOCOL = "test"
+
+
+def synthdense_dir(config: Any, data_root: str | Path | None = None) -> Path:
+    """Where the benchmark for ``config`` lives: ``DATA_ROOT`` or ``<cache>/synthdense/<fingerprint>``."""
+    if data_root is not None:
+        return Path(data_root)
+    return cache_dir() / "synthdense" / config.fingerprint()
+
+
+def load_synthdense(
+    data_root: str | None = None,
+    protocol: str | None = None,
+    split: str | None = None,
+    skip_invalid: bool = False,
+    config: Any = None,
+    progress: bool = False,
+    **overrides: Any,
+) -> ImageTextDataset:
+    """Load (generating on first use) a split of the synthetic dense-caption benchmark.
+
+    The protocol is the split name (``test`` by default, or ``train``). ``overrides`` are
+    :class:`~hnbench.data.synthdense.SynthDenseConfig` fields (``seed``, ``n_families``, …).
+    """
+    from hnbench.data.synthdense import SynthDenseConfig, generate_synthdense
+
+    protocol = protocol or split or DEFAULT_PROTOCOL
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"synthdense has protocols {list(PROTOCOLS)}, not {protocol!r}")
+    config = config or SynthDenseConfig(**overrides)
+    root = generate_synthdense(synthdense_dir(config, data_root), config, progress=progress)
+    ds = load_imagefolder(root / protocol, name="synthdense", skip_invalid=skip_invalid)
+    ds.protocol = protocol
+    ds.meta.update({"generator_fingerprint": config.fingerprint(), "root": str(root)})
+    return ds

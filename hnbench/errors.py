@@ -1,0 +1,27 @@
+"""Exceptions hnbench raises for bad input. Each message names the offending item."""
+
+from __future__ import annotations
+
+
+class HnbenchError(Exception):
+    """Base class: the CLI prints these as one line and exits with status 2."""
+
+
+class DataError(HnbenchError):
+    """A dataset, manifest, image or caption is missing, malformed or inconsistent."""
+
+
+class ImageLoadError(DataError):
+    """An image file is missing or cannot be decoded."""
+
+    def __init__(self, item_id: str, source: str, reason: str):
+        self.item_id, self.source, self.reason = item_id, source, reason
+        super().__init__(f"image {item_id!r} ({source}): {reason}")
+
+
+class CheckpointError(HnbenchError):
+    """A checkpoint is unreadable, unsafe, or does not match the architecture."""
+
+
+class ConfigError(HnbenchError):
+    """An unknown name or inconsistent option."""

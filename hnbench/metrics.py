@@ -1,0 +1,207 @@
+"""Retrieval metrics computed from per-query ranks (pure numpy).
+
+Conventions used throughout hnbench:
+
+* Positives are given in CSR form: the positives of query ``i`` are
+  ``pos_idx[pos_ptr[i]:pos_ptr[i + 1]]`` (gallery indices); every query has at least one.
+* Rank (1-based, ties counted against the model): with scores ``s`` over the gallery and
+  positive set ``P``, let ``g = max_{p in P} s_p``; then ``rank = 1 + #{j not in P : s_j >= g}``.
+  A query is *tied* when some ``j not in P`` has ``s_j == g``.
+* For i2t (several captions per image) ``rank <= K`` is exactly the CLIP-paper "hit" definition
+  of R@K: at least one of the image's captions is in the top K.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = [
+    "bootstrap_ci",
+    "csr_from_assignment",
+    "csr_from_lists",
+    "rank_summary",
+    "ranks_from_scores",
+    "recall_at_k",
+    "summarize",
+    "validate_csr",
+]
+
+# Bootstrap resamples are drawn in chunks of at most this many int64 indices (~32 MB).
+_BOOT_CHUNK_ELEMS = 4_000_000
+
+
+def _as_ranks(ranks: np.ndarray) -> np.ndarray:
+    """Validate a 1-D array of 1-based integer ranks and return it as int64."""
+    r = np.asarray(ranks)
+    if r.ndim != 1 or r.size == 0:
+        raise ValueError(f"ranks must be a non-empty 1-D array, got shape {r.shape}")
+    if not np.issubdtype(r.dtype, np.integer):
+        if not np.all(np.isfinite(r)) or np.any(r != np.round(r)):
+            raise ValueError("ranks must be integers")
+    r = r.astype(np.int64, copy=False)
+    if r.min() < 1:
+        raise ValueError(f"ranks are 1-based; got minimum {int(r.min())}")
+    return r
+
+
+def _check_ks(ks: Sequence[int]) -> list[int]:
+    """Validate the K list for R@K (positive integers)."""
+    out = [int(k) for k in ks]
+    if not out or min(out) < 1:
+        raise ValueError(f"ks must be positive integers, got {list(ks)}")
+    return out
+
+
+def recall_at_k(ranks: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+    """R@K = 100 * #{q : rank_q <= K} / N, in percent."""
+    r = _as_ranks(ranks)
+    return {f"R@{k}": float(100.0 * np.mean(r <= k)) for k in _check_ks(ks)}
+
+
+def rank_summary(ranks: np.ndarray) -> dict[str, float]:
+    """mean_rank = mean(rank); median_rank = median(rank); MRR = mean(1 / rank) (a fraction 0-1)."""
+    r = _as_ranks(ranks)
+    return {
+        "mean_rank": float(r.mean()),
+        "median_rank": float(np.median(r)),
+        "MRR": float(np.mean(1.0 / r)),
+    }
+
+
+def bootstrap_ci(
+    ranks: np.ndarray,
+    ks: Sequence[int] = (1, 5, 10),
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> dict[str, tuple[float, float]]:
+    """Percentile bootstrap CI of R@K: resample the N queries with replacement n_boot times,
+    return the (alpha/2, 1 - alpha/2) percentiles of the resampled R@K, in percent."""
+    r = _as_ranks(ranks)
+    ks = _check_ks(ks)
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    n = r.size
+    # Hits matrix (N, len(ks)) as float so one fancy-index + mean gives every K at once.
+    hits = (r[:, None] <= np.asarray(ks)[None, :]).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    stats = np.empty((n_boot, len(ks)), dtype=np.float64)
+    rows = max(1, _BOOT_CHUNK_ELEMS // n)  # bounds memory at ~rows*N*(8 + 4*len(ks)) bytes
+    for start in range(0, n_boot, rows):
+        stop = min(n_boot, start + rows)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        stats[start:stop] = hits[idx].mean(axis=1, dtype=np.float64)
+    lo, hi = np.percentile(100.0 * stats, [100.0 * alpha / 2, 100.0 * (1 - alpha / 2)], axis=0)
+    return {f"R@{k}": (float(lo[j]), float(hi[j])) for j, k in enumerate(ks)}
+
+
+def validate_csr(
+    pos_ptr: np.ndarray, pos_idx: np.ndarray, n_queries: int, n_gallery: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Check a positives CSR (shape, monotone ptr, >=1 positive per query, indices in range)."""
+    ptr = np.asarray(pos_ptr)
+    idx = np.asarray(pos_idx)
+    if ptr.ndim != 1 or ptr.shape[0] != n_queries + 1:
+        raise ValueError(f"pos_ptr must have shape ({n_queries + 1},), got {ptr.shape}")
+    if idx.ndim != 1:
+        raise ValueError(f"pos_idx must be 1-D, got shape {idx.shape}")
+    for name, a in (("pos_ptr", ptr), ("pos_idx", idx)):
+        if a.size and not np.issubdtype(a.dtype, np.integer):
+            raise ValueError(f"{name} must be an integer array, got dtype {a.dtype}")
+    ptr = ptr.astype(np.int64, copy=False)
+    idx = idx.astype(np.int64, copy=False)
+    if ptr[0] != 0 or ptr[-1] != idx.shape[0]:
+        raise ValueError(f"pos_ptr must start at 0 and end at len(pos_idx)={idx.shape[0]}")
+    counts = np.diff(ptr)
+    if np.any(counts < 0):
+        raise ValueError("pos_ptr must be non-decreasing")
+    if np.any(counts == 0):
+        bad = np.flatnonzero(counts == 0)
+        raise ValueError(f"{bad.size} queries have no positive (first: query {int(bad[0])})")
+    if idx.size and (idx.min() < 0 or idx.max() >= n_gallery):
+        raise ValueError(f"pos_idx out of range [0, {n_gallery}): min {idx.min()}, max {idx.max()}")
+    return ptr, idx
+
+
+def csr_from_lists(lists: Sequence[Sequence[int]], allow_empty: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (ptr, idx) from per-query positive lists: ptr[i+1] - ptr[i] = len(lists[i])."""
+    counts = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+    if not allow_empty and np.any(counts == 0):
+        raise ValueError(f"query {int(np.flatnonzero(counts == 0)[0])} has no positive")
+    ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    parts = [np.asarray(x, dtype=np.int64).reshape(-1) for x in lists]
+    idx = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return ptr, idx
+
+
+def csr_from_assignment(
+    owner: np.ndarray, n_queries: int, allow_empty: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """CSR whose row q lists {j : owner[j] == q} in ascending j (e.g. caption -> image gives i2t)."""
+    own = np.asarray(owner)
+    if own.ndim != 1 or (own.size and not np.issubdtype(own.dtype, np.integer)):
+        raise ValueError(f"owner must be a 1-D integer array, got shape {own.shape}, dtype {own.dtype}")
+    own = own.astype(np.int64, copy=False)
+    if own.size and (own.min() < 0 or own.max() >= n_queries):
+        raise ValueError(f"owner values must lie in [0, {n_queries}): min {own.min()}, max {own.max()}")
+    counts = np.bincount(own, minlength=n_queries).astype(np.int64)
+    if not allow_empty and np.any(counts == 0):
+        raise ValueError(f"query {int(np.flatnonzero(counts == 0)[0])} has no positive")
+    ptr = np.zeros(n_queries + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    idx = np.argsort(own, kind="stable").astype(np.int64)  # stable -> ascending j within a row
+    return ptr, idx
+
+
+def ranks_from_scores(
+    scores: np.ndarray, pos_ptr: np.ndarray, pos_idx: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Reference ranks on a full (N, M) score matrix: rank = 1 + #{j not in P : s_j >= max_P s}.
+
+    Deliberately a plain per-query loop: every faster implementation is tested against it.
+    Returns (ranks int64, tied bool)."""
+    s = np.asarray(scores)
+    if s.ndim != 2:
+        raise ValueError(f"scores must be 2-D (N, M), got shape {s.shape}")
+    if not np.all(np.isfinite(s)):
+        raise ValueError("scores contain NaN or inf")
+    n, m = s.shape
+    ptr, idx = validate_csr(pos_ptr, pos_idx, n, m)
+    ranks = np.empty(n, dtype=np.int64)
+    tied = np.empty(n, dtype=bool)
+    for i in range(n):
+        is_pos = np.zeros(m, dtype=bool)
+        is_pos[idx[ptr[i] : ptr[i + 1]]] = True
+        best_pos = s[i, is_pos].max()
+        negatives = s[i, ~is_pos]
+        ranks[i] = 1 + int(np.sum(negatives >= best_pos))
+        tied[i] = bool(np.any(negatives == best_pos))
+    return ranks, tied
+
+
+def summarize(
+    ranks: np.ndarray,
+    tied: np.ndarray,
+    ks: Sequence[int] = (1, 5, 10),
+    ci: bool = True,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict:
+    """One JSON-ready dict: R@K (%), mean/median rank, MRR, n_queries, n_tied, ci95 (or None)."""
+    r = _as_ranks(ranks)
+    t = np.asarray(tied, dtype=bool)
+    if t.shape != r.shape:
+        raise ValueError(f"tied has shape {t.shape}, ranks has shape {r.shape}")
+    out: dict = {**recall_at_k(r, ks), **rank_summary(r)}
+    out["n_queries"] = int(r.size)
+    out["n_tied"] = int(t.sum())
+    if ci:
+        out["ci95"] = {key: [lo, hi] for key, (lo, hi) in bootstrap_ci(r, ks, n_boot, 0.05, seed).items()}
+    else:
+        out["ci95"] = None
+    return out

@@ -1,0 +1,34 @@
+"""Models behind one encoder protocol: open_clip architectures, HF CLIP, hnbench's own tiny model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
+
+__all__ = ["Encoder", "ModelInfo", "TokenizedTexts", "load_model"]
+
+
+def load_model(
+    model: str,
+    pretrained: str | None = None,
+    *,
+    model_config: str | Path | None = None,
+    context_length: int | None = None,
+    device: str = "cpu",
+    precision: str = "fp32",
+) -> Encoder:
+    """Load a model by open_clip name (``ViT-B-32``, ``hf-hub:…``, ``local-dir:…``) or HF CLIP (``hf:ORG/NAME``).
+
+    ``pretrained`` is an open_clip tag (downloads; needs the internet), hnbench's built-in tag
+    (``hnbench-tiny`` / ``synthdense``) or a local checkpoint file (``.safetensors`` preferred;
+    ``.pt``/``.bin`` are read with ``weights_only=True``).
+    """
+    if model.startswith("hf:") or (Path(model).is_dir() and (Path(model) / "config.json").is_file()):
+        from hnbench.models.hf import load_hf_clip
+
+        return load_hf_clip(model, context_length=context_length, device=device, revision=pretrained)
+    from hnbench.models.openclip import load_openclip
+
+    return load_openclip(model, pretrained, model_config=model_config, context_length=context_length,
+                         device=device, precision=precision)

@@ -1,0 +1,66 @@
+"""The encoder protocol every model adapter implements, and the metadata it carries."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+
+@dataclass
+class ModelInfo:
+    """Who the model is: recorded in every result file."""
+
+    arch: str
+    pretrained: str | None
+    fingerprint: str
+    context_length: int
+    n_params: int
+    embed_dim: int
+    framework: str = "open_clip"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TokenizedTexts:
+    """Token ids padded to the context length, and each caption's untruncated length in tokens."""
+
+    tokens: torch.Tensor  # (n, context_length) int64
+    lengths: np.ndarray  # (n,) int64, incl. start/end tokens, before truncation
+
+    def n_truncated(self, context_length: int) -> int:
+        return int((self.lengths > context_length).sum())
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """Encode images and texts into one L2-normalised embedding space."""
+
+    info: ModelInfo
+    image_transform: Callable[[Any], torch.Tensor]
+    device: torch.device
+
+    def tokenize(self, texts: Sequence[str]) -> TokenizedTexts: ...
+
+    def encode_images(self, pixels: torch.Tensor) -> torch.Tensor: ...
+
+    def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor: ...
+
+    def to(self, device: str | torch.device) -> Encoder: ...
+
+
+def state_dict_fingerprint(state_dict: dict[str, torch.Tensor]) -> str:
+    """sha256 over the sorted parameter names, shapes, dtypes and bytes (16 hex digits)."""
+    h = hashlib.sha256()
+    for name in sorted(state_dict):
+        t = state_dict[name].detach().cpu().contiguous().reshape(-1)
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]

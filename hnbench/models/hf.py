@@ -1,0 +1,102 @@
+"""Hugging Face ``transformers`` CLIP models (``hf:ORG/NAME`` or a local directory); needs the ``hf`` extra."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hnbench.errors import CheckpointError, ConfigError
+from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
+
+logger = logging.getLogger(__name__)
+
+
+class _HFImageTransform:
+    """PIL image → pixel tensor with the checkpoint's own image processor (picklable for workers)."""
+
+    def __init__(self, processor: Any):
+        self.processor = processor
+
+    def __call__(self, image: Any) -> torch.Tensor:
+        return self.processor(images=image, return_tensors="pt")["pixel_values"][0]
+
+
+def _features(out: Any) -> torch.Tensor:
+    # transformers 5 may return a model output instead of a tensor from get_*_features
+    if isinstance(out, torch.Tensor):
+        return out
+    for attr in ("image_embeds", "text_embeds", "pooler_output"):
+        if getattr(out, attr, None) is not None:
+            return getattr(out, attr)
+    raise TypeError(f"unexpected feature output {type(out).__name__}")
+
+
+class HFCLIPEncoder:
+    """A ``transformers.CLIPModel`` behind the :class:`~hnbench.models.base.Encoder` protocol."""
+
+    def __init__(self, model: Any, tokenizer: Any, processor: Any, info: ModelInfo):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.image_transform = _HFImageTransform(processor)
+        self.info = info
+        self.device = next(model.parameters()).device
+
+    def to(self, device: str | torch.device) -> HFCLIPEncoder:
+        self.model.to(device)
+        self.device = torch.device(device)
+        return self
+
+    def tokenize(self, texts: Sequence[str]) -> TokenizedTexts:
+        ctx = self.info.context_length
+        enc = self.tokenizer(list(texts), padding="max_length", truncation=True, max_length=ctx,
+                             return_tensors="pt")
+        lengths = np.array([len(x) for x in self.tokenizer(list(texts), truncation=False)["input_ids"]],
+                           dtype=np.int64)
+        return TokenizedTexts(enc["input_ids"], lengths)
+
+    @torch.inference_mode()
+    def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
+        f = _features(self.model.get_image_features(pixel_values=pixels.to(self.device, non_blocking=True)))
+        return torch.nn.functional.normalize(f.float(), dim=-1)
+
+    @torch.inference_mode()
+    def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor:
+        tokens = tokens.to(self.device, non_blocking=True)
+        pad = self.tokenizer.pad_token_id
+        mask = (tokens != pad).long() if pad is not None else None
+        if mask is not None:
+            mask[:, 0] = 1
+        f = _features(self.model.get_text_features(input_ids=tokens, attention_mask=mask))
+        return torch.nn.functional.normalize(f.float(), dim=-1)
+
+
+def load_hf_clip(name: str, *, context_length: int | None = None, device: str = "cpu",
+                 revision: str | None = None) -> HFCLIPEncoder:
+    """Load ``hf:ORG/NAME`` (hub, needs the internet) or a local ``save_pretrained`` directory."""
+    try:
+        from transformers import AutoTokenizer, CLIPImageProcessor, CLIPModel
+    except ImportError as e:
+        raise ConfigError("HF CLIP models need transformers: pip install 'hnbench[hf]'") from e
+    path = name.removeprefix("hf:")
+    if not Path(path).is_dir() and name.startswith("hf:") is False:
+        raise ConfigError(f"{name}: not a directory; write hub models as hf:ORG/NAME")
+    try:
+        model = CLIPModel.from_pretrained(path, revision=revision, use_safetensors=None)
+        tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
+        processor = CLIPImageProcessor.from_pretrained(path, revision=revision)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"could not load HF CLIP model {name}: {str(e).splitlines()[0]}") from e
+    max_pos = int(model.config.text_config.max_position_embeddings)
+    ctx = context_length or max_pos
+    if ctx > max_pos:
+        raise ConfigError(f"{name}: --context-length {ctx} exceeds the model's {max_pos} positions")
+    info = ModelInfo(arch=f"hf:{path}" if not name.startswith("hf:") else name, pretrained=revision or "main",
+                     fingerprint=state_dict_fingerprint(model.state_dict()), context_length=ctx,
+                     n_params=sum(p.numel() for p in model.parameters()),
+                     embed_dim=int(model.config.projection_dim), framework="transformers")
+    return HFCLIPEncoder(model.to(device), tokenizer, processor, info)

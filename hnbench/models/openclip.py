@@ -1,0 +1,197 @@
+"""open_clip models: architectures by name, weights by tag, local file, ``hf-hub:`` or ``local-dir:``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hnbench.errors import CheckpointError, ConfigError
+from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
+from hnbench.models.checkpoint import load_into, read_state_dict
+
+logger = logging.getLogger(__name__)
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+ASSET_DIR = Path(__file__).parent.parent / "assets"
+# Weights hnbench ships itself, addressed like open_clip pretrained tags: (arch, tag) -> file in assets/.
+BUILTIN_WEIGHTS = {("hnbench-tiny", "synthdense"): "hnbench-tiny-synthdense.safetensors"}
+
+_registered = False
+
+
+def register_builtin_configs() -> None:
+    """Make hnbench's own architectures (``hnbench-tiny``) known to open_clip."""
+    global _registered
+    if not _registered:
+        import open_clip
+
+        open_clip.add_model_config(CONFIG_DIR)
+        _registered = True
+
+
+def register_model_config(path: str | Path, name: str | None = None) -> str:
+    """Register a custom open_clip architecture from a JSON file (open_clip's model-config schema).
+
+    The architecture's name is ``name`` if given, else the file's stem. Returns the name.
+    """
+    import open_clip
+
+    path = Path(path)
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"--model-config {path}: cannot read JSON ({e})") from e
+    if not all(k in cfg for k in ("embed_dim", "vision_cfg", "text_cfg")):
+        raise ConfigError(f"--model-config {path}: an open_clip config needs 'embed_dim', 'vision_cfg' and "
+                          f"'text_cfg' (found {sorted(cfg)})")
+    name = name or path.stem
+    tmp = Path(tempfile.mkdtemp(prefix="hnbench-cfg-"))
+    shutil.copyfile(path, tmp / f"{name}.json")
+    open_clip.add_model_config(tmp / f"{name}.json")
+    return name
+
+
+class OpenCLIPEncoder:
+    """An open_clip CLIP model behind the :class:`~hnbench.models.base.Encoder` protocol."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, image_transform: Callable, info: ModelInfo):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.image_transform = image_transform
+        self.info = info
+        self.device = next(model.parameters()).device
+
+    def to(self, device: str | torch.device) -> OpenCLIPEncoder:
+        self.model.to(device)
+        self.device = torch.device(device)
+        return self
+
+    def tokenize(self, texts: Sequence[str]) -> TokenizedTexts:
+        """Tokenize exactly as open_clip does (truncate, keep the end token) and record true lengths."""
+        from open_clip.tokenizer import SimpleTokenizer
+
+        ctx = self.info.context_length
+        tok = self.tokenizer
+        if isinstance(tok, SimpleTokenizer) and tok.reduction_fn is None:
+            ids = [[tok.sot_token_id] + tok.encode(t) + [tok.eot_token_id] for t in texts]
+            lengths = np.array([len(x) for x in ids], dtype=np.int64)
+            out = torch.zeros(len(ids), ctx, dtype=torch.long)
+            for i, x in enumerate(ids):
+                if len(x) > ctx:  # open_clip's rule: cut, then put the end token back last
+                    x = x[:ctx]
+                    x[-1] = tok.eot_token_id
+                out[i, :len(x)] = torch.tensor(x)
+            return TokenizedTexts(out, lengths)
+        tokens = tok(list(texts), context_length=ctx)
+        inner = getattr(tok, "tokenizer", None)
+        if inner is not None:
+            lengths = np.array([len(inner(t)["input_ids"]) for t in texts], dtype=np.int64)
+        else:  # unknown tokenizer: count non-pad tokens (a lower bound of the true length)
+            lengths = (tokens != 0).sum(1).numpy().astype(np.int64)
+        return TokenizedTexts(tokens, lengths)
+
+    @torch.inference_mode()
+    def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.model.encode_image(pixels.to(self.device, non_blocking=True), normalize=True).float()
+
+    @torch.inference_mode()
+    def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model.encode_text(tokens.to(self.device, non_blocking=True), normalize=True).float()
+
+
+def _resolve_pretrained(arch: str, pretrained: str | None) -> tuple[str | None, str | None]:
+    """Return ``(local_file, open_clip_tag)``: at most one is set."""
+    if not pretrained:
+        return None, None
+    if (arch, pretrained) in BUILTIN_WEIGHTS:
+        return str(ASSET_DIR / BUILTIN_WEIGHTS[(arch, pretrained)]), None
+    if os.path.exists(pretrained) or pretrained.endswith((".pt", ".pth", ".bin", ".safetensors", ".ckpt")):
+        if not os.path.isfile(pretrained):
+            raise CheckpointError(f"checkpoint not found: {pretrained}")
+        return pretrained, None
+    return None, pretrained
+
+
+def load_openclip(
+    arch: str,
+    pretrained: str | None = None,
+    *,
+    model_config: str | Path | None = None,
+    context_length: int | None = None,
+    device: str = "cpu",
+    precision: str = "fp32",
+) -> OpenCLIPEncoder:
+    """Build an open_clip model and its eval transform; weights come from a tag, a file or a schema."""
+    import open_clip
+
+    register_builtin_configs()
+    if model_config is not None:
+        arch = register_model_config(model_config, name=arch or None)
+    schema = arch.split(":", 1)[0] + ":" if arch.startswith(("hf-hub:", "local-dir:")) else None
+    if schema is None and arch.replace("/", "-") not in open_clip.list_models():
+        import difflib
+
+        close = difflib.get_close_matches(arch, open_clip.list_models(), n=3)
+        hint = f"; did you mean {close}?" if close else ""
+        raise ConfigError(f"unknown open_clip architecture {arch!r}{hint} (or pass --model-config FILE.json)")
+    local_file, tag = (None, None) if schema else _resolve_pretrained(arch, pretrained)
+    kwargs: dict[str, Any] = {"precision": precision, "device": "cpu", "weights_only": True}
+    if context_length is not None:
+        kwargs["force_context_length"] = context_length
+    try:
+        model, _, preprocess = open_clip.create_model_and_transforms(
+            arch, pretrained=tag, pretrained_text=False, **kwargs)
+    except RuntimeError as e:
+        if tag:
+            raise CheckpointError(f"could not get open_clip weights {arch}/{tag}: {e} "
+                                  f"(tags need the internet; known tags: "
+                                  f"{open_clip.list_pretrained_tags_by_model(arch)})") from e
+        raise
+    if local_file:
+        sd = read_state_dict(local_file)
+        from open_clip.convert import convert_state_dict
+
+        sd = convert_state_dict(model, sd)
+        if "logit_scale" in sd and sd["logit_scale"].ndim != model.logit_scale.ndim:
+            sd["logit_scale"] = sd["logit_scale"].reshape(model.logit_scale.shape)
+        sd = _fit_positional_embedding(model, sd, local_file)
+        load_into(model, {k: v.to(model.state_dict()[k].dtype) if k in model.state_dict() else v
+                          for k, v in sd.items()}, f"checkpoint {local_file}")
+    sd = model.state_dict()
+    ctx = int(getattr(model, "context_length", 0) or context_length or 77)
+    info = ModelInfo(
+        arch=arch, pretrained=pretrained if not schema else arch, fingerprint=state_dict_fingerprint(sd),
+        context_length=ctx, n_params=sum(p.numel() for p in model.parameters()),
+        embed_dim=_embed_dim(arch, model),
+        framework="open_clip", extra={"precision": precision},
+    )
+    tokenizer = open_clip.get_tokenizer(arch, context_length=ctx)
+    return OpenCLIPEncoder(model.to(device), tokenizer, preprocess, info)
+
+
+def _fit_positional_embedding(model: torch.nn.Module, sd: dict[str, torch.Tensor], source: str) -> dict:
+    """A checkpoint whose text context differs from ``--context-length`` is an error, not a silent resize."""
+    key = "positional_embedding"
+    if key in sd and hasattr(model, key) and sd[key].shape != getattr(model, key).shape:
+        raise CheckpointError(
+            f"{source}: text positional table has {sd[key].shape[0]} positions but the model was built for "
+            f"{getattr(model, key).shape[0]}; pass --context-length {sd[key].shape[0]}")
+    return sd
+
+
+def _embed_dim(arch: str, model: torch.nn.Module) -> int:
+    import open_clip
+
+    cfg = open_clip.get_model_config(arch) or {}
+    if "embed_dim" in cfg:
+        return int(cfg["embed_dim"])
+    return int(getattr(model.visual, "output_dim", 0) or model.text_projection.shape[-1])

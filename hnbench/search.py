@@ -1,0 +1,322 @@
+"""Exact chunked retrieval: ranks, ties, best wrong match and top-k without an N x M matrix.
+
+Scores are fp32 inner products of already L2-normalised vectors (never re-normalised here).
+Rank convention (see :mod:`hnbench.metrics`): ``rank = 1 + #{j not in P : s_j >= max_P s}``.
+Every ordering is deterministic: higher score first, equal scores by lower gallery index; this
+fixes ``topk_index``, ``gt_index`` (best positive) and ``best_wrong_index`` (best non-positive).
+
+Backends
+--------
+``torch``  Queries in chunks of ``chunk_size`` rows (auto: chunk * M * 4 bytes <= 256 MB):
+           one fp32 matmul per chunk, rank/tied from two comparison passes against the best
+           positive score, best-wrong and top-k from one ``torch.topk``.
+``faiss``  ``IndexFlatIP`` (on GPU as ``faiss-gpu``) searched to depth k' = k + max #positives
+           + margin. A query is answered from that list only when the list provably contains
+           everything that matters: the best positive, the k-th score and the best wrong score
+           all lie strictly above the k'-th score (or k' = M). Any other query - e.g. the best
+           positive is ranked below k', or ties straddle the cut - is recomputed exactly by the
+           torch path. So rank/tied/best-wrong are exact for every query; they match the torch
+           backend except where fp32 summation order (BLAS kernel) moves a score by an ulp.
+``auto``   CPU -> torch: on this project's reference CPU faiss-cpu's OpenBLAS uses a generic
+           kernel and IndexFlatIP was 4-5x slower than torch matmul + topk (see
+           benchmarks/bench_search.py). CUDA -> faiss-gpu when the faiss build has GPUs, else torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from hnbench.metrics import validate_csr
+
+__all__ = ["RetrievalOutput", "available_backends", "resolve_backend", "retrieve"]
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "torch", "faiss", "faiss-gpu")
+_CHUNK_BYTES = 256 * 2**20  # budget for one chunk's fp32 score block
+_MARGIN = 16  # extra list depth so ties just below the k-th/best-positive score rarely force a fallback
+_FAISS_GPU_MAX_K = 2048  # GPU faiss k-selection limit
+
+
+@dataclass
+class RetrievalOutput:
+    """Per-query retrieval results; all arrays have N rows."""
+
+    rank: np.ndarray  # (N,) int64, 1-based, ties counted against the model
+    tied: np.ndarray  # (N,) bool, some non-positive scores exactly the best positive's score
+    gt_index: np.ndarray  # (N,) int64, best-scoring positive (lowest index among equals)
+    gt_score: np.ndarray  # (N,) float32
+    best_wrong_index: np.ndarray  # (N,) int64, best-scoring non-positive, -1 if none
+    best_wrong_score: np.ndarray  # (N,) float32, nan if none
+    topk_index: np.ndarray  # (N, k) int64, descending score, ties by lower gallery index
+    topk_score: np.ndarray  # (N, k) float32
+    backend: str  # backend that actually ran: "torch", "faiss" or "faiss-gpu"
+
+
+def _faiss():
+    """Import faiss lazily (it is heavy and optional at runtime); None when missing."""
+    try:
+        import faiss
+    except ImportError:
+        return None
+    return faiss
+
+
+def _faiss_gpu_ok() -> bool:
+    """True when the installed faiss has GPU support and sees at least one GPU."""
+    faiss = _faiss()
+    return faiss is not None and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def available_backends() -> list[str]:
+    """Concrete backends usable in this environment."""
+    out = ["torch"]
+    if _faiss() is not None:
+        out.append("faiss")
+        if _faiss_gpu_ok():
+            out.append("faiss-gpu")
+    return out
+
+
+def resolve_backend(backend: str, device: str, n_gallery: int) -> str:
+    """Map a requested backend ("auto", "torch", "faiss", "faiss-gpu") to the one that will run."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown search backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    if n_gallery < 1:
+        raise ValueError("the gallery is empty")
+    on_cuda = torch.device(device).type == "cuda"
+    if backend == "auto":
+        # Size does not enter the choice: torch was faster on CPU at every size measured.
+        return "faiss-gpu" if on_cuda and _faiss_gpu_ok() else "torch"
+    if backend in ("faiss", "faiss-gpu") and _faiss() is None:
+        raise ValueError(f"backend {backend!r} needs faiss, which is not installed; available: {available_backends()}")
+    if backend == "faiss-gpu" and not (on_cuda and _faiss_gpu_ok()):
+        raise ValueError(f"backend 'faiss-gpu' needs a CUDA device and GPU faiss; available: {available_backends()}")
+    if backend == "faiss" and on_cuda and _faiss_gpu_ok():
+        return "faiss-gpu"
+    return backend
+
+
+@contextlib.contextmanager
+def _ieee_fp32_matmul() -> Iterator[None]:
+    """Force full-fp32 matmuls (no TF32/bf16) for the duration, restoring the caller's setting."""
+    new_api = [m for m in (torch.backends.cuda.matmul, getattr(torch.backends.mkldnn, "matmul", None))
+               if m is not None and hasattr(m, "fp32_precision")]
+    if new_api:  # torch >= 2.9; mixing with the legacy getter raises there
+        saved = [m.fp32_precision for m in new_api]
+        for m in new_api:
+            m.fp32_precision = "ieee"
+        try:
+            yield
+        finally:
+            for m, s in zip(new_api, saved):
+                m.fp32_precision = s
+    else:
+        saved_legacy = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(saved_legacy)
+
+
+def _as_tensor(x, name: str) -> torch.Tensor:
+    """(n, d) float32 tensor view/copy of a numpy array or tensor; rejects NaN/inf."""
+    if isinstance(x, torch.Tensor):
+        t = x.detach()
+    else:
+        a = np.ascontiguousarray(x)
+        t = torch.from_numpy(a if a.flags.writeable else a.copy())  # torch warns on read-only buffers
+    if t.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n, d), got shape {tuple(t.shape)}")
+    t = t.float()
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+    return t
+
+
+def _csr_rows(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(local row, gallery index) pairs of the positives of `rows`, in row order."""
+    counts = ptr[rows + 1] - ptr[rows]
+    local = np.repeat(np.arange(rows.size, dtype=np.int64), counts)
+    offs = np.arange(local.size, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    return local, idx[np.repeat(ptr[rows], counts) + offs]
+
+
+def _sorted_pairs(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Canonical CSR: each row's positives sorted ascending and de-duplicated."""
+    rows = np.repeat(np.arange(ptr.size - 1, dtype=np.int64), np.diff(ptr))
+    order = np.lexsort((idx, rows))
+    rows, idx = rows[order], idx[order]
+    keep = np.ones(idx.size, dtype=bool)
+    keep[1:] = (rows[1:] != rows[:-1]) | (idx[1:] != idx[:-1])
+    rows, idx = rows[keep], idx[keep]
+    new_ptr = np.zeros_like(ptr)
+    np.cumsum(np.bincount(rows, minlength=ptr.size - 1), out=new_ptr[1:])
+    return new_ptr, idx
+
+
+def _order_desc(vals: torch.Tensor, inds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sort each row by (score desc, index asc): stable sort on index, then stable on score."""
+    o = torch.argsort(inds, dim=1, stable=True)
+    vals, inds = vals.gather(1, o), inds.gather(1, o)
+    o = torch.sort(vals, dim=1, descending=True, stable=True).indices
+    return vals.gather(1, o), inds.gather(1, o)
+
+
+def _topk_exact(s: torch.Tensor, kk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-kk of each row of s, ordered (score desc, index asc), equal scores at the cut included
+    by lower index. torch.topk picks arbitrarily among equal scores, so rows where the
+    (kk+1)-th score equals the kk-th are re-selected from the tied items explicitly."""
+    m = s.shape[1]
+    if kk >= m:
+        return _order_desc(*torch.topk(s, m, dim=1))
+    vals, inds = torch.topk(s, kk + 1, dim=1)
+    amb = (vals[:, kk] == vals[:, kk - 1]).nonzero().flatten()
+    vals, inds = _order_desc(vals[:, :kk], inds[:, :kk])
+    if amb.numel():
+        sa, t = s[amb], vals[amb, kk - 1 : kk]
+        # Keep candidates strictly above the cut score; add the kk lowest-index items at the cut.
+        above = torch.where(vals[amb] > t, vals[amb], -torch.inf)
+        pos = torch.arange(m, device=s.device, dtype=torch.int32).expand_as(sa)
+        low = torch.topk(torch.where(sa == t, pos, m), kk, dim=1, largest=False).values.long()
+        low_vals = torch.where(low < m, t.expand(-1, kk), -torch.inf)
+        cv, ci = _order_desc(torch.cat([above, low_vals], 1), torch.cat([inds[amb], low.clamp(max=m - 1)], 1))
+        vals[amb], inds[amb] = cv[:, :kk], ci[:, :kk]
+    return vals, inds
+
+
+def _torch_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray,
+                k: int, chunk: int, out: RetrievalOutput, pbar) -> None:
+    """Exact results for the (ascending) query indices `rows`, written into `out` in place."""
+    dev, m = g.device, g.shape[0]
+    for start in range(0, rows.size, chunk):
+        r = rows[start : start + chunk]
+        c = r.size
+        local_np, cols_np = _csr_rows(ptr, idx, r)
+        local, cols = torch.from_numpy(local_np).to(dev), torch.from_numpy(cols_np).to(dev)
+        contiguous = int(r[-1]) - int(r[0]) + 1 == c  # slicing avoids an index copy in the common case
+        qc = q[int(r[0]) : int(r[-1]) + 1] if contiguous else q[torch.from_numpy(r)]
+        s = qc.to(dev) @ g.T  # (c, M) fp32
+        pv = s[local, cols]
+        gt = torch.full((c,), -torch.inf, device=dev).scatter_reduce_(0, local, pv, "amax")
+        at_max = pv == gt[local]
+        n_pos_at_max = torch.zeros(c, dtype=torch.int64, device=dev).scatter_add_(0, local, at_max.long())
+        gt_idx = torch.full((c,), m, dtype=torch.int64, device=dev)
+        gt_idx.scatter_reduce_(0, local[at_max], cols[at_max], "amin")
+        # Depth k + #positives + margin: holds the top-k and the best wrong for sure, and the best
+        # positive for most queries, so the full-row comparison passes run only for the rest.
+        kk = min(m, k + int(np.diff(ptr)[r].max()) + _MARGIN)
+        vals, inds = _topk_exact(s, kk)
+        keys = local * m + cols  # sorted (canonical CSR), so membership is a binary search
+        cand = torch.arange(c, device=dev)[:, None] * m + inds
+        hit = torch.searchsorted(keys, cand).clamp(max=keys.numel() - 1)
+        nonpos = keys[hit] != cand
+        # The list holds every item scoring > its last score, hence every item >= gt when gt > last.
+        ge = nonpos & (vals >= gt[:, None])
+        rank = 1 + ge.sum(1)
+        tied = (ge & (vals == gt[:, None])).any(1)
+        deep = (gt <= vals[:, -1]).nonzero().flatten() if kk < m else gt.new_zeros(0, dtype=torch.int64)
+        if deep.numel():
+            sd, gd = s[deep], gt[deep, None]
+            # Positives are never above gt, so non-positives >= gt = n_ge - (positives == gt).
+            rank[deep] = 1 + (sd >= gd).sum(1) - n_pos_at_max[deep]
+            tied[deep] = rank[deep] - 1 > (sd > gd).sum(1)
+        first = nonpos.int().argmax(1, keepdim=True)
+        has = nonpos.any(1)
+        bw_idx = torch.where(has, inds.gather(1, first)[:, 0], -1)
+        bw_score = torch.where(has, vals.gather(1, first)[:, 0], torch.nan)
+        for name, val in (("rank", rank), ("tied", tied), ("gt_index", gt_idx), ("gt_score", gt),
+                          ("best_wrong_index", bw_idx), ("best_wrong_score", bw_score),
+                          ("topk_index", inds[:, :k]), ("topk_score", vals[:, :k])):
+            getattr(out, name)[r] = val.cpu().numpy()
+        pbar.update(c)
+
+
+def _faiss_search(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarray, k: int,
+                  chunk: int, gpu_id: int | None, out: RetrievalOutput, pbar) -> np.ndarray:
+    """Fill `out` from an IndexFlatIP search; return the query indices that need the exact path."""
+    faiss = _faiss()
+    n, m = q.shape[0], g.shape[0]
+    index = faiss.IndexFlatIP(g.shape[1])
+    index.add(np.ascontiguousarray(g.cpu().numpy()))
+    kp = min(m, k + int(np.diff(ptr).max()) + _MARGIN)
+    if gpu_id is not None:
+        res = faiss.StandardGpuResources()
+        index = faiss.index_cpu_to_gpu(res, gpu_id, index)
+        kp = min(kp, _FAISS_GPU_MAX_K)
+    complete = kp == m
+    keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr)) * m + idx  # sorted: canonical CSR
+    redo = []
+    q_np = q.cpu().numpy()
+    for start in range(0, n, chunk):
+        stop = min(n, start + chunk)
+        d_, i_ = index.search(np.ascontiguousarray(q_np[start:stop]), kp)
+        o = np.lexsort((i_, -d_), axis=1)  # canonical (score desc, index asc) order
+        d_, i_ = np.take_along_axis(d_, o, 1), np.take_along_axis(i_, o, 1).astype(np.int64)
+        cand = np.arange(start, stop, dtype=np.int64)[:, None] * m + i_
+        is_pos = keys[np.searchsorted(keys, cand).clip(max=keys.size - 1)] == cand
+        found, has = is_pos.any(1), (~is_pos).any(1)
+        ar = np.arange(stop - start)
+        fp, fn = is_pos.argmax(1), (~is_pos).argmax(1)
+        g_s = d_[ar, fp]
+        ge = ~is_pos & (d_ >= g_s[:, None])
+        bw = np.where(has, d_[ar, fn], np.nan)
+        last = d_[:, -1]
+        ok = complete | (found & has & (g_s > last) & (d_[:, k - 1] > last) & (bw > last))
+        sl = slice(start, stop)
+        out.rank[sl], out.tied[sl] = 1 + ge.sum(1), (ge & (d_ == g_s[:, None])).any(1)
+        out.gt_index[sl], out.gt_score[sl] = i_[ar, fp], g_s
+        out.best_wrong_index[sl], out.best_wrong_score[sl] = np.where(has, i_[ar, fn], -1), bw
+        out.topk_index[sl], out.topk_score[sl] = i_[:, :k], d_[:, :k]
+        redo.append(np.flatnonzero(~ok) + start)
+        pbar.update(int(ok.sum()))
+    return np.concatenate(redo) if redo else np.zeros(0, dtype=np.int64)
+
+
+def retrieve(queries, gallery, pos_ptr: np.ndarray, pos_idx: np.ndarray, *, k: int = 10,
+             backend: str = "auto", device: str | None = None, chunk_size: int | None = None,
+             progress: bool = False, desc: str = "search") -> RetrievalOutput:
+    """Exact retrieval of (N, d) queries against an (M, d) gallery; positives in CSR form."""
+    q, g = _as_tensor(queries, "queries"), _as_tensor(gallery, "gallery")
+    n, m = q.shape[0], g.shape[0]
+    if q.shape[1] != g.shape[1]:
+        raise ValueError(f"queries have dim {q.shape[1]} but gallery has dim {g.shape[1]}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if device is None:
+        device = str(q.device) if q.is_cuda else ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    ptr, idx = _sorted_pairs(*validate_csr(pos_ptr, pos_idx, n, m))
+    name = resolve_backend(backend, dev.type, m)
+    k = min(k, m)
+    if name == "faiss-gpu" and k + 1 > _FAISS_GPU_MAX_K:
+        log.info("k=%d exceeds the GPU faiss limit %d; using the torch backend", k, _FAISS_GPU_MAX_K)
+        name = "torch"
+    chunk = chunk_size if chunk_size is not None else max(1, _CHUNK_BYTES // (4 * m))
+    if chunk < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    out = RetrievalOutput(
+        rank=np.zeros(n, np.int64), tied=np.zeros(n, bool), gt_index=np.zeros(n, np.int64),
+        gt_score=np.zeros(n, np.float32), best_wrong_index=np.full(n, -1, np.int64),
+        best_wrong_score=np.full(n, np.nan, np.float32), topk_index=np.zeros((n, k), np.int64),
+        topk_score=np.zeros((n, k), np.float32), backend=name,
+    )
+    log.debug("retrieve: N=%d M=%d d=%d k=%d backend=%s device=%s chunk=%d", n, m, q.shape[1], k, name, dev, chunk)
+    with _ieee_fp32_matmul(), torch.inference_mode(), tqdm(total=n, desc=desc, unit="q", disable=not progress) as pbar:
+        rows = np.arange(n, dtype=np.int64)
+        if name != "torch":
+            gpu_id = (dev.index or 0) if name == "faiss-gpu" else None
+            rows = _faiss_search(q, g, ptr, idx, k, chunk, gpu_id, out, pbar)
+            if rows.size:
+                log.info("%s: %d/%d queries not decidable from the faiss list; recomputed exactly", desc, rows.size, n)
+        if rows.size:
+            _torch_rows(q, g.to(dev), ptr, idx, rows, k, chunk, out, pbar)
+    return out

@@ -1,0 +1,77 @@
+"""Shared fixtures: a micro open_clip architecture and small image–caption sets in each generic format."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+MICRO_CONFIG = {
+    "embed_dim": 32,
+    "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 8},
+    "text_cfg": {"context_length": 32, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
+}
+
+COLOURS = {"red": (220, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 220), "yellow": (230, 230, 40),
+           "purple": (140, 40, 180), "cyan": (40, 220, 220), "orange": (240, 140, 20), "white": (250, 250, 250)}
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own hnbench cache; no test touches the user's."""
+    monkeypatch.setenv("HNBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def micro_config(tmp_path_factory) -> Path:
+    """A JSON model config for a ~2M-parameter open_clip CLIP registered as ``hnb-micro``."""
+    path = tmp_path_factory.mktemp("cfg") / "hnb-micro.json"
+    path.write_text(json.dumps(MICRO_CONFIG))
+    return path
+
+
+def make_pairs(root: Path, n: int = 12, seed: int = 0) -> list[tuple[str, str]]:
+    """Write ``n`` solid-colour PNGs with a shape into ``root/images`` and return (rel_path, caption)."""
+    rng = np.random.default_rng(seed)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    names = list(COLOURS)
+    pairs = []
+    for i in range(n):
+        colour = names[i % len(names)]
+        size = 16 + 8 * (i // len(names))
+        im = Image.new("RGB", (48, 48), (20, 20, 20))
+        x, y = rng.integers(0, 48 - size, size=2)
+        im.paste(COLOURS[colour], (int(x), int(y), int(x) + size, int(y) + size))
+        rel = f"images/img_{i:03d}.png"
+        im.save(root / rel)
+        pairs.append((rel, f"a {colour} square of size {size} on a dark background, item {i}"))
+    return pairs
+
+
+@pytest.fixture
+def pairs_dir(tmp_path) -> tuple[Path, list[tuple[str, str]]]:
+    return tmp_path, make_pairs(tmp_path)
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs a CUDA device")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
