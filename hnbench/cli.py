@@ -114,6 +114,8 @@ def _run_train(args: argparse.Namespace) -> int:
     from hnbench.train.trainer import TrainConfig, load_recipe, train
 
     cfg = load_recipe(args.recipe) if args.recipe else {}
+    if args.dataset and args.dataset != cfg.get("dataset"):
+        cfg.pop("dataset_options", None)  # the recipe's options belong to the recipe's dataset
     for key in ("model", "pretrained", "model_config", "dataset", "protocol", "data_root", "loss", "gamma",
                 "epochs", "batch_size", "lr", "seed", "device", "context_length", "num_workers", "output"):
         value = getattr(args, key, None)

@@ -7,19 +7,23 @@ fixes ``topk_index``, ``gt_index`` (best positive) and ``best_wrong_index`` (bes
 
 Backends
 --------
-``torch``  Queries in chunks of ``chunk_size`` rows (auto: chunk * M * 4 bytes <= 256 MB):
-           one fp32 matmul per chunk, rank/tied from two comparison passes against the best
-           positive score, best-wrong and top-k from one ``torch.topk``.
-``faiss``  ``IndexFlatIP`` (on GPU as ``faiss-gpu``) searched to depth k' = k + max #positives
-           + margin. A query is answered from that list only when the list provably contains
-           everything that matters: the best positive, the k-th score and the best wrong score
-           all lie strictly above the k'-th score (or k' = M). Any other query - e.g. the best
-           positive is ranked below k', or ties straddle the cut - is recomputed exactly by the
-           torch path. So rank/tied/best-wrong are exact for every query; they match the torch
-           backend except where fp32 summation order (BLAS kernel) moves a score by an ulp.
-``auto``   CPU -> torch: on this project's reference CPU faiss-cpu's OpenBLAS uses a generic
-           kernel and IndexFlatIP was 4-5x slower than torch matmul + topk (see
-           benchmarks/bench_search.py). CUDA -> faiss-gpu when the faiss build has GPUs, else torch.
+``torch``  Queries in chunks of ``chunk_size`` rows (auto: chunk * M * 4 bytes <= 256 MB): one
+           fp32 matmul and one ``torch.topk`` to depth k' = k + max #positives + margin per chunk.
+           Top-k and best wrong come from that list; rank/tied too when the best positive scores
+           strictly above the list's last score (then every item >= it is in the list); only the
+           remaining ("deep") rows get the two full-row comparison passes (>= and > the best
+           positive). ``torch.topk`` picks arbitrarily among equal scores at the cut, so rows whose
+           (k'+1)-th score equals the k'-th are re-selected explicitly (lowest indices first).
+``faiss``  ``IndexFlatIP`` (on GPU as ``faiss-gpu``) searched to the same depth k'. A query is
+           answered from that list only when the list provably contains everything that matters:
+           the best positive, the k-th score and the best wrong score all lie strictly above the
+           k'-th score (or k' = M). Every other query (best positive ranked below k', ties
+           straddling the cut) is recomputed by the exact torch path. So rank/tied/best-wrong are
+           exact for every query and equal the torch backend's, up to the fp32 summation order of
+           the two BLAS kernels (a score can move by an ulp, which matters only for near-ties).
+``auto``   CPU -> torch (no optional dependency; on the 2-core dev box both backends are
+           matmul-bound and within ~25% of each other at 5k-50k, see benchmarks/bench_search.py).
+           CUDA -> faiss-gpu when the faiss build has GPUs, else torch on the GPU.
 """
 
 from __future__ import annotations
@@ -93,7 +97,7 @@ def resolve_backend(backend: str, device: str, n_gallery: int) -> str:
         raise ValueError("the gallery is empty")
     on_cuda = torch.device(device).type == "cuda"
     if backend == "auto":
-        # Size does not enter the choice: torch was faster on CPU at every size measured.
+        # Size does not enter the choice: on CPU both backends measured matmul-bound at 5k-50k.
         return "faiss-gpu" if on_cuda and _faiss_gpu_ok() else "torch"
     if backend in ("faiss", "faiss-gpu") and _faiss() is None:
         raise ValueError(f"backend {backend!r} needs faiss, which is not installed; available: {available_backends()}")

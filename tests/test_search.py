@@ -158,6 +158,18 @@ def test_unsorted_duplicated_csr():
         np.testing.assert_array_equal(a.rank, b.rank)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("quant", [False, True])
+def test_positives_ranked_below_the_candidate_list(backend, quant):
+    # Random positives land far below depth k + #positives + margin: the full-row path decides them.
+    img, cap, _ = caption_setup(150, 1, 8, seed=12, quant=quant)
+    rng = np.random.default_rng(12)
+    ptr, idx = csr_from_lists([list(rng.integers(0, 150, size=int(rng.integers(1, 4)))) for _ in range(150)])
+    out = retrieve(cap, img, ptr, idx, k=5, backend=backend, chunk_size=40)
+    check(out, reference(cap, img, ptr, idx, 5), exact_order=quant)
+    assert (out.rank > 5 + 3 + search._MARGIN).mean() > 0.5
+
+
 def test_faiss_fallback_paths(caplog):
     img, cap, owner = caption_setup(60, 1, 32, seed=6, noise=0.3)
     ptr, idx = csr_from_lists([[o] for o in owner])

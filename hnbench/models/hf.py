@@ -67,10 +67,10 @@ class HFCLIPEncoder:
     @torch.inference_mode()
     def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.to(self.device, non_blocking=True)
-        pad = self.tokenizer.pad_token_id
-        mask = (tokens != pad).long() if pad is not None else None
-        if mask is not None:
-            mask[:, 0] = 1
+        # Attend up to and including the first end token (the pad token may equal the end token).
+        eos = self.tokenizer.eos_token_id
+        first_eos = (tokens == eos).int().argmax(dim=1)
+        mask = (torch.arange(tokens.shape[1], device=tokens.device)[None, :] <= first_eos[:, None]).long()
         f = _features(self.model.get_text_features(input_ids=tokens, attention_mask=mask))
         return torch.nn.functional.normalize(f.float(), dim=-1)
 

@@ -156,11 +156,11 @@ def train(config: TrainConfig, *, progress: bool = True) -> Path:
                 with torch.no_grad():
                     model.logit_scale.clamp_(0, math.log(config.max_logit_scale))
                 if step % config.log_every == 0 or step == total - 1:
-                    rec = {"step": step, "epoch": epoch, "loss": float(loss), "lr": opt.param_groups[0]["lr"],
-                           "logit_scale": float(scale), "seconds": round(time.perf_counter() - start, 3)}
+                    rec = {"step": step, "epoch": epoch, "loss": float(loss.detach()), "lr": opt.param_groups[0]["lr"],
+                           "logit_scale": float(scale.detach()), "seconds": round(time.perf_counter() - start, 3)}
                     with open(log_path, "a") as f:
                         f.write(json.dumps(rec) + "\n")
-                    bar.set_postfix(loss=f"{float(loss):.4f}")
+                    bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
                 step += 1
                 bar.update(1)
     ckpt = out_dir / "checkpoint.safetensors"
