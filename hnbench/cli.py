@@ -71,7 +71,26 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--seed", type=int)
     tr.add_argument("--num-workers", type=int)
     tr.add_argument("--output", help="run directory (checkpoint.safetensors, train_config.json, log.jsonl)")
+
+    _add_datasets_parser(sub)
+    _add_leaderboard_parser(sub)
+    _add_hardness_parser(sub)
     return parser
+
+
+# --- datasets (benchmarks) -------------------------------------------------------------------------
+def _add_datasets_parser(sub: argparse._SubParsersAction) -> None:
+    pass
+
+
+# --- leaderboard ---------------------------------------------------------------------------------
+def _add_leaderboard_parser(sub: argparse._SubParsersAction) -> None:
+    pass
+
+
+# --- hardness ------------------------------------------------------------------------------------
+def _add_hardness_parser(sub: argparse._SubParsersAction) -> None:
+    pass
 
 
 def _add_eval_options(p: argparse.ArgumentParser) -> None:
@@ -137,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_eval(args, dict(DEMO))
         if args.command == "train":
             return _run_train(args)
+        if hasattr(args, "handler"):  # subcommands registered with set_defaults(handler=...)
+            return args.handler(args)
     except HnbenchError as e:
         print(f"hnbench: error: {e}", file=sys.stderr)
         return 2
