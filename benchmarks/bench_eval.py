@@ -1,0 +1,103 @@
+"""Harness overhead: pure model forward vs the whole ``hnbench.evaluate`` on the same data, side by side.
+
+1. *forward*: images decoded and transformed beforehand (not timed), captions tokenized beforehand;
+   only ``encode_image``/``encode_text`` over the same batches are timed.
+2. *evaluate*: the whole pipeline — load the dataset, decode in DataLoader workers, tokenize, encode,
+   exact search both ways, metrics with bootstrap CIs, per-query parquet and result JSON.
+3. Optionally the two search backends at the given sizes (``--search-sizes``; see bench_search.py).
+
+Usage:
+    python benchmarks/bench_eval.py                                   # hnbench-tiny on synthdense test
+    python benchmarks/bench_eval.py --model ViT-B-32 --limit 200      # a real-size encoder, random init
+    python benchmarks/bench_eval.py --search-sizes 5000 50000
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hnbench.data import load_dataset
+from hnbench.evaluate import evaluate
+from hnbench.models import load_model
+from hnbench.search import retrieve
+
+
+def forward_seconds(encoder, dataset, batch_size: int) -> float:
+    """Time only the model: pixels and tokens are prepared before the clock starts."""
+    pixels = torch.stack([encoder.image_transform(dataset.images.open(i)) for i in range(dataset.n_images)])
+    tokens = encoder.tokenize(dataset.captions).tokens
+    start = time.perf_counter()
+    for s in range(0, len(pixels), batch_size):
+        encoder.encode_images(pixels[s:s + batch_size])
+    for s in range(0, len(tokens), max(batch_size, 64)):
+        encoder.encode_texts(tokens[s:s + max(batch_size, 64)])
+    return time.perf_counter() - start
+
+
+def search_rows(sizes: list[int], dim: int) -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_search import make_data
+
+    print(f"\nexact search, d={dim}, k=10 (seconds, median of 3)")
+    print(f"{'size':>7} {'torch':>8} {'faiss':>8} {'faiss/torch':>11}")
+    for size in sizes:
+        q, g = make_data(size, dim, 4.0, 0)
+        ptr, idx = np.arange(size + 1, dtype=np.int64), np.arange(size, dtype=np.int64)
+        t = {}
+        for backend in ("torch", "faiss"):
+            retrieve(q[:256], g, ptr[:257], idx[:256], backend=backend)  # warm-up
+            runs = []
+            for _ in range(3):
+                s = time.perf_counter()
+                retrieve(q, g, ptr, idx, backend=backend)
+                runs.append(time.perf_counter() - s)
+            t[backend] = float(np.median(runs))
+        print(f"{size:>7} {t['torch']:>8.3f} {t['faiss']:>8.3f} {t['faiss'] / t['torch']:>11.2f}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="hnbench-tiny")
+    ap.add_argument("--pretrained", default=None, help="default: 'synthdense' for hnbench-tiny, else random init")
+    ap.add_argument("--dataset", default="synthdense")
+    ap.add_argument("--limit", type=int, default=None, help="use only the first N images")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--search-sizes", type=int, nargs="*", default=[])
+    ap.add_argument("--dim", type=int, default=512)
+    args = ap.parse_args()
+    pretrained = args.pretrained or ("synthdense" if args.model == "hnbench-tiny" else None)
+
+    ds = load_dataset(args.dataset)
+    if args.limit:
+        ds = ds.drop_images(range(args.limit, ds.n_images), reason="--limit")
+    encoder = load_model(args.model, pretrained)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.model} "
+          f"({encoder.info.n_params / 1e6:.1f}M params) on {ds.name}: {ds.n_images} images, {ds.n_captions} captions")
+    forward_seconds(encoder, ds.drop_images(range(min(ds.n_images, 64), ds.n_images)), args.batch_size)  # warm-up
+    fwd, full, parts = [], [], []
+    for _ in range(args.repeats):  # interleaved so machine noise hits both alike
+        fwd.append(forward_seconds(encoder, ds, args.batch_size))
+        with tempfile.TemporaryDirectory() as out:
+            s = time.perf_counter()
+            r = evaluate(encoder, ds, output_dir=out, batch_size=args.batch_size, progress=False)
+            full.append(time.perf_counter() - s)
+            parts.append(r.timings)
+    f, e = float(np.median(fwd)), float(np.median(full))
+    print(f"\n{'pure forward (s)':>18} {'evaluate (s)':>13} {'evaluate/forward':>17} {'forward share':>14}")
+    print(f"{f:>18.2f} {e:>13.2f} {e / f:>17.2f} {100 * f / e:>13.1f}%")
+    last = parts[-1]
+    print("evaluate stages (last run, s): " + ", ".join(f"{k} {v:.2f}" for k, v in last.items()))
+    if args.search_sizes:
+        search_rows(args.search_sizes, args.dim)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,406 @@
+"""Leaderboards: stored result files in, one ranked table per benchmark, protocol and context length out.
+
+Rules (also in ``leaderboards/README.md``):
+
+- One table per (benchmark, protocol, context length, search mode). Rows of different protocols,
+  context lengths or search modes are never ranked together; results without ``settings.search``
+  predate approximate search and count as exact.
+- Rank: competition ranking ("1, 1, 3") on the sort metric rounded to the two decimals shown,
+  descending; the default metric is mean R@1 = (t2i R@1 + i2t R@1) / 2. A row without it ranks last.
+- Per metric column, the best value is bold and the second-best distinct value underlined (ties
+  share the mark), when at least two rows have a value.
+- Borda rank: within a protocol family (``hnbench.reported.PROTOCOL_FAMILIES``; an unmapped protocol
+  is its own family), context length and search mode, a row earns one point per row ranked below it
+  in each benchmark's table; models are ranked by the number of benchmarks they cover, then by their
+  total points.
+- Duplicates: the same model (arch, pretrained, fingerprint) scored twice on the same benchmark,
+  protocol, context length and search mode keeps the result with the newest ``created``; the
+  others are named in a note under the table.
+- Reported rows (the packaged published numbers) carry a † and a ``reported: SOURCE`` cell; beside
+  measured results they join only tables of a (benchmark, protocol) that was measured.
+- Unreadable, corrupt or newer-schema files are listed by name under "Skipped files" and left out.
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+import logging
+import os
+import re
+import shlex
+import urllib.parse
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hnbench._version import __version__
+from hnbench.errors import ConfigError
+from hnbench.reported import KS, families_of, mapped_families, reported_rows
+from hnbench.results import EvalResult, ResultFormatError, read_result
+
+logger = logging.getLogger(__name__)
+
+METRICS = [f"{d} R@{k}" for d in ("t2i", "i2t") for k in KS] + ["mean R@1"]
+CI_COLUMNS = [f"{m} {end}" for m in METRICS[:-1] for end in ("lo", "hi")]
+SORT_KEYS = [*METRICS, "model"]
+FORMATS = ("markdown", "csv", "html")
+TABLE_KEY = ["benchmark", "protocol", "context_length", "search"]
+BENCHMARK_ORDER = ["docci", "dci", "long-dci", "urban1k", "synthdense"]
+
+
+def _row(r: EvalResult) -> dict:
+    """One leaderboard row from a result record (tolerates fields older schema versions lack)."""
+    m, d = r.model, r.dataset
+    pretrained = m.get("pretrained")
+    weights = str(pretrained) if pretrained else "random init"
+    if pretrained and (os.sep in weights or "." in weights):  # "runs/hn/checkpoint.pt" → "hn/checkpoint"
+        short = "/".join(filter(None, [Path(weights).parent.name, Path(weights).stem]))
+    else:
+        short = weights
+    ctx = m.get("context_length") or (r.tokens or {}).get("context_length") or 0
+    row = {"kind": "measured", "model": f"{m['arch']} ({short})",
+           "identity": f"measured:{m['arch']}:{pretrained}:{m.get('fingerprint', '')}", "arch": m["arch"],
+           "weights": weights, "fingerprint": str(m.get("fingerprint") or "")[:8], "benchmark": d["name"],
+           "protocol": d.get("protocol") or "default", "context_length": int(ctx),
+           "search": (r.settings or {}).get("search", "exact"), "data_fingerprint": d.get("fingerprint") or "",
+           "n_images": d.get("n_images"), "hnbench_version": r.hnbench_version, "created": r.created,
+           "path": r.path, "source": "measured", "note": ""}
+    for direction in ("t2i", "i2t"):
+        ci = (r.ci95 or {}).get(direction) or {}
+        for k in KS:
+            value = r.metrics[direction].get(f"R@{k}")
+            row[f"{direction} R@{k}"] = float(value) if value is not None else np.nan
+            lo, hi = ci.get(f"R@{k}") or (np.nan, np.nan)
+            row[f"{direction} R@{k} lo"], row[f"{direction} R@{k} hi"] = float(lo), float(hi)
+    return row
+
+
+def collect(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
+    """Rows of every result JSON under ``paths`` (files or directories, searched recursively).
+
+    Returns the frame and ``(path, reason)`` for each file that could not be used.
+    """
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise ConfigError(f"{p}: no such results file or directory")
+        files += sorted(p.rglob("*.json")) if p.is_dir() else [p]
+    rows, skipped = [], []
+    for f in files:
+        try:
+            rows.append(_row(read_result(f)))
+        except ResultFormatError as e:
+            skipped.append((str(f), str(e).removeprefix(f"{f}: ")))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            skipped.append((str(f), f"malformed result record ({type(e).__name__}: {e})"))
+    for path, reason in skipped:
+        logger.warning("skipping %s: %s", path, reason)
+    return pd.DataFrame(rows), skipped
+
+
+def _dedupe(frame: pd.DataFrame, link_base: Path) -> tuple[pd.DataFrame, dict[tuple, list[str]]]:
+    """Keep the newest ``created`` per (model, table); notes naming the superseded files, per table."""
+    frame = frame.assign(_t=pd.to_datetime(frame["created"], utc=True, errors="coerce", format="ISO8601"))
+    frame = frame.sort_values(["_t", "path"], kind="stable", na_position="first")
+    dup = frame.duplicated(["identity", *TABLE_KEY], keep="last")
+    notes: dict[tuple, list[str]] = {}
+    for _, old in frame[dup].iterrows():
+        key = tuple(old[TABLE_KEY])
+        new = frame[~dup & (frame["identity"] == old["identity"])]
+        new = new[(new[TABLE_KEY] == old[TABLE_KEY]).all(axis=1)].iloc[0]
+        notes.setdefault(key, []).append(f"{old['model']}: {_rel(old['path'], link_base)} ({old['created']}) is "
+                                         f"superseded by the newer {_rel(new['path'], link_base)} ({new['created']})")
+    return frame[~dup].drop(columns="_t"), notes
+
+
+def _rel(path: str, base: Path) -> str:
+    return Path(os.path.relpath(Path(path).resolve(), base)).as_posix()
+
+
+def _disambiguate(frame: pd.DataFrame) -> pd.DataFrame:
+    """Make labels unique per identity: append the fingerprint (measured) or backbone, then the source."""
+    extras = (np.where(frame["kind"] == "measured", frame["fingerprint"], frame["arch"]), frame["source"])
+    for extra in extras:
+        clash = (frame.groupby("model")["identity"].transform("nunique") > 1).to_numpy()
+        if not clash.any():
+            break
+        frame.loc[clash, "model"] = [f"{m} [{e}]" for m, e in zip(frame.loc[clash, "model"], np.asarray(extra)[clash])]
+    return frame
+
+
+def _normalise_sort(sort: str) -> str:
+    want = re.sub(r"[^a-z0-9]", "", sort.lower())
+    for key in SORT_KEYS:
+        if re.sub(r"[^a-z0-9]", "", key.lower()) == want:
+            return key
+    hint = difflib.get_close_matches(sort, SORT_KEYS, n=1)
+    raise ConfigError(f"unknown sort key {sort!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
+                      + f" (one of: {', '.join(SORT_KEYS)})")
+
+
+def _rank(table: pd.DataFrame, sort: str) -> pd.DataFrame:
+    """Rank rows by the sort metric (mean R@1 when sorting by model) and order them."""
+    metric = sort if sort in METRICS else "mean R@1"
+    table = table.assign(rank=table[metric].round(2).rank(method="min", ascending=False))
+    by = ["model"] if sort == "model" else ["rank", "model"]
+    return table.sort_values(by, na_position="last", kind="stable").reset_index(drop=True)
+
+
+def _table_order(key: tuple) -> tuple:
+    bench, protocol, ctx, search = key
+    pos = BENCHMARK_ORDER.index(bench) if bench in BENCHMARK_ORDER else len(BENCHMARK_ORDER)
+    return (pos, bench, protocol, ctx, search != "exact", search)
+
+
+class _Markup:
+    """The few inline constructs the boards use, for GitHub Markdown or HTML."""
+
+    def __init__(self, fmt: str):
+        self.md = fmt == "markdown"
+
+    def text(self, s: str) -> str:
+        return s.replace("|", "\\|") if self.md else html.escape(s)
+
+    def bold(self, s: str) -> str:
+        return f"**{s}**" if self.md else f"<b>{s}</b>"
+
+    def code(self, s: str) -> str:
+        return f"`{s}`" if self.md else f"<code>{html.escape(s)}</code>"
+
+    def link(self, text: str, href: str) -> str:
+        href = urllib.parse.quote(href)
+        return f"[{text}]({href})" if self.md else f'<a href="{href}">{html.escape(text)}</a>'
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.2f}".replace("-", "\u2212")
+
+
+def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_base: Path) -> pd.DataFrame:
+    """Display cells of one ranked table: marks, deltas, intervals, metadata, links."""
+    out = pd.DataFrame({"#": [str(int(r)) if r == r else "—" for r in t["rank"]],
+                        "model": [mk.text(m) + (" †" if k == "reported" else "") for m, k in zip(t["model"], t["kind"])]})
+    for col in METRICS:
+        shown = t[col].round(2)
+        distinct = sorted(shown.dropna().unique(), reverse=True) if shown.notna().sum() >= 2 else []
+        cells = []
+        for i, v in enumerate(t[col]):
+            if v != v:
+                cells.append("—")
+                continue
+            s = f"{v:.2f}"
+            s = mk.bold(s) if distinct and shown[i] == distinct[0] else \
+                f"<u>{s}</u>" if len(distinct) > 1 and shown[i] == distinct[1] else s
+            if base is not None and base[col] == base[col] and t["identity"][i] != base["identity"]:
+                s += f" ({_signed(v - base[col])})"
+            if ci and col != "mean R@1" and t[f"{col} lo"][i] == t[f"{col} lo"][i]:
+                s += f" [{t[f'{col} lo'][i]:.2f}, {t[f'{col} hi'][i]:.2f}]"
+            cells.append(s)
+        out[col] = cells
+    out["arch"] = [mk.text(a) for a in t["arch"]]
+    out["weights"] = [mk.text(w) for w in t["weights"]]
+    out["fingerprint"] = [mk.text(f) for f in t["fingerprint"]]
+    out["hnbench"] = [mk.text(v) for v in t["hnbench_version"]]
+    out["source"] = [mk.link("result", _rel(p, link_base))
+                     if k == "measured" else mk.text(f"reported: {s}" + (f" ({n})" if n else ""))
+                     for k, p, s, n in zip(t["kind"], t["path"], t["source"], t["note"])]
+    return out.drop(columns=[c for c in ("fingerprint", "hnbench") if not any(out[c])])
+
+
+def _borda(tables: dict[tuple, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]:
+    """Borda tables per (protocol family, context length, search) spanning two benchmarks or more."""
+    groups: dict[tuple, list[tuple]] = {}
+    for key in sorted(tables, key=_table_order):
+        for fam in families_of(key[0], key[1]):
+            groups.setdefault((fam, key[2], key[3]), []).append(key)
+    out = []
+    for (fam, ctx, search), keys in groups.items():
+        if len({k[0] for k in keys}) < 2:
+            continue
+        score: dict[str, dict] = {}
+        for key in keys:
+            t = tables[key]
+            for _, r in t.iterrows():
+                s = score.setdefault(r["identity"], {"model": r["model"], "kind": r["kind"], "points": 0})
+                s[key[0]] = r["rank"]
+                s["points"] += int(((t["rank"] > r["rank"]) | t["rank"].isna()).sum()) if r["rank"] == r["rank"] else 0
+        b = pd.DataFrame(list(score.values()))
+        b["benchmarks"] = b[[k[0] for k in keys]].notna().sum(axis=1)
+        # coverage first: a model scored on fewer benchmarks never outranks one scored on more
+        b["rank"] = (b["benchmarks"] * 10**6 + b["points"]).rank(method="min", ascending=False)
+        title = f"{fam} · {ctx or '?'} tokens" + ("" if search == "exact" else f" · {search} search")
+        out.append((title, b.sort_values(["rank", "model"]).reset_index(drop=True), [k[0] for k in keys]))
+    return out
+
+
+def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, baseline: str | None = None,
+           sort: str = "mean R@1", fmt: str = "markdown", ci: bool = False, link_base: str | Path = ".",
+           notes: dict[tuple, list[str]] | None = None, command: str = "", title: str = "Leaderboard") -> str:
+    """Render leaderboard rows (from :func:`collect` / ``reported_rows``) as Markdown, CSV or HTML."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})")
+    sort, notes, link_base = _normalise_sort(sort), notes or {}, Path(link_base).resolve()
+    mk = _Markup(fmt)
+    if len(frame):  # rows straight from collect() / reported_rows(): add what they may lack
+        frame = frame.reindex(columns=list(dict.fromkeys([*frame.columns, *CI_COLUMNS])))
+        frame = frame.assign(**{"mean R@1": (frame["t2i R@1"] + frame["i2t R@1"]) / 2})
+    tables = {key: _rank(t, sort) for key, t in frame.groupby(TABLE_KEY, sort=False)} if len(frame) else {}
+    blocks: list[tuple[str, object]] = [("h1", mk.text(title)), ("p", _header(frame, mk, command, sort, baseline, ci))]
+    flat = []
+    for key in sorted(tables, key=_table_order):
+        t, (bench, protocol, ctx, search) = tables[key], key
+        n_img = t.loc[t["kind"] == "measured", "n_images"].dropna().unique() if "n_images" in t else []
+        fams = ", ".join(mapped_families(bench, protocol))
+        blocks.append(("h2", mk.text(f"{bench} · {protocol}" + (f" ({fams})" if fams else "") + f" · {ctx or '?'} tokens"
+                                     + (f" · {int(n_img[0])} images" if len(n_img) == 1 else "")
+                                     + ("" if search == "exact" else f" · {search} search (not comparable "
+                                                                     "with exact search)"))))
+        base, table_notes = None, list(notes.get(key, []))
+        if baseline:
+            hit = t[[m == baseline or fnmatchcase(m, baseline) for m in t["model"]]]
+            if len(hit) == 1:
+                base = hit.iloc[0]
+            elif len(hit) > 1:
+                table_notes.append(f"baseline {baseline!r} matches {len(hit)} rows here; no deltas")
+        fps = t.loc[t["kind"] == "measured", "data_fingerprint"].unique()
+        if len(fps) > 1:
+            table_notes.append(f"measured rows were scored on {len(fps)} different data revisions "
+                               f"({', '.join(sorted(str(f)[:8] for f in fps))}); compare with care")
+        blocks += [("table", _cells(t, mk, base, ci, link_base))] + [("p", "Note: " + mk.text(n)) for n in table_notes]
+        if fmt == "csv":
+            flat.append(_flat(t, base, ci, link_base))
+    if fmt == "csv":
+        return pd.concat(flat).to_csv(index=False) if flat else ""
+    if not tables:
+        blocks.append(("p", "No results to show."))
+    borda = _borda(tables)
+    if borda:
+        blocks.append(("h2", "Borda rank across benchmarks"))
+    for heading, b, benches in borda:
+        cells = pd.DataFrame({"#": b["rank"].astype(int).astype(str),
+                              "model": [mk.text(m) + (" †" if k == "reported" else "") for m, k in zip(b["model"], b["kind"])],
+                              **{f"{x} rank": [str(int(r)) if r == r else "—" for r in b[x]] for x in benches},
+                              "points": b["points"].astype(str), "benchmarks": b["benchmarks"].astype(str)})
+        blocks += [("h3", mk.text(heading)), ("table", cells)]
+    if skipped:
+        blocks += [("h2", "Skipped files"), ("ul", [f"{mk.code(p)}: {mk.text(r)}" for p, r in skipped])]
+    return _emit(blocks, fmt)
+
+
+def _header(frame: pd.DataFrame, mk: _Markup, command: str, sort: str, baseline: str | None, ci: bool) -> str:
+    """The paragraph under the title: provenance (command, version, inputs) and how to read the tables."""
+    kinds = set(frame["kind"]) if len(frame) else set()
+    n_files = int((frame["kind"] == "measured").sum()) if len(frame) else 0
+    origin = " and ".join([f"{n_files} stored result files"] * ("measured" in kinds) + [
+        "the published numbers packaged with hnbench (hnbench/assets/published-results.csv)"] * ("reported" in kinds))
+    return ((f"Generated by {mk.code(command)} " if command else "Generated ")
+            + f"(hnbench {__version__}) from {origin or 'no result files'}; do not edit by hand. "
+            f"{mk.bold('Bold')}: best in the column; <u>underlined</u>: second best; † reported by the cited "
+            f"source, not measured by hnbench. Rank by {sort if sort in METRICS else 'mean R@1'} "
+            "(mean R@1 = (t2i R@1 + i2t R@1) / 2; ties share a rank). R@K in %."
+            + (f" Deltas in parentheses are against {mk.text(baseline)}, in the tables that have it." if baseline else "")
+            + (" Brackets: 95% bootstrap confidence interval." if ci else ""))
+
+
+def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path) -> pd.DataFrame:
+    cols = [*TABLE_KEY, "rank", "model", "kind", *METRICS]
+    out = t[cols].copy()
+    out[METRICS] = out[METRICS].round(2)
+    if base is not None:
+        for col in METRICS:
+            out[f"delta {col}"] = (t[col] - base[col]).round(2)
+    if ci:
+        for col in METRICS[:-1]:
+            out[f"{col} lo"], out[f"{col} hi"] = t[f"{col} lo"].round(2), t[f"{col} hi"].round(2)
+    out = out.assign(arch=t["arch"], weights=t["weights"], fingerprint=t["fingerprint"],
+                     hnbench=t["hnbench_version"], note=t["note"])
+    out["source"] = [_rel(p, link_base) if k == "measured" else s
+                     for k, p, s in zip(t["kind"], t["path"], t["source"])]
+    return out
+
+
+def _emit(blocks: list[tuple[str, object]], fmt: str) -> str:
+    from tabulate import tabulate
+
+    parts = []
+    for kind, body in blocks:
+        if kind == "table":
+            parts.append(tabulate(body, headers="keys", tablefmt="github", showindex=False, disable_numparse=True)
+                         if fmt == "markdown" else body.to_html(index=False, escape=False, border=0))
+        elif kind == "ul":
+            parts.append("\n".join(f"- {i}" for i in body) if fmt == "markdown"
+                         else "<ul>" + "".join(f"<li>{i}</li>" for i in body) + "</ul>")
+        elif fmt == "markdown":
+            parts.append(("#" * int(kind[1]) + " " if kind[0] == "h" else "") + str(body))
+        else:
+            parts.append(f"<{kind}>{body}</{kind}>")
+    if fmt == "markdown":
+        return "\n\n".join(parts) + "\n"
+    return "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
+
+
+def _command(results_dirs, output, baseline, benchmarks, protocols, model_glob, sort, fmt, ci, reported,
+             title) -> str:
+    """The ``hnbench leaderboard`` command line that reproduces a board (written into its header)."""
+    parts = ["hnbench", "leaderboard", *map(str, results_dirs)]
+    for flag, values in (("--benchmark", benchmarks), ("--protocol", protocols)):
+        for v in values or ():
+            parts += [flag, v]
+    for flag, value in (("--output", output), ("--baseline", baseline), ("--model", model_glob),
+                        ("--title", None if title == "Leaderboard" else title)):
+        if value:
+            parts += [flag, str(value)]
+    parts += [] if sort == "mean R@1" else ["--sort", sort]
+    parts += [] if fmt == "markdown" else ["--format", fmt]
+    return shlex.join(parts + ["--ci"] * ci + ["--reported"] * reported)
+
+
+def leaderboard(results_dirs: Sequence[str | Path] = (), output: str | Path | None = None, *,
+                baseline: str | None = None, benchmarks: Sequence[str] | str | None = None,
+                protocols: Sequence[str] | str | None = None, model_glob: str | None = None,
+                sort: str = "mean R@1", fmt: str = "markdown", ci: bool = False, reported: bool = False,
+                title: str = "Leaderboard") -> str:
+    """Render the leaderboard of the result files under ``results_dirs``; write it to ``output`` if given.
+
+    ``reported`` merges the packaged published numbers (only for measured (benchmark, protocol) pairs
+    when there are measured results; all of them otherwise). ``model_glob`` matches the model label,
+    architecture or weights (case-insensitive); ``baseline`` names (or globs) the row deltas are taken
+    against, per table.
+    """
+    benchmarks = [benchmarks] if isinstance(benchmarks, str) else benchmarks
+    protocols = [protocols] if isinstance(protocols, str) else protocols
+    sort = _normalise_sort(sort)
+    if not results_dirs and not reported:
+        raise ConfigError("nothing to show: give result directories and/or reported=True (--reported)")
+    frame, skipped = collect(results_dirs)
+    link_base = Path(output).resolve().parent if output else Path.cwd()
+    frame, notes = _dedupe(frame, link_base) if len(frame) else (frame, {})
+    if reported:
+        ref = reported_rows()
+        if len(frame):
+            measured = set(zip(frame["benchmark"], frame["protocol"]))
+            ref = ref[[(b, p) in measured for b, p in zip(ref["benchmark"], ref["protocol"])]]
+        frame = pd.concat([frame, ref], ignore_index=True) if len(frame) else ref
+    if len(frame):
+        frame = _disambiguate(frame.reset_index(drop=True))
+        keep = pd.Series(True, index=frame.index)
+        if benchmarks:
+            keep &= frame["benchmark"].isin(benchmarks)
+        if protocols:
+            keep &= frame["protocol"].isin(protocols)
+        if model_glob:
+            keep &= np.array([any(fnmatchcase(str(r[c]).lower(), model_glob.lower())
+                                  for c in ("model", "arch", "weights")) for _, r in frame.iterrows()], dtype=bool)
+        frame = frame[keep]
+    text = render(frame, skipped, baseline=baseline, sort=sort, fmt=fmt, ci=ci, link_base=link_base, notes=notes,
+                  command=_command(results_dirs, output, baseline, benchmarks, protocols, model_glob, sort, fmt,
+                                   ci, reported, title), title=title)
+    if output:
+        from hnbench.results import atomic_write_bytes
+
+        atomic_write_bytes(output, text.encode())
+    return text

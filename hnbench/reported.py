@@ -1,0 +1,72 @@
+"""Published numbers as reference rows: the papers' figures, mapped onto hnbench's protocol names.
+
+The packaged copy of ``published-results.csv`` (``hnbench/assets/``) keeps the papers' own protocol
+*families*; :data:`PROTOCOL_FAMILIES` is the one place that says which hnbench protocol each family
+means on each benchmark, so a reported row only ever lands in a table of the matching protocol.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+PUBLISHED_CSV = Path(__file__).parent / "assets" / "published-results.csv"
+
+#: protocol family of the published CSV → {benchmark: hnbench protocol name}
+PROTOCOL_FAMILIES: dict[str, dict[str, str]] = {
+    "goal-splits": {"docci": "test+qual", "dci": "goal", "long-dci": "goal", "urban1k": "test"},
+    "zero-shot-splits": {"docci": "test", "dci": "full", "long-dci": "tulip", "urban1k": "test"},
+}
+
+#: context length of a published backbone: "ViT-L/14 248tok" → 248; no "…tok" suffix → CLIP's 77
+DEFAULT_CONTEXT_LENGTH = 77
+
+KS = (1, 5, 10)
+
+
+def mapped_families(benchmark: str, protocol: str | None) -> list[str]:
+    """The published protocol families a (benchmark, protocol) pair belongs to (none if unmapped)."""
+    return [fam for fam, table in PROTOCOL_FAMILIES.items() if table.get(benchmark) == protocol]
+
+
+def families_of(benchmark: str, protocol: str | None) -> list[str]:
+    """Protocol families a (benchmark, protocol) pair belongs to; an unmapped pair is its own family."""
+    return mapped_families(benchmark, protocol) or [str(protocol)]
+
+
+def context_length_of(backbone: str) -> int:
+    """Text context length a published backbone name states ("… 248tok"), else 77."""
+    m = re.search(r"(\d+)\s*tok", backbone)
+    return int(m.group(1)) if m else DEFAULT_CONTEXT_LENGTH
+
+
+def load_published(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
+    """The published CSV as read (one row per source, method, benchmark and direction)."""
+    return pd.read_csv(path, keep_default_na=False, na_values=[""])
+
+
+def reported_rows(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
+    """Reference rows in the leaderboard's row format: one per (source, method, backbone, benchmark).
+
+    Directions are pivoted into ``t2i R@K`` / ``i2t R@K`` columns; the family is replaced by the
+    hnbench protocol name through :data:`PROTOCOL_FAMILIES` (unknown families raise ``KeyError``).
+    """
+    raw = load_published(path)
+    rows: dict[tuple, dict] = {}
+    for rec in raw.to_dict("records"):
+        protocol = PROTOCOL_FAMILIES[rec["protocol"]][rec["benchmark"]]
+        key = (rec["source"], rec["method"], rec["backbone"], rec["benchmark"], protocol)
+        row = rows.setdefault(key, {
+            "kind": "reported", "model": rec["method"], "identity": f"reported:{rec['source']}:{rec['method']}:"
+            f"{rec['backbone']}", "arch": rec["backbone"], "weights": rec["training"], "fingerprint": "",
+            "benchmark": rec["benchmark"], "protocol": protocol, "family": rec["protocol"],
+            "context_length": context_length_of(rec["backbone"]), "search": "exact", "data_fingerprint": "",
+            "n_images": None, "hnbench_version": "", "created": "", "path": "", "source": rec["source"],
+            "note": ""})
+        for k in KS:
+            row[f"{rec['direction']} R@{k}"] = rec[f"R@{k}"]
+        if isinstance(rec["note"], str) and rec["note"] and rec["note"] not in row["note"]:
+            row["note"] = "; ".join(filter(None, [row["note"], rec["note"]]))
+    return pd.DataFrame(list(rows.values()))

@@ -1,0 +1,25 @@
+"""README command 1: the bundled tiny model on synthdense test scores far above chance."""
+
+from __future__ import annotations
+
+import pytest
+
+from hnbench.cli import main
+from hnbench.models.openclip import ASSET_DIR, BUILTIN_WEIGHTS
+from hnbench.results import read_result
+
+
+@pytest.mark.slow
+def test_demo_scores_well_above_chance(tmp_path, capsys):
+    assert (ASSET_DIR / BUILTIN_WEIGHTS[("hnbench-tiny", "synthdense")]).is_file()
+    rc = main(["-q", "demo", "--output", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "R@1" in out
+    result = read_result(out.strip().splitlines()[-1].removeprefix("wrote "))
+    n = result.dataset["n_images"]
+    assert result.dataset["name"] == "synthdense" and result.dataset["protocol"] == "test" and n == 500
+    assert result.model["pretrained"] == "synthdense" and result.tokens["n_truncated"] == 0
+    chance_r1 = 100 / n
+    for direction in ("t2i", "i2t"):
+        assert result.metrics[direction]["R@1"] > 10 * chance_r1
+        assert result.metrics[direction]["R@10"] > 10 * 10 * chance_r1
