@@ -41,6 +41,10 @@ class Registry:
 
 DATASETS = Registry("dataset")
 DATASETS.register("synthdense", "hnbench.data.synthdense_loader:load_synthdense")
+DATASETS.register("docci", "hnbench.data.benchmarks:load_docci")
+DATASETS.register("dci", "hnbench.data.benchmarks:load_dci")
+DATASETS.register("long-dci", "hnbench.data.benchmarks:load_long_dci")
+DATASETS.register("urban1k", "hnbench.data.benchmarks:load_urban1k")
 
 LOSSES = Registry("loss")
 LOSSES.register("infonce", "hnbench.train.losses:info_nce_loss")

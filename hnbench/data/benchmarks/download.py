@@ -1,0 +1,222 @@
+"""``hnbench datasets download``: fetch a benchmark's files from their official sources and unpack them
+into the layout its loader reads.
+
+Each :class:`~hnbench.data.benchmarks.spec.Resource` comes from a direct URL (checked against its
+published sha256 when there is one), a Hugging Face dataset repository (pinned to the commit that
+``--revision`` resolves to), or — where a license must be accepted first — a file the user
+downloaded by hand and passes with ``--local``. What was fetched, with hashes and revisions, is
+recorded in ``DIR/hnbench_download.json``, which the loader copies into every result.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fnmatch
+import json
+import logging
+import shutil
+import tarfile
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hnbench.data.benchmarks.spec import DOWNLOAD_RECORD, BenchmarkSpec, Resource, sha256_file
+from hnbench.errors import ConfigError, DataError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What ``download`` will do for one resource: ``download``, ``local``, ``manual`` or ``present``."""
+
+    resource: Resource
+    action: str
+    source: str
+    target: Path
+
+
+def _source(r: Resource) -> str:
+    return f"https://huggingface.co/datasets/{r.hf_repo} ({r.filename})" if r.hf_repo else str(r.url)
+
+
+def read_record(to: Path) -> dict[str, Any]:
+    try:
+        return json.loads((to / DOWNLOAD_RECORD).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def plan(spec: BenchmarkSpec, to: str | Path, local: Sequence[str | Path] = ()) -> list[Step]:
+    """The steps for fetching ``spec`` into ``to``; ``local`` files stand in for downloads (matched by name)."""
+    to = Path(to)
+    by_name = {Path(p).name: Path(p) for p in local}
+    known = {r.filename for r in spec.resources}
+    if set(by_name) - known:
+        raise ConfigError(f"{spec.name}: --local {sorted(set(by_name) - known)} is none of its files: "
+                          f"{sorted(known)}")
+    done = read_record(to).get("resources", {})
+    steps = []
+    for r in spec.resources:
+        target = to / r.into
+        if r.filename in by_name:
+            steps.append(Step(r, "local", str(by_name[r.filename]), target))
+        elif r.filename in done or (not r.extract and (target / r.filename).is_file()):
+            steps.append(Step(r, "present", str(target), target))
+        elif r.manual:
+            steps.append(Step(r, "manual", r.manual, target))
+        else:
+            steps.append(Step(r, "download", _source(r), target))
+    return steps
+
+
+def _urlopen(url: str, timeout: float = 60):  # indirection so tests can simulate being offline
+    return urllib.request.urlopen(url, timeout=timeout)
+
+
+def fetch_url(url: str, dest: Path, progress: bool = True) -> Path:
+    """Stream ``url`` into ``dest``; a one-line :class:`DataError` when the network is unreachable."""
+    from tqdm import tqdm
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    try:
+        with _urlopen(url) as resp, open(part, "wb") as f:
+            total = int(resp.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, disable=not progress) as bar:
+                for block in iter(lambda: resp.read(1 << 20), b""):
+                    f.write(block)
+                    bar.update(len(block))
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        part.unlink(missing_ok=True)
+        reason = getattr(e, "reason", None) or e
+        raise DataError(f"cannot download {url} ({reason}); offline? fetch it by hand and pass --local FILE"
+                        ) from None
+    part.replace(dest)
+    return dest
+
+
+def fetch_hf(repo: str, filename: str, revision: str | None) -> tuple[Path, str]:
+    """``filename`` from Hugging Face dataset ``repo`` at the commit ``revision`` resolves to (default main)."""
+    try:
+        from huggingface_hub import HfApi, hf_hub_download
+
+        sha = HfApi().dataset_info(repo, revision=revision or "main").sha
+        path = hf_hub_download(repo, filename, repo_type="dataset", revision=sha)
+    except Exception as e:  # huggingface_hub raises many types (offline mode, HTTP, auth, missing file)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise DataError(f"cannot fetch {filename} from huggingface.co/datasets/{repo} ({type(e).__name__}: "
+                        f"{first}); offline? fetch it by hand and pass --local FILE") from None
+    return Path(path), sha
+
+
+def _inside(dest: Path, name: str) -> Path:
+    target = (dest / name).resolve()
+    if not target.is_relative_to(dest.resolve()):
+        raise DataError(f"archive member {name!r} would land outside {dest}; not extracting")
+    return target
+
+
+def extract(archive: Path, dest: Path, members: str | None = None) -> int:
+    """Unpack a zip or tar archive into ``dest`` (safely); with ``members``, only matching files, flattened."""
+    dest.mkdir(parents=True, exist_ok=True)
+    n = 0
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            for info in z.infolist():
+                base = Path(info.filename).name
+                if info.is_dir() or (members and not fnmatch.fnmatch(base, members)):
+                    continue
+                target = _inside(dest, base if members else info.filename)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with z.open(info) as src, open(target, "wb") as out:
+                    shutil.copyfileobj(src, out)
+                n += 1
+        return n
+    if not tarfile.is_tarfile(archive):
+        raise DataError(f"{archive}: neither a zip nor a tar archive")
+    with tarfile.open(archive) as tar:
+        try:
+            for m in tar.getmembers():
+                if not m.isfile() or (members and not fnmatch.fnmatch(Path(m.name).name, members)):
+                    continue
+                if members:
+                    m.name = Path(m.name).name
+                _inside(dest, m.name)
+                tar.extract(m, dest, filter="data")
+                n += 1
+        except tarfile.TarError as e:
+            raise DataError(f"{archive}: cannot extract ({e})") from e
+    return n
+
+
+def _write_record(to: Path, record: dict[str, Any]) -> None:
+    tmp = to / (DOWNLOAD_RECORD + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(to / DOWNLOAD_RECORD)
+
+
+def download(
+    spec: BenchmarkSpec,
+    to: str | Path | None = None,
+    *,
+    local: Sequence[str | Path] = (),
+    revision: str | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Fetch (or take from ``local``) every resource of ``spec`` into ``to`` and unpack it.
+
+    A checksum mismatch is an error and nothing is unpacked. Resources that need a license click-through
+    are listed in the returned ``manual`` entry; optional ones (GOAL's lists) only warn when they fail.
+    """
+    to = Path(to) if to is not None else spec.default_root()
+    to.mkdir(parents=True, exist_ok=True)
+    record = read_record(to)  # shared by benchmarks built on the same files (dci, long-dci)
+    record.setdefault("resources", {})
+    manual, failed = [], []
+    for step in plan(spec, to, local):
+        r = step.resource
+        if step.action in ("present", "manual"):
+            if step.action == "manual":
+                manual.append({"file": r.filename, "how": r.manual})
+            continue
+        owned = step.action == "download" and not r.hf_repo  # a file we wrote and may delete
+        entry: dict[str, Any] = {"source": step.source if step.action == "download" else "local file"}
+        try:
+            if step.action == "local":
+                file = Path(step.source)
+                entry["path"] = str(file.resolve())
+            elif r.hf_repo:
+                file, entry["revision"] = fetch_hf(r.hf_repo, r.filename, revision)
+            else:
+                file = fetch_url(str(r.url), to / ".download" / r.filename, progress=progress)
+        except DataError as e:
+            if not r.optional:
+                raise
+            logger.warning("%s (optional, skipped)", e)
+            failed.append(r.filename)
+            continue
+        digest = sha256_file(file)
+        entry.update(sha256=digest, verified=None if r.sha256 is None else digest == r.sha256)
+        if r.sha256 and digest != r.sha256:
+            if owned:
+                file.unlink(missing_ok=True)
+            raise DataError(f"{r.filename}: sha256 {digest} does not match the published {r.sha256}; not unpacked")
+        if r.extract:
+            entry["extracted_to"], entry["n_files"] = str(step.target), extract(file, step.target, r.members)
+            if owned:
+                file.unlink(missing_ok=True)
+        else:
+            step.target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, step.target / r.filename)
+            if owned:
+                file.unlink(missing_ok=True)
+        entry["date"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        record["resources"][r.filename] = entry
+        _write_record(to, record)
+    shutil.rmtree(to / ".download", ignore_errors=True)
+    return {"to": str(to), "resources": record["resources"], "manual": manual, "failed_optional": failed}

@@ -1,0 +1,295 @@
+"""Benchmark specs (metadata only) and the one loader every registered benchmark goes through.
+
+A :class:`BenchmarkSpec` names a benchmark's publisher, license, citation, on-disk layout,
+downloadable :class:`Resource` files and its :class:`Protocol` variants, each with the counts it
+must produce. :func:`load_benchmark` resolves the protocol, finds the split lists it needs
+(:class:`SplitList`, e.g. GOAL's ``DCI_test.json``), runs the protocol's reader from
+``readers.py`` to get ``(image_id, image_path, [caption])`` records, builds the dataset with
+:func:`~hnbench.data.base.build_dataset`, and checks the loaded counts against the spec's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hnbench.data.base import FileImages, ImageTextDataset, build_dataset
+from hnbench.errors import ConfigError, DataError
+from hnbench.paths import cache_dir
+
+logger = logging.getLogger(__name__)
+
+GOAL_REPO = "PerceptualAI-Lab/GOAL"
+GOAL_COMMIT = "2db3d4a0c03576bb961632832af7a43aaf3c60db"
+DOWNLOAD_RECORD = "hnbench_download.json"
+
+
+@dataclass(frozen=True)
+class SplitList:
+    """A third-party list that defines a protocol's items: a JSON list of ``{"filename", "caption"}``."""
+
+    filename: str
+    n_items: int
+    sha256: str | None = None
+    repo: str = GOAL_REPO
+    folder: str = "datasets"
+    commit: str = GOAL_COMMIT
+
+    @property
+    def url(self) -> str:
+        return f"https://raw.githubusercontent.com/{self.repo}/{self.commit}/{self.folder}/{self.filename}"
+
+    @property
+    def where(self) -> str:
+        return f"GitHub {self.repo}, {self.folder}/{self.filename} at commit {self.commit}"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One published way of turning a release into a test set; ``n_images``/``n_captions`` are what it yields."""
+
+    name: str
+    families: tuple[str, ...]
+    n_images: int | None
+    n_captions: int | None
+    reader: str  # key of readers.READERS
+    caption: str  # key of readers.CAPTION_RULES
+    description: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    lists: tuple[SplitList, ...] = ()
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A file of a benchmark's release and how ``hnbench datasets download`` gets it."""
+
+    filename: str
+    url: str | None = None  # a direct https URL ...
+    hf_repo: str | None = None  # ... or a Hugging Face *dataset* repository holding ``filename``
+    sha256: str | None = None  # the published checksum, verified when known
+    extract: bool = False  # unpack the archive into ``into`` (then delete it)
+    into: str = ""  # folder under the target directory
+    members: str | None = None  # extract only members matching this glob, flattened into ``into``
+    manual: str | None = None  # cannot be fetched automatically: how to get it (then pass it with --local)
+    optional: bool = False  # a failed fetch only warns
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """A benchmark: where it comes from, its terms, its files and its protocols."""
+
+    name: str
+    title: str
+    publisher: str
+    homepage: str
+    license: str
+    citation: str
+    layout: str  # the expected on-disk layout under --data-root, in words
+    protocols: tuple[Protocol, ...]
+    default_protocol: str
+    resources: tuple[Resource, ...] = ()
+    data_dir: str = ""  # folder name under <cache>/benchmarks/ used when no --data-root is given
+    notes: str = ""
+
+    def protocol(self, name: str | None) -> Protocol:
+        """The protocol called ``name`` (or one of its aliases); the default when ``name`` is None."""
+        wanted = (name or self.default_protocol).lower()
+        for p in self.protocols:
+            if wanted == p.name or wanted in p.aliases:
+                return p
+        known = ", ".join(f"{p.name} ({p.n_images or '?'} images)" for p in self.protocols)
+        raise ConfigError(f"{self.name} has no protocol {name!r}; known: {known}")
+
+    def default_root(self) -> Path:
+        return cache_dir() / "benchmarks" / (self.data_dir or self.name)
+
+
+@dataclass
+class LoadContext:
+    """What a reader needs besides the data root, and where it reports what it did."""
+
+    name: str
+    skip_invalid: bool
+    lists: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, list[str]] = field(default_factory=dict)
+
+    def invalid(self, where: str, reason: str, kind: str) -> None:
+        """A bad item: an error naming it, or with ``skip_invalid`` a counted skip."""
+        if not self.skip_invalid:
+            raise DataError(f"{self.name}: {where}: {reason} (pass --skip-invalid to drop it)")
+        self.skipped.setdefault(kind, []).append(where)
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_split_list(path: Path) -> list[dict[str, Any]]:
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"split list {path}: not readable JSON ({e})") from e
+    if not isinstance(entries, list):
+        raise DataError(f"split list {path}: expected a JSON list of {{filename, caption}} objects")
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or not isinstance(e.get("filename"), str) or not e["filename"]:
+            raise DataError(f"split list {path}: item {i} has no 'filename' string")
+    return entries
+
+
+def resolve_split_lists(
+    spec: BenchmarkSpec, protocol: Protocol, root: Path, split_file: str | Sequence[str] | None
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Find, read and hash the split lists ``protocol`` needs: ``--split-file`` first, then
+    ``ROOT/goal/``, ``ROOT/`` and ``<cache>/goal/``. Returns the entries by list name and what to record."""
+    given = [Path(p) for p in ([split_file] if isinstance(split_file, (str, Path)) else split_file or [])]
+    if not protocol.lists:
+        if given:
+            users = [p.name for p in spec.protocols if p.lists]
+            raise ConfigError(f"{spec.name}/{protocol.name} uses no split list (--split-file applies to "
+                              f"{', '.join(users) or 'no protocol of ' + spec.name})")
+        return {}, []
+    for p in given:
+        if not p.exists():
+            raise DataError(f"split file not found: {p}")
+    files = [p for p in given if p.is_file()]
+    dirs = [p for p in given if p.is_dir()] + [root / "goal", root, cache_dir() / "goal"]
+    needed = [lst.filename for lst in protocol.lists]
+    if len(needed) > 1 and any(f.name not in needed for f in files):
+        raise ConfigError(f"{spec.name}/{protocol.name} needs {' and '.join(needed)}; pass each with --split-file "
+                          f"under its published name (or a folder holding them)")
+    lists, record = {}, []
+    for lst in protocol.lists:
+        path = next((f for f in files if f.name == lst.filename), None)
+        if path is None and len(needed) == 1 and len(files) == 1:
+            path = files[0]
+        if path is None:
+            path = next((d / lst.filename for d in dirs if (d / lst.filename).is_file()), None)
+        if path is None:
+            raise DataError(
+                f"{spec.name}/{protocol.name} needs {lst.filename} ({lst.n_items} items), which is not part of the "
+                f"official release: get it from {lst.where} ({lst.url}) and pass --split-file PATH, or put it in "
+                f"{root / 'goal'} (`hnbench datasets download {spec.name}` fetches it)")
+        lists[lst.filename] = _read_split_list(path)
+        digest = sha256_file(path)
+        verified = None if lst.sha256 is None else digest == lst.sha256
+        if verified is False:
+            logger.warning("%s: sha256 %s of %s differs from the published %s (%s); results may not be comparable",
+                           spec.name, digest[:12], path, lst.sha256[:12], lst.where)
+        record.append({"file": lst.filename, "path": str(path), "sha256": digest, "expected_sha256": lst.sha256,
+                       "verified": verified, "n_items": len(lists[lst.filename])})
+    return lists, record
+
+
+def check_counts(
+    ds: ImageTextDataset, expected: Mapping[str, int] | None, expected_from: str, allow_mismatch: bool
+) -> dict[str, Any]:
+    """Compare loaded counts with the expected ones: a clear error on a mismatch unless allowed.
+
+    A shortfall no larger than the number of items the user asked to skip (``--skip-invalid``) is
+    accepted and reported as such."""
+    got = {"n_images": ds.n_images, "n_captions": ds.n_captions}
+    check: dict[str, Any] = {"expected": dict(expected) if expected else None, "expected_from": expected_from,
+                             "loaded": got}
+    if not expected:
+        check["status"] = "unverified (no published count)"
+        return check
+    deficit = [expected[k] - got[k] for k in expected]
+    if all(d == 0 for d in deficit):
+        check["status"] = "ok"
+    elif ds.n_skipped() and all(0 <= d <= ds.n_skipped() for d in deficit):
+        check["status"] = f"ok after skipping {ds.n_skipped()} invalid items"
+    else:
+        summary = (f"{ds.name}/{ds.protocol}: loaded {got['n_images']} images / {got['n_captions']} captions, "
+                   f"expected {expected.get('n_images')} / {expected.get('n_captions')} ({expected_from})")
+        if not allow_mismatch:
+            raise DataError(f"{summary}; the files under {ds.source} look incomplete or from another release. "
+                            f"Pass --allow-count-mismatch to run anyway (recorded in the result)")
+        logger.warning("%s; continuing because the mismatch is allowed", summary)
+        check["status"] = "mismatch allowed"
+    return check
+
+
+def load_benchmark(
+    spec: BenchmarkSpec,
+    *,
+    data_root: str | Path | None = None,
+    protocol: str | None = None,
+    split: str | None = None,
+    skip_invalid: bool = False,
+    split_file: str | Sequence[str] | None = None,
+    allow_count_mismatch: bool = False,
+    expected_counts: Mapping[str, int] | None = None,
+    **unknown: Any,
+) -> ImageTextDataset:
+    """Load ``spec`` under ``protocol`` from ``data_root`` (default ``<cache>/benchmarks/NAME``).
+
+    ``split`` is accepted as another name for the protocol. ``expected_counts`` (``n_images``,
+    ``n_captions``) replaces the spec's counts, e.g. for a subset; ``allow_count_mismatch`` turns a
+    count mismatch into a warning. Either is recorded in ``ds.meta["count_check"]``.
+    """
+    from hnbench.data.benchmarks.readers import CAPTION_RULES, READERS
+
+    unknown.pop("progress", None)
+    if unknown:
+        raise ConfigError(f"{spec.name}: unknown option(s) {sorted(unknown)}")
+    proto = spec.protocol(protocol or split)
+    if data_root is None and not spec.default_root().is_dir():
+        raise DataError(f"{spec.name}: no data: pass --data-root DIR pointing at the release ({spec.layout}), "
+                        f"or run `hnbench datasets download {spec.name}`")
+    root = Path(data_root) if data_root is not None else spec.default_root()
+    if not root.is_dir():
+        raise DataError(f"{spec.name}: data root not found: {root}")
+    lists, list_record = resolve_split_lists(spec, proto, root, split_file)
+    ctx = LoadContext(name=spec.name, skip_invalid=skip_invalid, lists=lists)
+    records = READERS[proto.reader](root, proto, ctx)
+    meta = {"benchmark": spec.name, "protocol_families": list(proto.families), "caption_rule": proto.caption,
+            "caption_rule_text": CAPTION_RULES[proto.caption].__doc__, **ctx.meta}
+    if list_record:
+        meta["split_lists"] = list_record
+    if (root / DOWNLOAD_RECORD).is_file():
+        try:
+            meta["download"] = json.loads((root / DOWNLOAD_RECORD).read_text())
+        except (OSError, json.JSONDecodeError):
+            logger.warning("%s: ignoring unreadable %s", spec.name, root / DOWNLOAD_RECORD)
+    ds = build_dataset(spec.name, records, make_source=FileImages, skip_invalid=skip_invalid, protocol=proto.name,
+                       source=str(root.resolve()), meta=meta)
+    for kind, items in ctx.skipped.items():
+        logger.warning("%s: skipped %d items (%s), e.g. %s", spec.name, len(items), kind, items[:2])
+        ds.skipped.setdefault(kind, []).extend(items)
+    if expected_counts is not None:
+        expected, source = dict(expected_counts), "given by the caller"
+    else:
+        expected = {k: v for k, v in (("n_images", proto.n_images), ("n_captions", proto.n_captions)) if v}
+        source = f"{spec.name} spec, protocol {proto.name}"
+    ds.meta["count_check"] = check_counts(ds, expected, source, allow_count_mismatch)
+    return ds
+
+
+def goal_resource(lst: SplitList) -> Resource:
+    """Download entry for a GOAL split list (optional: the zero-shot protocols do not need it)."""
+    return Resource(lst.filename, url=lst.url, sha256=lst.sha256, into="goal", optional=True)
+
+
+# GOAL's split lists (github.com/PerceptualAI-Lab/GOAL, datasets/, at GOAL_COMMIT): JSON lists of
+# {"filename": ".../photos/sa_<id>.jpg", "caption": ...}; DCI and Long-DCI's goal protocols use them.
+GOAL_DCI_TEST = SplitList("DCI_test.json", 1999, "35227d8dfe02eccfff44947ecd0c265fb20ce3c03a59c85f062356b7c15165ae")
+GOAL_DCI_TRAIN = SplitList("DCI_train_del_org.json", 5445)  # no published checksum: the hash is recorded
+
+GOAL_CITATION = """@article{choi2025goal,
+  title   = {{GOAL}: Global-local Object Alignment Learning},
+  author  = {Choi, Hyungyu and Jang, Young Kyun and Eom, Chanho},
+  journal = {arXiv preprint arXiv:2503.17782},
+  year    = {2025}
+}"""

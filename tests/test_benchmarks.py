@@ -1,0 +1,394 @@
+"""DOCCI, DCI, Long-DCI and Urban-1K loaded from tiny copies of their true on-disk layouts."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import shutil
+import tarfile
+import urllib.error
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from benchmark_fixtures import (
+    build_dci,
+    build_docci,
+    build_long_dci_csv,
+    build_urban1k,
+    goal_list,
+    jpeg,
+    sized,
+    truncate,
+)
+
+from hnbench.cli import main
+from hnbench.data import load_dataset
+from hnbench.data.benchmarks import BENCHMARKS, download, get_benchmark, load
+from hnbench.data.benchmarks.spec import load_benchmark, sha256_file
+from hnbench.data.benchmarks.stats import caption_stats
+from hnbench.errors import ConfigError, DataError, ImageLoadError
+from hnbench.registry import DATASETS
+
+
+def _paths(ds) -> list[str]:
+    """For each caption, the file name of the image it is paired with."""
+    return [Path(ds.images.paths[i]).name for i in ds.caption_image]
+
+
+@pytest.fixture
+def use_sized(monkeypatch):
+    """Swap a benchmark's spec for one with fixture-sized expected counts (read at call time)."""
+    def apply(name: str, **counts: int) -> None:
+        monkeypatch.setitem(BENCHMARKS, name, sized(BENCHMARKS[name], **counts))
+    return apply
+
+
+# --- registry, protocols -------------------------------------------------------------------------
+def test_registered_lazily_with_defaults():
+    for name in ("docci", "dci", "long-dci", "urban1k"):
+        assert name in DATASETS
+        spec = get_benchmark(name)
+        assert spec.protocol(None).name == spec.default_protocol
+        assert spec.license and spec.citation.startswith("@") and spec.homepage.startswith("https://")
+    assert get_benchmark("docci").protocol("goal").name == "test+qual"
+    assert get_benchmark("urban1k").protocol("goal").name == "test"
+    with pytest.raises(ConfigError, match="did you mean 'docci'"):
+        get_benchmark("doci")
+    with pytest.raises(ConfigError, match=r"no protocol 'val'.*test \(5000 images\)"):
+        get_benchmark("docci").protocol("val")
+
+
+def test_no_data_says_where_it_comes_from():
+    with pytest.raises(DataError, match="hnbench datasets download urban1k"):
+        load("urban1k")
+
+
+# --- DOCCI ---------------------------------------------------------------------------------------
+def test_docci_protocols_select_splits_and_keep_description_raw(tmp_path):
+    rows = build_docci(tmp_path)
+    ds = load("docci", data_root=tmp_path, expected_counts={"n_images": 5, "n_captions": 5})
+    test_rows = [r for r in rows if r["split"] == "test"]
+    assert ds.protocol == "test" and ds.caption_ids == [r["example_id"] for r in test_rows]
+    assert ds.captions == [r["description"] for r in test_rows]  # raw: leading spaces and newline kept
+    assert _paths(ds) == [r["image_file"] for r in test_rows]
+    assert ds.meta["count_check"]["status"] == "ok" and ds.meta["protocol_families"] == ["zero-shot-splits"]
+    goal = load("docci", data_root=tmp_path, protocol="test+qual", expected_counts={"n_images": 7, "n_captions": 7})
+    assert goal.image_ids == [r["example_id"] for r in rows if r["split"] in ("test", "qual_test")]
+    assert "qual_dev_00000" not in goal.image_ids and goal.meta["protocol_families"] == ["goal-splits"]
+
+
+def test_count_mismatch_is_an_error_unless_allowed(tmp_path):
+    build_docci(tmp_path)
+    with pytest.raises(DataError, match=r"loaded 5 images / 5 captions, expected 5000 / 5000.*--allow-count-mismatch"):
+        load("docci", data_root=tmp_path)
+    ds = load("docci", data_root=tmp_path, allow_count_mismatch=True)
+    assert ds.meta["count_check"]["status"] == "mismatch allowed"
+    assert ds.meta["count_check"]["expected"] == {"n_images": 5000, "n_captions": 5000}
+
+
+def test_docci_bad_rows(tmp_path):
+    build_docci(tmp_path)
+    path = tmp_path / "docci_descriptions.jsonlines"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], '{"example_id": "test_9", "split": "test"', *lines[1:]]) + "\n")
+    with pytest.raises(DataError, match=r"docci_descriptions.jsonlines:2: malformed annotation line"):
+        load("docci", data_root=tmp_path, allow_count_mismatch=True)
+    ds = load("docci", data_root=tmp_path, skip_invalid=True, expected_counts={"n_images": 5, "n_captions": 5})
+    assert ds.n_images == 5 and list(ds.skipped) == ["malformed annotation"]
+    path.write_text("\n".join(lines) + "\n")
+    (tmp_path / "images" / "test_00002.jpg").unlink()  # a caption without its image
+    with pytest.raises(DataError, match=r"image 'test_00002' not found at .*images/test_00002.jpg"):
+        load("docci", data_root=tmp_path, allow_count_mismatch=True)
+    ds = load("docci", data_root=tmp_path, skip_invalid=True, expected_counts={"n_images": 5, "n_captions": 5})
+    assert ds.n_images == 4 and ds.skipped == {"missing image": ["test_00002"]}
+    assert ds.meta["count_check"]["status"] == "ok after skipping 1 invalid items"  # the skip explains it
+
+
+# --- DCI -----------------------------------------------------------------------------------------
+def test_dci_full_order_and_caption_text(tmp_path):
+    build_dci(tmp_path)
+    ds = load("dci", data_root=tmp_path, expected_counts={"n_images": 8, "n_captions": 8})
+    # splits.json order: train (2..4), valid (0..1), test (5..7)
+    assert ds.image_ids == [f"sa_{1000 + i}" for i in (2, 3, 4, 0, 1, 5, 6, 7)]
+    assert ds.captions[0] == "Short caption 2.\nExtra caption 2. It has two sentences"
+    assert ds.captions[1] == "Short caption 3.\n"  # empty extra caption kept: short + newline
+    assert _paths(ds) == [f"{i}.jpg" for i in ds.image_ids]
+    assert ds.meta["splits"] == {"train": 3, "valid": 2, "test": 3}
+    sent = load("dci", data_root=tmp_path / "densely_captioned_images", protocol="full-sentences",
+                expected_counts={"n_images": 8, "n_captions": 8})
+    assert sent.captions[0] == "Short caption 2. Extra caption 2. It has two sentences"
+    assert sent.meta["caption_rule"] == "short+extra-sentences"
+
+
+def test_dci_goal_needs_the_list_and_matches_on_file_name(tmp_path, caplog):
+    build_dci(tmp_path)
+    with pytest.raises(DataError, match=r"DCI_test.json \(1999 items\).*PerceptualAI-Lab/GOAL.*2db3d4a0c035.*--split-file"):
+        load("dci", data_root=tmp_path, protocol="goal")
+    lst = goal_list(tmp_path / "elsewhere" / "my_list.json", [6, 7, 0], captions={0: "not the release's"})
+    with caplog.at_level(logging.WARNING):
+        ds = load("dci", data_root=tmp_path, protocol="goal", split_file=str(lst),
+                  expected_counts={"n_images": 3, "n_captions": 3})
+    assert ds.image_ids == ["sa_1006", "sa_1007", "sa_1000"]  # sa_1007's annotation is odd_7.json
+    assert ds.captions == [f"Extra caption {i}. It has two sentences" for i in (6, 7, 0)]  # extra_caption only
+    rec = ds.meta["split_lists"][0]
+    assert rec["file"] == "DCI_test.json" and rec["verified"] is False and len(rec["sha256"]) == 64
+    assert "differs from the published" in caplog.text and ds.meta["list_captions_differing"] == 1
+    with pytest.raises(ConfigError, match="uses no split list"):
+        load("dci", data_root=tmp_path, split_file=str(lst))
+    # a list whose hash is the published one is marked verified
+    spec = get_benchmark("dci")
+    goal = spec.protocol("goal")
+    published = replace(goal.lists[0], sha256=sha256_file(lst))
+    spec = replace(spec, protocols=(replace(goal, lists=(published,), n_images=3, n_captions=3),))
+    ds = load_benchmark(spec, data_root=tmp_path, protocol="goal", split_file=str(lst))
+    assert ds.meta["split_lists"][0]["verified"] is True and ds.meta["count_check"]["status"] == "ok"
+
+
+def test_dci_bad_annotations(tmp_path):
+    base = build_dci(tmp_path)
+    (base / "annotations" / "sa_1004.json").write_text('{"image": "sa_1004.jpg", "short_caption": ')
+    with pytest.raises(DataError, match=r"annotations/sa_1004.json: malformed annotation"):
+        load("dci", data_root=tmp_path, allow_count_mismatch=True)
+    ds = load("dci", data_root=tmp_path, skip_invalid=True, expected_counts={"n_images": 8, "n_captions": 8})
+    assert ds.n_images == 7 and "ok after skipping" in ds.meta["count_check"]["status"]
+    (base / "annotations" / "sa_1004.json").write_text(json.dumps({"image": "sa_1004.jpg", "short_caption": "x"}))
+    with pytest.raises(DataError, match=r"sa_1004.json: malformed annotation: no string field\(s\) \['extra_caption'\]"):
+        load("dci", data_root=tmp_path, allow_count_mismatch=True)
+    (base / "splits.json").unlink()
+    with pytest.raises(DataError, match=r"splits.json not found; it ships in DCI's dci.tar.gz"):
+        load("dci", data_root=tmp_path)
+    shutil.rmtree(base / "photos")
+    with pytest.raises(DataError, match=r"photos not found; DCI's photos are SA-1B archive sa_000138.tar"):
+        load("dci", data_root=tmp_path)
+
+
+# --- Long-DCI ------------------------------------------------------------------------------------
+def test_long_dci_csv_and_rebuild_agree(tmp_path):
+    base = build_dci(tmp_path)
+    rebuilt = load("long-dci", data_root=tmp_path, expected_counts={"n_images": 7, "n_captions": 7})
+    assert "sa_1003" not in rebuilt.image_ids and rebuilt.meta["dropped_empty"] == 1  # empty extra_caption
+    assert rebuilt.image_ids[0] == "sa_1007"  # sorted annotation files: odd_7.json first
+    assert rebuilt.captions[0] == "Extra caption 7. It has two sentences"
+    build_long_dci_csv(tmp_path, base)
+    csv_ds = load("long-dci", data_root=tmp_path, expected_counts={"n_images": 7, "n_captions": 7})
+    assert csv_ds.meta["list_source"]["file"].endswith("dci_long.csv")
+    assert (csv_ds.image_ids, csv_ds.captions, _paths(csv_ds)) == (rebuilt.image_ids, rebuilt.captions, _paths(rebuilt))
+    with open(tmp_path / "dci_long.csv", "a") as f:
+        f.write("sa_1099.jpg\tA caption whose photo is missing\n")
+    with pytest.raises(DataError, match=r"image 'sa_1099' not found at .*sa_1099.jpg"):
+        load("long-dci", data_root=tmp_path, allow_count_mismatch=True)
+
+
+def test_long_dci_goal_uses_both_lists(tmp_path):
+    build_dci(tmp_path)
+    goal_list(tmp_path / "lists" / "DCI_train_del_org.json", [1, 2, 4])
+    goal_list(tmp_path / "lists" / "DCI_test.json", [5, 6])
+    with pytest.raises(DataError, match="needs DCI_train_del_org.json"):
+        load("long-dci", data_root=tmp_path, protocol="goal")
+    ds = load("long-dci", data_root=tmp_path, protocol="goal", split_file=[str(tmp_path / "lists")],  # a folder
+              expected_counts={"n_images": 5, "n_captions": 5})
+    assert ds.image_ids == ["sa_1001", "sa_1002", "sa_1004", "sa_1005", "sa_1006"]
+    assert [r["file"] for r in ds.meta["split_lists"]] == ["DCI_train_del_org.json", "DCI_test.json"]
+    with pytest.raises(ConfigError, match="needs DCI_train_del_org.json and DCI_test.json"):
+        load("long-dci", data_root=tmp_path, protocol="goal", split_file=[str(goal_list(tmp_path / "x.json", [1]))])
+
+
+# --- Urban-1K ------------------------------------------------------------------------------------
+def test_urban1k_first_line_numeric_order(tmp_path):
+    build_urban1k(tmp_path)
+    ds = load("urban1k", data_root=tmp_path, expected_counts={"n_images": 11, "n_captions": 11})
+    assert ds.image_ids == [str(k) for k in range(1, 12)]  # 1, 2, ..., 10, 11 — not 1, 10, 11, 2
+    assert ds.captions[9] == "An urban street scene number 10 with a red car."
+    assert _paths(ds) == [f"{k}.jpg" for k in range(1, 12)]
+    assert ds.meta["caption_rule"] == "first-line"
+
+
+def test_urban1k_unpaired_files(tmp_path):
+    base = build_urban1k(tmp_path, n=6)
+    (base / "image" / "3.jpg").unlink()
+    with pytest.raises(DataError, match=r"caption/3.txt: caption without an image"):
+        load("urban1k", data_root=tmp_path, allow_count_mismatch=True)
+    jpeg(base / "image" / "3.jpg", 3)
+    (base / "caption" / "5.txt").unlink()
+    with pytest.raises(DataError, match=r"image/5.jpg: image without a caption"):
+        load("urban1k", data_root=tmp_path, allow_count_mismatch=True)
+    ds = load("urban1k", data_root=base, skip_invalid=True, expected_counts={"n_images": 6, "n_captions": 6})
+    assert "5" not in ds.image_ids and ds.skipped == {"image without caption": [str(base / "image" / "5.jpg")]}
+
+
+# --- end to end through the CLI ------------------------------------------------------------------
+def _eval(micro_config, out, *args) -> tuple[int, dict | None]:
+    rc = main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--output", str(out),
+               "--num-workers", "0", "--no-ci", *args])
+    files = sorted(Path(out).glob("*.json"))
+    return rc, (json.loads(files[-1].read_text()) if files else None)
+
+
+def test_cli_eval_each_benchmark(micro_config, tmp_path, use_sized):
+    build_docci(tmp_path / "docci")
+    build_dci(tmp_path / "dci")
+    lst = goal_list(tmp_path / "DCI_test.json", [5, 6, 7])
+    use_sized("docci", test=5)
+    use_sized("dci", goal=3)
+    use_sized("long-dci", tulip=7)
+    cases = [("docci", "test", []), ("dci", "goal", ["--protocol", "goal", "--split-file", str(lst)]), ("long-dci", "tulip", [])]
+    for name, protocol, extra in cases:
+        root = tmp_path / name.replace("long-", "")
+        rc, res = _eval(micro_config, tmp_path / "out" / name, "--dataset", name, "--data-root", str(root), *extra)
+        assert rc == 0
+        d = res["dataset"]
+        assert (d["name"], d["protocol"], d["meta"]["count_check"]["status"]) == (name, protocol, "ok")
+        assert d["n_images"] == d["n_captions"] == res["metrics"]["t2i"]["n_queries"]
+        assert len(d["fingerprint"]) == 16 and d["meta"]["caption_rule"]
+    assert d["meta"]["dropped_empty"] == 1
+
+
+def test_cli_eval_urban1k_with_nothing_else(micro_config, tmp_path, use_sized, capsys):
+    build_urban1k(tmp_path / "u", n=6)
+    out = tmp_path / "out"
+    argv = ["-q", "eval", "--dataset", "urban1k", "--data-root", str(tmp_path / "u"), "--model", "hnb-micro",
+            "--model-config", str(micro_config), "--output", str(out)]
+    assert main(argv) == 2  # real spec: 1,000 expected
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "expected 1000 / 1000" in err and "--allow-count-mismatch" in err
+    assert main([*argv, "--allow-count-mismatch", "--num-workers", "0", "--no-ci"]) == 0
+    res = json.loads(next(out.glob("*.json")).read_text())
+    assert res["dataset"]["meta"]["count_check"]["status"] == "mismatch allowed"
+    use_sized("urban1k", test=6)
+    assert main([*argv[:-1], str(tmp_path / "out2")]) == 0
+    res = json.loads(next((tmp_path / "out2").glob("*.json")).read_text())
+    assert res["dataset"]["protocol"] == "test" and res["dataset"]["n_images"] == 6
+    assert res["dataset"]["meta"]["count_check"]["status"] == "ok"
+
+
+def test_truncated_jpeg_errors_or_is_skipped(micro_config, tmp_path, use_sized):
+    base = build_urban1k(tmp_path, n=6)
+    truncate(base / "image" / "4.jpg")
+    use_sized("urban1k", test=6)
+    from hnbench.evaluate import evaluate
+
+    with pytest.raises(ImageLoadError, match=r"image/4.jpg"):
+        evaluate("hnb-micro", "urban1k", data_root=str(tmp_path), model_config=str(micro_config), num_workers=0,
+                 progress=False, ci=False)
+    r = evaluate("hnb-micro", "urban1k", data_root=str(tmp_path), model_config=str(micro_config), num_workers=0,
+                 progress=False, ci=False, skip_invalid=True)
+    assert r.dataset["n_images"] == 5 and r.dataset["skipped"] == {"unreadable image": 1}
+
+
+# --- datasets list / info ------------------------------------------------------------------------
+def test_datasets_list_and_info(tmp_path, capsys, use_sized):
+    assert main(["datasets", "list"]) == 0
+    out = capsys.readouterr().out
+    assert all(n in out for n in ("docci", "dci", "long-dci", "urban1k", "synthdense")) and "test+qual (5100)" in out
+    assert main(["datasets", "info", "dci"]) == 0
+    out = capsys.readouterr().out
+    assert "CC BY-NC" in out and "@inproceedings{urbanek2024picture" in out and "no data found" in out
+    build_urban1k(tmp_path, n=6)
+    use_sized("urban1k", test=6)
+    assert main(["datasets", "info", "urban1k", "--data-root", str(tmp_path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["n_images"], info["n_captions"], info["count_check"]["status"]) == (6, 6, "ok")
+    tokens = info["caption_stats"]["tokens"]
+    assert info["caption_stats"]["words"]["mean"] == 10.0 and tokens["share_over_77"] == 0.0
+    assert info["license"] == "CC BY-NC 4.0" and info["citation"] and len(info["fingerprint"]) == 16
+    assert info["fingerprint"] == load("urban1k", data_root=tmp_path).fingerprint()
+
+
+def test_caption_stats_counts_clip_tokens():
+    s = caption_stats(["a photo", " ".join(["word"] * 100), " ".join(["word"] * 300)])
+    assert s["words"]["max"] == 300 and s["tokens"]["max"] == 302  # one BPE token a word + start/end
+    assert (s["tokens"]["n_over_77"], s["tokens"]["n_over_248"]) == (2, 1)
+
+
+# --- download ------------------------------------------------------------------------------------
+def test_download_plan_names_official_sources(tmp_path):
+    steps = {s.resource.filename: s for s in download.plan(get_benchmark("dci"), tmp_path)}
+    assert steps["dci.tar.gz"].source == "https://dl.fbaipublicfiles.com/densely_captioned_images/dci.tar.gz"
+    assert steps["dci.tar.gz"].resource.sha256.startswith("9caff10c")
+    assert steps["sa_000138.tar"].action == "manual" and "segment-anything" in steps["sa_000138.tar"].source
+    assert steps["DCI_test.json"].source == ("https://raw.githubusercontent.com/PerceptualAI-Lab/GOAL/"
+                                             "2db3d4a0c03576bb961632832af7a43aaf3c60db/datasets/DCI_test.json")
+    urban = download.plan(get_benchmark("urban1k"), tmp_path)
+    assert urban[0].source.startswith("https://huggingface.co/datasets/BeichenZhang/Urban1k")
+    with pytest.raises(ConfigError, match="none of its files"):
+        download.plan(get_benchmark("dci"), tmp_path, local=["other.tar"])
+
+
+def _tar(path: Path, files: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz" if path.suffix == ".gz" else "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_download_from_local_files_builds_the_loader_layout(tmp_path, use_sized):
+    src = tmp_path / "src"
+    build_docci(src)
+    archive = _tar(tmp_path / "docci_images.tar.gz", {f"images/{p.name}": p.read_bytes()
+                                                      for p in sorted((src / "images").iterdir())})
+    to = tmp_path / "docci"
+    out = download.download(get_benchmark("docci"), to, local=[archive, src / "docci_descriptions.jsonlines"],
+                            progress=False)
+    assert out["resources"]["docci_images.tar.gz"]["n_files"] == 10 and not out["manual"]
+    use_sized("docci", test=5)
+    ds = load("docci", data_root=to)
+    assert ds.n_images == 5 and ds.meta["download"]["resources"]["docci_images.tar.gz"]["sha256"]
+    # SA-1B's archive: only the jpgs, flattened into DCI's photos/
+    sa = _tar(tmp_path / "sa_000138.tar", {"sa_1.jpg": b"x", "sa_1.json": b"{}", "sub/sa_2.jpg": b"y"})
+    n = download.extract(sa, tmp_path / "photos", members="*.jpg")
+    assert n == 2 and sorted(p.name for p in (tmp_path / "photos").iterdir()) == ["sa_1.jpg", "sa_2.jpg"]
+
+
+def test_download_urban1k_zip_and_checksum_mismatch(tmp_path, use_sized):
+    src = build_urban1k(tmp_path / "src", n=3)
+    with zipfile.ZipFile(tmp_path / "Urban1k.zip", "w") as z:
+        for p in sorted(src.rglob("*")):
+            if p.is_file():
+                z.write(p, f"Urban1k/{p.relative_to(src)}")
+    download.download(get_benchmark("urban1k"), tmp_path / "u", local=[tmp_path / "Urban1k.zip"], progress=False)
+    use_sized("urban1k", test=3)
+    assert load("urban1k", data_root=tmp_path / "u").n_images == 3
+    fake = _tar(tmp_path / "dci.tar.gz", {"densely_captioned_images/splits.json": b"{}"})
+    with pytest.raises(DataError, match=r"dci.tar.gz: sha256 [0-9a-f]{64} does not match the published 9caff10c"):
+        download.download(get_benchmark("dci"), tmp_path / "d", local=[fake], progress=False)
+    assert not (tmp_path / "d" / "densely_captioned_images").exists()
+    bad = tmp_path / "evil.zip"
+    with zipfile.ZipFile(bad, "w") as z:
+        z.writestr("../outside.txt", "x")
+    with pytest.raises(DataError, match="outside"):
+        download.extract(bad, tmp_path / "x")
+
+
+def test_download_offline_is_one_clear_line(tmp_path, monkeypatch, capsys):
+    def offline(*a, **k):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(download, "_urlopen", offline)
+    assert main(["-q", "datasets", "download", "docci", "--to", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot download https://storage.googleapis.com/docci/" in err
+    assert "--local" in err
+
+    import huggingface_hub
+
+    def no_hub(*a, **k):
+        raise OSError("We couldn't connect to 'https://huggingface.co'\nmore detail")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", no_hub)
+    assert main(["-q", "datasets", "download", "urban1k", "--to", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "huggingface.co/datasets/BeichenZhang/Urban1k" in err
+
+
+def test_load_dataset_routes_benchmark_names(tmp_path, use_sized):
+    build_urban1k(tmp_path, n=4)
+    use_sized("urban1k", test=4)
+    ds = load_dataset("urban1k", data_root=str(tmp_path), split="test")
+    assert ds.name == "urban1k" and ds.n_images == 4
+    with pytest.raises(ConfigError, match="unknown option"):
+        load_dataset("urban1k", data_root=str(tmp_path), bogus=1)
