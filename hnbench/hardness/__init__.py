@@ -1,0 +1,24 @@
+"""Hardness analytics: how near-duplicate a caption set's negatives are, and where a model fails on them.
+
+``hardness(data, model, ...)`` loads, encodes, measures and writes a JSON summary, PNG plots and a
+Markdown report; :func:`analyze` does the statistics on embeddings you already have; :func:`compare`
+puts several summaries side by side. Definitions live in :mod:`hnbench.hardness.stats`,
+:mod:`~hnbench.hardness.structure` and :mod:`~hnbench.hardness.recall`.
+"""
+
+from __future__ import annotations
+
+from hnbench.hardness.analyze import analyze
+from hnbench.hardness.schema import SCHEMA_VERSION, HardnessReport, read_report, write_report
+from hnbench.hardness.stats import DEFAULT_EDGES
+
+__all__ = ["DEFAULT_EDGES", "SCHEMA_VERSION", "HardnessReport", "analyze", "compare", "hardness",
+           "load_captions", "read_report", "write_report"]
+
+
+def __getattr__(name: str):
+    if name in ("hardness", "compare", "load_captions"):
+        from hnbench.hardness import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module 'hnbench.hardness' has no attribute {name!r}")

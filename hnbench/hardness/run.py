@@ -1,0 +1,309 @@
+"""The hardness orchestration: caption set → encode (text tower, and images where they exist) →
+statistics → recall by hardness → JSON summary, per-item parquet, pair CSVs, PNG plots, Markdown."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import inspect
+import json
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hnbench.data.base import ImageSource, ImageTextDataset
+from hnbench.errors import DataError
+from hnbench.hardness.analyze import analyze
+from hnbench.hardness.outputs import compare, write_outputs
+from hnbench.hardness.schema import HardnessReport, write_report
+from hnbench.hardness.stats import DEFAULT_EDGES
+
+logger = logging.getLogger(__name__)
+
+CAPTION_COLUMNS = ("caption", "text", "description", "captions")
+AUTO_LABEL_FIELDS = ("family",)
+
+
+@dataclass
+class CaptionSet:
+    """What hardness needs of a data source: captions grouped by image, optional images and labels."""
+
+    name: str
+    captions: list[str]
+    caption_ids: list[str]
+    caption_image: np.ndarray
+    image_ids: list[str]
+    images: ImageSource | None = None
+    labels: list[str] | None = None  # one per image
+    label_field: str | None = None
+    protocol: str | None = None
+    source: str | None = None
+    fingerprint: str = ""
+    kind: str = "dataset"
+
+
+def _text_fingerprint(captions: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for c in captions:
+        h.update(c.encode() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    if path.suffix in (".csv", ".tsv"):
+        with open(path, newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ","))
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path}:{n}: not valid JSON ({e.msg})") from e
+    return rows
+
+
+def load_captions(path: str | Path, *, column: str | None = None, label_field: str | None = None) -> CaptionSet:
+    """A caption list: a text file (one caption a line; ids ``line<N>``) or a CSV/TSV/JSONL with a caption
+    column (``caption``, ``text``, ...; a JSONL list value is several captions of one item) and optional
+    ``id`` and ``label_field`` columns."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"caption file not found: {path}")
+    if path.suffix not in (".csv", ".tsv", ".jsonl"):
+        lines = [(n, ln.strip()) for n, ln in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)]
+        kept = [(n, c) for n, c in lines if c]
+        if not kept:
+            raise DataError(f"{path}: no captions")
+        ids = [f"line{n}" for n, _ in kept]
+        return CaptionSet(path.stem, [c for _, c in kept], ids, np.arange(len(kept)), ids, source=str(path),
+                          fingerprint=_text_fingerprint([c for _, c in kept]), kind="captions")
+    rows = _rows(path)
+    if not rows:
+        raise DataError(f"{path}: no rows")
+    columns = list(rows[0])
+    col = column or next((c for c in CAPTION_COLUMNS if c in columns), None)
+    if col is None or col not in columns:
+        raise DataError(f"{path}: no caption column (looked for {column or list(CAPTION_COLUMNS)}); columns are {columns}")
+    if label_field and label_field not in columns:
+        raise DataError(f"{path}: no label column {label_field!r}; columns are {columns}")
+    captions, caption_ids, caption_image, image_ids, labels = [], [], [], [], []
+    for n, row in enumerate(rows):
+        texts = row[col] if isinstance(row[col], list) else [row[col]]
+        texts = [t for t in texts if isinstance(t, str) and t.strip()]
+        if not texts:
+            continue
+        item = str(row["id"]) if row.get("id") not in (None, "") else f"row{n + 1}"
+        image_ids.append(item)
+        labels.append(str(row.get(label_field)) if label_field else "")
+        for j, t in enumerate(texts):
+            captions.append(t.strip())
+            caption_ids.append(item if len(texts) == 1 else f"{item}#{j}")
+            caption_image.append(len(image_ids) - 1)
+    return CaptionSet(path.stem, captions, caption_ids, np.asarray(caption_image, np.int64), image_ids,
+                      labels=labels if label_field else None, label_field=label_field, source=str(path),
+                      fingerprint=_text_fingerprint(captions), kind="captions")
+
+
+def image_labels(ds: ImageTextDataset, field: str, *, required: bool = True) -> list[str] | None:
+    """Per-image values of ``field`` read from the dataset's manifest (``metadata.jsonl``/CSV), e.g.
+    synthdense's ``family``; None (or an error when ``required``) if the manifest lacks it."""
+    src = Path(ds.source) if ds.source else None
+    rows = _rows(src) if src is not None and src.is_file() and src.suffix in (".jsonl", ".csv") else []
+    by_id: dict[str, str] = {}
+    for row in rows:
+        if field not in row:
+            continue
+        key = row.get("id") if row.get("id") not in (None, "") else next(
+            (row[c] for c in ("image", "file_name", "filepath", "image_path", "path") if row.get(c)), None)
+        by_id[str(key)] = str(row[field])
+    missing = [i for i in ds.image_ids if i not in by_id]
+    if missing:
+        if required:
+            raise DataError(f"{ds.name}: label field {field!r} not found for {len(missing)} of {ds.n_images} "
+                            f"images (e.g. {missing[0]!r}) in {src or 'the dataset (no manifest)'}")
+        return None
+    return [by_id[i] for i in ds.image_ids]
+
+
+def from_dataset(ds: ImageTextDataset, label_field: str | None = "auto") -> CaptionSet:
+    """The caption set of a loaded dataset; ``label_field="auto"`` picks ``family`` when the manifest has it."""
+    labels, used = None, None
+    if label_field == "auto":
+        for f in AUTO_LABEL_FIELDS:
+            labels = image_labels(ds, f, required=False)
+            if labels is not None:
+                used = f
+                break
+    elif label_field:
+        labels, used = image_labels(ds, label_field), label_field
+    return CaptionSet(ds.name, list(ds.captions), list(ds.caption_ids), ds.caption_image, list(ds.image_ids),
+                      images=ds.images, labels=labels, label_field=used, protocol=ds.protocol, source=ds.source,
+                      fingerprint=ds.fingerprint())
+
+
+def _load_encoder(model: Any, pretrained: str | None, model_config: str | None, context_length: int | None,
+                  device: str) -> Any:
+    if not isinstance(model, str):
+        return model
+    from hnbench.hardness.text_encoders import TEXT_ENCODERS, load_text_encoder
+
+    if model in TEXT_ENCODERS:
+        return load_text_encoder(model, device=device)
+    from hnbench.models import load_model
+
+    return load_model(model, pretrained, model_config=model_config, context_length=context_length, device=device)
+
+
+def _text_encoder_names() -> tuple[str, ...]:
+    from hnbench.hardness.text_encoders import TEXT_ENCODERS
+
+    return tuple(TEXT_ENCODERS)
+
+
+def _cache_kwargs(fn: Any, use_cache: bool) -> dict[str, Any]:
+    """The embedding-cache switch of an encode function (``cache=True``: the encoder's default cache)."""
+    params = inspect.signature(fn).parameters
+    return {"cache": bool(use_cache)} if "cache" in params else {"use_cache": use_cache} if "use_cache" in params else {}
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._]+", "-", str(s)).strip("-") or "x"
+
+
+def hardness(
+    data: str | ImageTextDataset | CaptionSet | Sequence[str],
+    model: Any,
+    *,
+    pretrained: str | None = None,
+    model_config: str | None = None,
+    context_length: int | None = None,
+    data_root: str | None = None,
+    protocol: str | None = None,
+    dataset_options: dict[str, Any] | None = None,
+    label_field: str | None = "auto",
+    output_dir: str | Path | None = None,
+    device: str = "cpu",
+    batch_size: int = 128,
+    n_batches: int = 200,
+    edges: Sequence[float] = DEFAULT_EDGES,
+    threshold: float = 0.95,
+    image_threshold: float | None = None,
+    exact_max: int = 20_000,
+    n_sample_pairs: int = 1_000_000,
+    seed: int = 0,
+    images: bool = True,
+    results: Sequence[str | Path] = (),
+    encode_batch_size: int = 64,
+    num_workers: int | None = None,
+    use_cache: bool = True,
+    n_show: int = 10,
+    progress: bool = True,
+) -> HardnessReport:
+    """Measure how hard a caption set's negatives are for an encoder; write the report to ``output_dir``.
+
+    ``data``: a registered dataset name or a path :func:`hnbench.data.load_dataset` reads, a plain
+    caption file (``.txt``, one caption a line), a loaded dataset, a :class:`CaptionSet` or a list of
+    captions. ``model``: anything :func:`hnbench.models.load_model` loads (its text tower embeds the
+    captions, its image tower the images unless ``images=False``), ``minilm`` for a text-only
+    sentence encoder, or a loaded encoder. ``results``: evaluation result JSONs of this dataset to
+    break down R@1 by hardness. Statistics and their exact definitions: :mod:`hnbench.hardness.stats`.
+    """
+    from hnbench import encode
+
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    if isinstance(data, str) and Path(data).suffix == ".txt":
+        data = load_captions(data, label_field=None if label_field == "auto" else label_field)
+    elif isinstance(data, str):
+        from hnbench.data import load_dataset
+
+        data = load_dataset(data, data_root=data_root, protocol=protocol, **(dataset_options or {}))
+    elif not isinstance(data, (ImageTextDataset, CaptionSet)):
+        captions = [str(c) for c in data]
+        ids = [str(i) for i in range(len(captions))]
+        data = CaptionSet("captions", captions, ids, np.arange(len(captions)), ids,
+                          fingerprint=_text_fingerprint(captions), kind="captions")
+    cs = from_dataset(data, label_field) if isinstance(data, ImageTextDataset) else data
+    timings["load_data"] = time.perf_counter() - t0
+    t = time.perf_counter()
+    encoder = _load_encoder(model, pretrained, model_config, context_length, device)
+    timings["load_model"] = time.perf_counter() - t
+
+    txt = encode.encode_texts(encoder, cs.captions, batch_size=max(encode_batch_size, 64), progress=progress,
+                              **_cache_kwargs(encode.encode_texts, use_cache))
+    timings["encode_texts"] = txt.seconds
+    image_vectors, img = None, None
+    if images and cs.images is not None and getattr(encoder, "has_images", True):
+        img = encode.encode_images(encoder, cs.images, batch_size=encode_batch_size, num_workers=num_workers,
+                                   progress=progress, **_cache_kwargs(encode.encode_images, use_cache))
+        image_vectors = img.vectors
+        timings["encode_images"] = img.seconds
+
+    report = analyze(txt.vectors, captions=cs.captions, caption_ids=cs.caption_ids, caption_image=cs.caption_image,
+                     image_vectors=image_vectors, image_ids=cs.image_ids, labels=cs.labels,
+                     label_field=cs.label_field or "label", batch_size=batch_size, n_batches=n_batches, edges=edges,
+                     threshold=threshold, image_threshold=image_threshold, exact_max=exact_max,
+                     n_sample_pairs=n_sample_pairs, seed=seed, device=device, progress=progress)
+    report.dataset = {"name": cs.name, "protocol": cs.protocol, "fingerprint": cs.fingerprint,
+                      "n_images": len(cs.image_ids) if cs.kind == "dataset" else None,
+                      "n_captions": len(cs.captions), "source": cs.source, "kind": cs.kind}
+    report.encoder = encoder.info.to_dict()
+    report.settings["n_truncated_captions"] = txt.n_truncated
+    report.settings["embedding_cache"] = {"used": bool(use_cache), "texts_cached": getattr(txt, "n_cached", 0),
+                                          "images_cached": getattr(img, "n_cached", 0) if img is not None else 0}
+    report.timings = {**{k: round(v, 4) for k, v in timings.items()}, **report.timings}
+
+    from hnbench.hardness.recall import load_per_query, recall_by_hardness
+
+    all_errors = []
+    for path in results:
+        res, frame = load_per_query(path)
+        if res.dataset.get("fingerprint") not in (None, cs.fingerprint):
+            logger.warning("%s was scored on dataset fingerprint %s, this caption set is %s; joining on ids",
+                           path, res.dataset.get("fingerprint"), cs.fingerprint)
+        rec, errors = recall_by_hardness(
+            frame, caption_ids=cs.caption_ids, image_ids=cs.image_ids, caption_image=cs.caption_image,
+            hn_index=report.arrays["text_nearest_index"], hn_score=report.arrays["text_nearest_score"],
+            edges=report.settings["edges"], captions=cs.captions, text_vectors=txt.vectors, n_wrong=n_show * 2,
+            result=str(path), model=res.model)
+        report.recall.append(rec)
+        all_errors.append(errors)
+    report.arrays["errors"] = all_errors
+    if output_dir is not None:
+        write_outputs(report, output_dir, cs, n_show=n_show)
+    report.timings["total"] = round(time.perf_counter() - t0, 4)
+    if output_dir is not None:
+        write_report(report, output_dir)
+    return report
+
+
+def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir: str | Path,
+                  pretrained: Sequence[str | None] | None = None, **kwargs: Any) -> list[HardnessReport]:
+    """:func:`hardness` for every (dataset, model) into ``output_dir/<dataset>__<model>/``, then :func:`compare`."""
+    pretrained = list(pretrained) if pretrained else [None] * len(models)
+    if len(models) == 1 and len(pretrained) > 1:  # one architecture, several checkpoints
+        models = list(models) * len(pretrained)
+    if len(pretrained) not in (1, len(models)):
+        raise ValueError(f"{len(pretrained)} --pretrained values for {len(models)} models")
+    if len(pretrained) == 1:
+        pretrained = pretrained * len(models)
+    model_config, context_length = kwargs.pop("model_config", None), kwargs.pop("context_length", None)
+    reports = []
+    for m, pt in zip(models, pretrained):
+        enc = _load_encoder(m, pt, model_config, context_length, kwargs.get("device", "cpu"))
+        for d in datasets:
+            name = Path(d).stem if isinstance(d, str) else getattr(d, "name", "data")
+            text_only = isinstance(m, str) and m in _text_encoder_names()
+            weights = f"-{_slug(Path(pt).stem)}" if pt and not text_only else ""
+            sub = Path(output_dir) / f"{_slug(name)}__{_slug(m if isinstance(m, str) else enc.info.arch)}{weights}"
+            reports.append(hardness(d, enc, output_dir=sub, **kwargs))
+    compare(reports, output_dir)
+    return reports
