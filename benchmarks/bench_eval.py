@@ -2,8 +2,9 @@
 
 1. *forward*: images decoded and transformed beforehand (not timed), captions tokenized beforehand;
    only ``encode_image``/``encode_text`` over the same batches are timed.
-2. *evaluate*: the whole pipeline — load the dataset, decode in DataLoader workers, tokenize, encode,
-   exact search both ways, metrics with bootstrap CIs, per-query parquet and result JSON.
+2. *evaluate*: the whole pipeline with the embedding cache off (a cold run) — decode in DataLoader
+   workers, tokenize, encode, exact search both ways, metrics with bootstrap CIs, per-query parquet
+   and result JSON. (Warm-cache runs are measured by bench_cache.py.)
 3. Optionally the two search backends at the given sizes (``--search-sizes``; see bench_search.py).
 
 Usage:
@@ -87,7 +88,7 @@ def main() -> None:
         fwd.append(forward_seconds(encoder, ds, args.batch_size))
         with tempfile.TemporaryDirectory() as out:
             s = time.perf_counter()
-            r = evaluate(encoder, ds, output_dir=out, batch_size=args.batch_size, progress=False)
+            r = evaluate(encoder, ds, output_dir=out, batch_size=args.batch_size, progress=False, use_cache=False)
             full.append(time.perf_counter() - s)
             parts.append(r.timings)
     f, e = float(np.median(fwd)), float(np.median(full))

@@ -1,8 +1,26 @@
-"""Batched encoding of images and captions into L2-normalised fp32 embeddings.
+"""Batched encoding of images and captions into L2-normalised fp32 embeddings, through the cache.
 
 Images are decoded and transformed in DataLoader workers; the model runs under ``inference_mode``
 with autocast only on CUDA and only when asked. A decoding failure is raised naming the image, or —
 with ``skip_bad`` — recorded and the image left out later by the caller.
+
+With an :class:`~hnbench.cache.EmbeddingCache`, items whose content is cached are read back and only
+the rest go through the model, in the same batches a run without cache would use (so a cold cached
+run and an uncached run give bit-identical vectors, unless the data repeats an image or a caption:
+each content is encoded once); finished batches are written to the cache in shards as they
+complete, so an interrupted run resumes where it stopped.
+
+On CUDA, batches come from pinned memory and are copied with ``non_blocking``; a batch's features
+are copied back only after the next batch is queued, so the GPU does not wait on the host.
+
+Captions are tokenized in DataLoader workers too (a long caption takes ~2 ms in Python).
+
+Batch size rule: on CPU keep the default 64 — ViT-B/32 throughput rises only slowly with the batch
+(3.8 → 4.7 → 5.1 images/s at 16 / 64 / 128 on the 2-core dev box, benchmarks/README.md). On a GPU
+use a large power of two, 256 to start and up while it fits (``bench_cache.py --device cuda
+--batch-sizes ...`` measures it; not yet measured here). Texts use ``max(batch_size, 64)``.
+The batch size changes results only by float rounding (~1e-7); the cache therefore resumes on
+the batch boundaries a fresh run would use.
 """
 
 from __future__ import annotations
@@ -19,6 +37,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from hnbench.cache import KEY_DTYPE, EmbeddingCache, image_keys, text_keys
 from hnbench.data.base import ImageSource
 from hnbench.errors import ImageLoadError
 from hnbench.models.base import Encoder
@@ -31,6 +50,8 @@ class ImageEmbeddings:
     vectors: np.ndarray  # (n, d) float32; rows of bad images are NaN
     bad: dict[int, str] = field(default_factory=dict)  # position -> reason
     seconds: float = 0.0
+    n_encoded: int = 0  # images run through the model in this call
+    n_cached: int = 0  # images read from the embedding cache
 
 
 @dataclass
@@ -39,6 +60,8 @@ class TextEmbeddings:
     lengths: np.ndarray  # (n,) tokens incl. start/end, before truncation
     context_length: int = 77
     seconds: float = 0.0
+    n_encoded: int = 0
+    n_cached: int = 0
 
     @property
     def n_truncated(self) -> int:
@@ -64,6 +87,20 @@ class _ImageItems(torch.utils.data.Dataset):
             return i, None, f"{type(e).__name__}: {e}"
 
 
+class _TextBatches(torch.utils.data.Dataset):
+    """Batch number → (tokens, lengths) of that batch of captions, tokenized in a worker."""
+
+    def __init__(self, tokenize: Any, texts: Sequence[str], batch_size: int):
+        self.tokenize, self.texts, self.batch_size = tokenize, texts, batch_size
+
+    def __len__(self) -> int:
+        return -(-len(self.texts) // self.batch_size)
+
+    def __getitem__(self, b: int) -> tuple[torch.Tensor, np.ndarray]:
+        tok = self.tokenize(self.texts[b * self.batch_size:(b + 1) * self.batch_size])
+        return tok.tokens, np.asarray(tok.lengths, dtype=np.int64)
+
+
 def _collate(batch: list) -> tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]:
     good = [(i, x) for i, x, err in batch if err is None]
     bad = [(i, err) for i, _, err in batch if err is not None]
@@ -81,6 +118,32 @@ def _autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextMana
     return contextlib.nullcontext()
 
 
+def _open_cache(encoder: Encoder, cache: EmbeddingCache | bool | None, amp: bool) -> EmbeddingCache | None:
+    if cache is True:
+        return EmbeddingCache.for_encoder(encoder, amp=amp)
+    return cache or None
+
+
+def _first_of_each(todo: list[int], keys: np.ndarray, ok: np.ndarray) -> tuple[list[int], dict[int, int]]:
+    """Positions to encode (the first of each content key) and {later duplicate: first}.
+
+    Encoding a content once keeps a cold and a warm cached run bit-identical: the cache holds one
+    vector per key, so a duplicate encoded in another batch would come back with that vector.
+    """
+    first: dict[bytes, int] = {}
+    alias: dict[int, int] = {}
+    keep = []
+    for i in todo:
+        if ok[i]:
+            k = bytes(keys[i])
+            if k in first:
+                alias[i] = first[k]
+                continue
+            first[k] = i
+        keep.append(i)
+    return keep, alias
+
+
 def encode_images(
     encoder: Encoder,
     source: ImageSource,
@@ -91,39 +154,84 @@ def encode_images(
     skip_bad: bool = False,
     amp: bool = False,
     progress: bool = True,
+    cache: EmbeddingCache | bool | None = None,
 ) -> ImageEmbeddings:
     """Encode images (all, or ``positions``) of ``source``; raises :class:`ImageLoadError` on a bad image
-    unless ``skip_bad``."""
+    unless ``skip_bad``. With ``cache``, images whose content is cached are read from it and only the
+    rest are encoded (and written to it in shards as they finish); ``cache=True`` is the encoder's
+    cache in the default directory."""
     start = time.perf_counter()
+    cache = _open_cache(encoder, cache, amp)
     positions = list(range(len(source))) if positions is None else list(positions)
-    workers = default_num_workers() if num_workers is None else num_workers
-    workers = min(workers, max(0, len(positions) // max(1, batch_size)))  # no pool for one batch
-    loader = torch.utils.data.DataLoader(
-        _ImageItems(source, encoder.image_transform, positions), batch_size=batch_size, shuffle=False,
-        num_workers=workers, collate_fn=_collate, pin_memory=encoder.device.type == "cuda",
-        persistent_workers=False,
-    )
     out: np.ndarray | None = None
+    todo, n_cached, alias = positions, 0, {}
+    keys = ok = None
+    if cache is not None:
+        keys, ok = np.zeros(len(source), dtype=KEY_DTYPE), np.zeros(len(source), dtype=bool)
+        keys[positions], ok[positions] = image_keys(source, positions)
+        pos = np.asarray(positions, dtype=np.int64)[ok[positions]]
+        hit, vectors, _ = cache.images.lookup(keys[pos])
+        out = np.full((len(source), cache.images.dim), np.nan, dtype=np.float32)
+        out[pos[hit]] = vectors[hit]
+        cached = set(pos[hit].tolist())
+        todo, n_cached = [i for i in positions if i not in cached], len(cached)
+        todo, alias = _first_of_each(todo, keys, ok)
     bad: dict[int, str] = {}
-    with tqdm(total=len(positions), desc="encode images", unit="img", disable=not progress) as bar:
-        for idx, pixels, errors in loader:
-            for i, reason in errors:
-                if not skip_bad:
-                    raise ImageLoadError(source.ids[i], source.describe(i), reason)
-                bad[i] = reason
-            if pixels is not None:
-                with _autocast(encoder.device, amp):
-                    feats = encoder.encode_images(pixels).float().cpu().numpy()
-                if out is None:
-                    out = np.full((len(source), feats.shape[1]), np.nan, dtype=np.float32)
-                out[idx] = feats
-            bar.update(len(idx) + len(errors))
+    n_encoded = 0
+    if todo:
+        workers = default_num_workers() if num_workers is None else num_workers
+        workers = min(workers, max(0, len(todo) // max(1, batch_size)))  # no pool for one batch
+        loader = torch.utils.data.DataLoader(
+            _ImageItems(source, encoder.image_transform, todo), batch_size=batch_size, shuffle=False,
+            num_workers=workers, collate_fn=_collate, pin_memory=encoder.device.type == "cuda",
+            persistent_workers=False,
+        )
+        writer = cache.image_writer() if cache is not None else contextlib.nullcontext()
+        pending: tuple[list[int], torch.Tensor] | None = None
+
+        def store(idx: list[int], feats_dev: torch.Tensor) -> None:
+            nonlocal out, n_encoded
+            feats = feats_dev.float().cpu().numpy()  # on CUDA this waits for that batch only
+            if out is None:
+                out = np.full((len(source), feats.shape[1]), np.nan, dtype=np.float32)
+            out[idx] = feats
+            n_encoded += len(idx)
+            if cache is not None:
+                keep = ok[idx]
+                writer.add(keys[idx][keep], feats[keep])
+
+        with writer, tqdm(total=len(positions), initial=n_cached, desc="encode images", unit="img",
+                          disable=not progress) as bar:
+            try:
+                for idx, pixels, errors in loader:
+                    for i, reason in errors:
+                        if not skip_bad:
+                            raise ImageLoadError(source.ids[i], source.describe(i), reason)
+                        bad[i] = reason
+                    if pixels is not None:
+                        with _autocast(encoder.device, amp):
+                            feats_dev = encoder.encode_images(pixels)
+                        # Collect the previous batch only now: on CUDA its copy back overlaps this one.
+                        if pending is not None:
+                            done, pending = pending, None
+                            store(*done)
+                        pending = (idx, feats_dev)
+                    bar.update(len(idx) + len(errors))
+            finally:  # also on a failure: a batch already encoded is kept (and cached)
+                if pending is not None:
+                    store(*pending)
+            for i, first in alias.items():  # same content as an earlier image: same vector
+                if first in bad:
+                    bad[i] = bad[first]
+                elif out is not None:
+                    out[i] = out[first]
+            bar.update(len(alias))
     if out is None:
         out = np.full((len(source), encoder.info.embed_dim), np.nan, dtype=np.float32)
     if bad:
         logger.warning("%d unreadable images skipped, e.g. %s: %s", len(bad), source.ids[next(iter(bad))],
                        next(iter(bad.values())))
-    return ImageEmbeddings(out, bad, time.perf_counter() - start)
+    return ImageEmbeddings(out, bad, time.perf_counter() - start, n_encoded=n_encoded, n_cached=n_cached)
 
 
 def encode_texts(
@@ -133,13 +241,48 @@ def encode_texts(
     batch_size: int = 256,
     amp: bool = False,
     progress: bool = True,
+    cache: EmbeddingCache | bool | None = None,
+    num_workers: int | None = None,
 ) -> TextEmbeddings:
-    """Tokenize (truncating as the model's tokenizer does) and encode captions."""
+    """Tokenize (truncating as the model's tokenizer does) and encode captions; with ``cache``, only the
+    captions not cached are tokenized and encoded (their token lengths are cached with them).
+    Batches are tokenized in ``num_workers`` DataLoader workers (long captions tokenize at ~2 ms
+    each in Python, which would otherwise starve a GPU)."""
     start = time.perf_counter()
-    tokenized = encoder.tokenize(texts)
-    chunks = []
-    for s in tqdm(range(0, len(texts), batch_size), desc="encode texts", unit="batch", disable=not progress):
-        with _autocast(encoder.device, amp):
-            chunks.append(encoder.encode_texts(tokenized.tokens[s:s + batch_size]).float().cpu().numpy())
-    vectors = np.concatenate(chunks) if chunks else np.zeros((0, encoder.info.embed_dim), np.float32)
-    return TextEmbeddings(vectors, tokenized.lengths, encoder.info.context_length, time.perf_counter() - start)
+    cache = _open_cache(encoder, cache, amp)
+    n, dim = len(texts), encoder.info.embed_dim
+    vectors = np.full((n, dim), np.nan, dtype=np.float32)
+    lengths = np.zeros(n, dtype=np.int64)
+    todo = np.arange(n)
+    keys = None
+    if cache is not None:
+        keys = text_keys(texts)
+        hit, vectors, lengths = cache.texts.lookup(keys)
+        missing = np.flatnonzero(~hit)
+        # One encoding per distinct caption (see _first_of_each); duplicates copied afterwards.
+        _, first, inverse = np.unique(keys[missing], return_index=True, return_inverse=True)
+        todo = missing[np.sort(first)]
+    if todo.size:
+        todo_texts = [texts[j] for j in todo] if todo.size < n else texts
+        n_batches = -(-todo.size // batch_size)
+        workers = default_num_workers() if num_workers is None else num_workers
+        loader = torch.utils.data.DataLoader(
+            _TextBatches(encoder.tokenize, todo_texts, batch_size), batch_size=None, shuffle=False,
+            num_workers=min(workers, n_batches - 1), pin_memory=encoder.device.type == "cuda")
+        writer = cache.text_writer() if cache is not None else contextlib.nullcontext()
+        with writer:
+            for b, (tokens, batch_lengths) in enumerate(tqdm(loader, desc="encode texts", unit="batch",
+                                                              disable=not progress)):
+                with _autocast(encoder.device, amp):
+                    feats = encoder.encode_texts(tokens).float().cpu().numpy()
+                rows, batch_lengths = todo[b * batch_size:(b + 1) * batch_size], np.asarray(batch_lengths)
+                vectors[rows], lengths[rows] = feats, batch_lengths
+                if cache is not None:
+                    writer.add(keys[rows], feats, batch_lengths)
+    n_cached = n - todo.size
+    if cache is not None and missing.size:
+        source_rows = missing[first][inverse]
+        vectors[missing], lengths[missing] = vectors[source_rows], lengths[source_rows]
+        n_cached = n - missing.size
+    return TextEmbeddings(vectors, lengths, encoder.info.context_length, time.perf_counter() - start,
+                          n_encoded=int(todo.size), n_cached=int(n_cached))

@@ -7,6 +7,8 @@ i2t: each image queries the captions (any of its captions is a positive; R@K is 
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,12 +16,15 @@ from typing import Any
 
 import numpy as np
 
+from hnbench import distributed as dist
+from hnbench.cache import EmbeddingCache, default_root
 from hnbench.data import ImageTextDataset, load_dataset
 from hnbench.encode import encode_images, encode_texts
+from hnbench.errors import ConfigError
 from hnbench.metrics import csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
 from hnbench.results import EvalResult, atomic_write_bytes, write_result
-from hnbench.search import RetrievalOutput, resolve_backend, retrieve
+from hnbench.search import RetrievalOutput, resolve_backend, retrieve, retrieve_approximate
 
 logger = logging.getLogger(__name__)
 
@@ -45,18 +50,25 @@ def score_embeddings(
     device: str = "cpu",
     ci: bool = True,
     progress: bool = False,
+    search: str = "exact",
 ) -> tuple[dict[str, dict], dict[str, dict], dict[str, RetrievalOutput]]:
-    """Score given embeddings in both directions: returns (metrics, ci95, raw outputs) keyed t2i / i2t."""
+    """Score given embeddings in both directions: returns (metrics, ci95, raw outputs) keyed t2i / i2t.
+
+    ``search="approximate"`` uses :func:`hnbench.search.retrieve_approximate` (faiss HNSW): ranks
+    are then lower bounds and each output carries its recall against exact search on a sample.
+    """
     k = max(ks)
     n_images = image_vectors.shape[0]
     t2i_ptr, t2i_idx = np.arange(len(caption_image) + 1, dtype=np.int64), caption_image.astype(np.int64)
     i2t_ptr, i2t_idx = csr_from_assignment(caption_image, n_images)
-    outs = {
-        "t2i": retrieve(text_vectors, image_vectors, t2i_ptr, t2i_idx, k=k, backend=backend, device=device,
-                        progress=progress, desc="search t2i"),
-        "i2t": retrieve(image_vectors, text_vectors, i2t_ptr, i2t_idx, k=k, backend=backend, device=device,
-                        progress=progress, desc="search i2t"),
-    }
+
+    def run(q: np.ndarray, g: np.ndarray, ptr: np.ndarray, idx: np.ndarray, desc: str) -> RetrievalOutput:
+        if search == "approximate":
+            return retrieve_approximate(q, g, ptr, idx, k=k, progress=progress, desc=desc)
+        return retrieve(q, g, ptr, idx, k=k, backend=backend, device=device, progress=progress, desc=desc)
+
+    outs = {"t2i": run(text_vectors, image_vectors, t2i_ptr, t2i_idx, "search t2i"),
+            "i2t": run(image_vectors, text_vectors, i2t_ptr, i2t_idx, "search i2t")}
     metrics, ci95 = {}, {}
     for direction, out in outs.items():
         summary = summarize(out.rank, out.tied, ks=ks, ci=ci)
@@ -109,6 +121,10 @@ def evaluate(
     skip_invalid: bool = False,
     use_cache: bool = True,
     progress: bool = True,
+    dataset_options: dict[str, Any] | None = None,
+    cache_dir: str | Path | None = None,
+    search: str = "exact",
+    distributed: bool | None = None,
 ) -> EvalResult:
     """Score a model on an image–caption set: R@K both ways, ranks, MRR, bootstrap CIs, per-query file.
 
@@ -117,49 +133,122 @@ def evaluate(
     ``output_dir`` the result JSON and a per-query parquet are written there (atomically; the JSON
     last, so its presence means the run is complete). ``skip_invalid`` drops (and counts) images
     that are missing or cannot be decoded and captions that are empty, instead of failing.
-    ``use_cache`` is accepted for forward compatibility (the embedding cache is not built yet).
+    ``use_cache`` reads and writes the embedding cache (:mod:`hnbench.cache`) under ``cache_dir``
+    (default: ``<hnbench cache>/embeddings``). ``search="approximate"`` uses a faiss HNSW index
+    and marks the result so leaderboards keep it apart. Under ``torchrun`` (``WORLD_SIZE > 1``, no
+    process group yet, or ``distributed=True``) the ranks share the encoding and rank 0 scores, see
+    :mod:`hnbench.distributed`; every rank returns rank 0's result.
+    ``dataset_options`` go to the dataset's loader (e.g. ``split_file``, ``allow_count_mismatch``).
     """
+    if search not in ("exact", "approximate"):
+        raise ConfigError(f"search must be 'exact' or 'approximate', got {search!r}")
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    if isinstance(dataset, str):
-        dataset = load_dataset(dataset, data_root=data_root, protocol=protocol, split=split,
-                               image_column=image_column, caption_column=caption_column, skip_invalid=skip_invalid)
-    timings["load_data"] = time.perf_counter() - t0
-    t = time.perf_counter()
-    encoder = model if not isinstance(model, str) else load_model(
-        model, pretrained, model_config=model_config, context_length=context_length, device=device,
-        precision=precision)
-    timings["load_model"] = time.perf_counter() - t
+    ctx = dist.from_env(device) if dist.wanted(distributed) else dist.DistContext()
+    device = dist.rank_device(device, ctx)
+    private_root = None
+    try:
+        if ctx.enabled and not ctx.is_main:
+            ctx.all_gather(None)  # rank 0 first: a generated dataset or downloaded weights are written once
+        if isinstance(dataset, str):
+            dataset = load_dataset(dataset, data_root=data_root, protocol=protocol, split=split,
+                                   image_column=image_column, caption_column=caption_column,
+                                   skip_invalid=skip_invalid, **(dataset_options or {}))
+        timings["load_data"] = time.perf_counter() - t0
+        t = time.perf_counter()
+        encoder = model if not isinstance(model, str) else load_model(
+            model, pretrained, model_config=model_config, context_length=context_length, device=device,
+            precision=precision)
+        timings["load_model"] = time.perf_counter() - t
+        if ctx.enabled and ctx.is_main:
+            ctx.all_gather(None)
 
+        cache = EmbeddingCache.for_encoder(encoder, cache_dir, amp=amp) if use_cache else None
+        text_bs = text_batch_size or max(batch_size, 64)
+        shared = {"images": 0, "texts": 0}
+        if ctx.enabled:
+            if cache is None:  # the cache is how ranks hand embeddings to rank 0: use a private one
+                root = Path(cache_dir) if cache_dir is not None else default_root()
+                root.mkdir(parents=True, exist_ok=True)
+                private_root = ctx.broadcast(tempfile.mkdtemp(prefix=".run-", dir=root) if ctx.is_main else None)
+                cache = EmbeddingCache.for_encoder(encoder, private_root, amp=amp)
+            dist.check_same(ctx, "model and data (cache key, dataset fingerprint)",
+                            (cache.key, dataset.fingerprint()))
+            t = time.perf_counter()
+
+            def share() -> dict[str, int]:
+                mine = dist.batch_share(dataset.n_images, batch_size, ctx.rank, ctx.world_size)
+                img = encode_images(encoder, dataset.images, positions=mine.tolist(), batch_size=batch_size,
+                                    num_workers=num_workers, skip_bad=skip_invalid, amp=amp,
+                                    progress=progress and ctx.is_main, cache=cache)
+                mine = dist.batch_share(dataset.n_captions, text_bs, ctx.rank, ctx.world_size)
+                txt = encode_texts(encoder, [dataset.captions[j] for j in mine], batch_size=text_bs, amp=amp,
+                                   progress=progress and ctx.is_main, cache=cache, num_workers=num_workers)
+                return {"images": img.n_encoded, "texts": txt.n_encoded}
+
+            shared = dist.encode_share(ctx, share)
+            timings["encode_share"] = time.perf_counter() - t
+
+        def score() -> EvalResult:
+            return _encode_and_score(
+                encoder, dataset, cache, shared, timings, t0, output_dir=output_dir, device=device,
+                batch_size=batch_size, text_batch_size=text_bs, num_workers=num_workers, precision=precision,
+                amp=amp, backend=backend, ks=ks, ci=ci, skip_invalid=skip_invalid, search=search,
+                persistent_cache=use_cache, world_size=ctx.world_size, progress=progress,
+                # rank 0 searches on every GPU of its node ("cuda"), not only its own "cuda:0"
+                search_device="cuda" if ctx.enabled and device.startswith("cuda") else device)
+
+        return dist.on_main(ctx, score)
+    finally:
+        if private_root is not None and ctx.is_main:
+            shutil.rmtree(private_root, ignore_errors=True)
+        ctx.close()
+
+
+def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: EmbeddingCache | None,
+                      shared: dict[str, int], timings: dict[str, float], t0: float, *, output_dir, device: str,
+                      batch_size: int, text_batch_size: int, num_workers: int | None, precision: str, amp: bool,
+                      backend: str, ks: Sequence[int], ci: bool, skip_invalid: bool, search: str,
+                      persistent_cache: bool, world_size: int, progress: bool, search_device: str) -> EvalResult:
+    """Encode (through the cache) what is not there yet, search both ways, score, and write the result."""
     img = encode_images(encoder, dataset.images, batch_size=batch_size, num_workers=num_workers,
-                        skip_bad=skip_invalid, amp=amp, progress=progress)
+                        skip_bad=skip_invalid, amp=amp, progress=progress, cache=cache)
     image_vectors = img.vectors
     if img.bad:
         keep = [i for i in range(dataset.n_images) if i not in img.bad]
         dataset = dataset.drop_images(sorted(img.bad), reason="unreadable image")
         image_vectors = image_vectors[keep]
     timings["encode_images"] = img.seconds
-    txt = encode_texts(encoder, dataset.captions, batch_size=text_batch_size or max(batch_size, 64), amp=amp,
-                       progress=progress)
+    txt = encode_texts(encoder, dataset.captions, batch_size=text_batch_size, amp=amp, progress=progress,
+                       cache=cache, num_workers=num_workers)
     timings["encode_texts"] = txt.seconds
 
     t = time.perf_counter()
-    used_backend = resolve_backend(backend, device, dataset.n_images)
+    used_backend = resolve_backend(backend, search_device, dataset.n_images)
     metrics, ci95, outs = score_embeddings(image_vectors, txt.vectors, dataset.caption_image, ks=ks,
-                                           backend=used_backend, device=device, ci=ci, progress=progress)
+                                           backend=used_backend, device=search_device, ci=ci, progress=progress,
+                                           search=search)
     timings["search_and_metrics"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
+    # Items encoded by any rank in this run, and those that came from an earlier run's cache.
+    encoded = {"images": img.n_encoded + shared["images"], "texts": txt.n_encoded + shared["texts"]}
+    cached = {"images": max(0, img.n_cached - shared["images"]), "texts": max(0, txt.n_cached - shared["texts"])}
+    encoding = {"world_size": world_size, "cache_key": cache.key if persistent_cache and cache else None,
+                "encoded": encoded, "cached": cached, "corrupt_shards": cache.stats.corrupt_shards if cache else 0}
 
     result = EvalResult(
         model=encoder.info.to_dict(),
         dataset={"name": dataset.name, "protocol": dataset.protocol, "fingerprint": dataset.fingerprint(),
                  "n_images": dataset.n_images, "n_captions": dataset.n_captions, "source": dataset.source,
-                 "skipped": {k: len(v) for k, v in dataset.skipped.items()}},
+                 "skipped": {k: len(v) for k, v in dataset.skipped.items()}, "meta": dataset.meta},
         metrics=metrics, ci95=ci95, tokens=token_stats(txt.lengths, encoder.info.context_length),
         settings={"device": str(device), "batch_size": batch_size, "precision": precision, "amp": amp,
-                  "backend": outs["t2i"].backend, "search": "exact", "ks": list(ks),
+                  "backend": outs["t2i"].backend, "search": search, "ks": list(ks),
                   "tie_rule": "pessimistic: rank = 1 + #non-positives scoring >= the best positive",
-                  "similarity": "cosine, fp32", "cache": False},
+                  "similarity": "cosine, fp32", "cache": bool(persistent_cache and cache is not None),
+                  "encoding": encoding,
+                  **({"approximate": {d: o.recall_vs_exact for d, o in outs.items()}} if search == "approximate"
+                     else {})},
         timings={k: round(v, 4) for k, v in timings.items()},
     )
     if dataset.n_skipped():

@@ -81,6 +81,8 @@ class EvalResult:
         weights = Path(str(weights)).stem if os.sep in str(weights) or "." in str(weights) else str(weights)
         parts = [_slug(self.model.get("arch", "model")), _slug(weights), str(self.model.get("fingerprint", ""))[:8]]
         ds = [_slug(self.dataset.get("name", "data")), _slug(self.dataset.get("protocol") or "default")]
+        if self.settings.get("search", "exact") != "exact":  # never overwrite an exact result
+            ds.append(_slug(str(self.settings["search"])))
         return "-".join(p for p in parts if p) + "__" + "-".join(ds)
 
 

@@ -7,13 +7,15 @@ fixes ``topk_index``, ``gt_index`` (best positive) and ``best_wrong_index`` (bes
 
 Backends
 --------
-``torch``  Queries in chunks of ``chunk_size`` rows (auto: chunk * M * 4 bytes <= 256 MB): one
-           fp32 matmul and one ``torch.topk`` to depth k' = k + max #positives + margin per chunk.
+``torch``  Queries in chunks of ``chunk_size`` rows (auto: chunk * M * 4 bytes <= 256 MiB on CPU,
+           1 GiB on a GPU), written into one reused score block: one fp32 matmul and one
+           ``torch.topk`` to depth k' = k + max #positives + margin per chunk.
            Top-k and best wrong come from that list; rank/tied too when the best positive scores
            strictly above the list's last score (then every item >= it is in the list); only the
            remaining ("deep") rows get the two full-row comparison passes (>= and > the best
-           positive). ``torch.topk`` picks arbitrarily among equal scores at the cut, so rows whose
-           (k'+1)-th score equals the k'-th are re-selected explicitly (lowest indices first).
+           positive; row by row in numpy on CPU). ``torch.topk`` picks arbitrarily among equal scores
+           at the cut, so rows whose (k'+1)-th score equals the k'-th are re-selected explicitly
+           (lowest indices first). Memory: inputs + outputs + the score block, O((N + M) d) + const.
 ``faiss``  ``IndexFlatIP`` (on GPU as ``faiss-gpu``) searched to the same depth k'. A query is
            answered from that list only when the list provably contains everything that matters:
            the best positive, the k-th score and the best wrong score all lie strictly above the
@@ -23,7 +25,17 @@ Backends
            the two BLAS kernels (a score can move by an ulp, which matters only for near-ties).
 ``auto``   CPU -> torch (no optional dependency; on the 2-core dev box both backends are
            matmul-bound and within ~25% of each other at 5k-50k, see benchmarks/bench_search.py).
-           CUDA -> faiss-gpu when the faiss build has GPUs, else torch on the GPU.
+           CUDA -> faiss-gpu when the faiss build has GPUs, else torch on the GPU. Size does not
+           enter: both are exact and O(N M d); at 1M the two differ by ~25% on CPU
+           (benchmarks/README.md).
+
+Devices: ``cuda:i`` searches on GPU i; plain ``cuda`` on every visible GPU — faiss splits the
+gallery over them (``index_cpu_to_gpus_list`` with ``shard=True``), torch splits the query rows
+(the gallery copied to each GPU, one thread per GPU).
+
+:func:`retrieve_approximate` (faiss HNSW / IVF) is for exploring galleries too large to search
+exactly: its ranks are lower bounds, it reports its own recall against exact search on a sample,
+and its output is marked ``approximate`` so results built on it never reach a leaderboard.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,12 +52,14 @@ from tqdm.auto import tqdm
 
 from hnbench.metrics import validate_csr
 
-__all__ = ["RetrievalOutput", "available_backends", "resolve_backend", "retrieve"]
+__all__ = ["RetrievalOutput", "available_backends", "resolve_backend", "retrieve", "retrieve_approximate"]
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "torch", "faiss", "faiss-gpu")
-_CHUNK_BYTES = 256 * 2**20  # budget for one chunk's fp32 score block
+_CHUNK_BYTES = 256 * 2**20  # budget for one chunk's fp32 score block on CPU
+_CHUNK_BYTES_CUDA = 2**30  # on a GPU: fewer, larger chunks keep it busy (1M gallery -> 268 queries/chunk)
+_FAISS_CHUNK = 16384  # queries per faiss search call
 _MARGIN = 16  # extra list depth so ties just below the k-th/best-positive score rarely force a fallback
 _FAISS_GPU_MAX_K = 2048  # GPU faiss k-selection limit
 
@@ -61,7 +76,9 @@ class RetrievalOutput:
     best_wrong_score: np.ndarray  # (N,) float32, nan if none
     topk_index: np.ndarray  # (N, k) int64, descending score, ties by lower gallery index
     topk_score: np.ndarray  # (N, k) float32
-    backend: str  # backend that actually ran: "torch", "faiss" or "faiss-gpu"
+    backend: str  # backend that actually ran: "torch", "faiss", "faiss-gpu" (approximate: "faiss-hnsw"/"faiss-ivf")
+    approximate: bool = False  # True: from an approximate index, never to be ranked with exact results
+    recall_vs_exact: dict | None = None  # approximate only: agreement with exact search on a query sample
 
 
 def _faiss():
@@ -77,6 +94,13 @@ def _faiss_gpu_ok() -> bool:
     """True when the installed faiss has GPU support and sees at least one GPU."""
     faiss = _faiss()
     return faiss is not None and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def _gpu_ids(dev: torch.device) -> list[int]:
+    """GPUs a search on ``dev`` uses: plain "cuda" means every visible GPU, "cuda:i" only GPU i."""
+    if dev.type != "cuda":
+        return []
+    return [dev.index] if dev.index is not None else list(range(max(1, torch.cuda.device_count())))
 
 
 def available_backends() -> list[str]:
@@ -141,7 +165,9 @@ def _as_tensor(x, name: str) -> torch.Tensor:
     if t.ndim != 2:
         raise ValueError(f"{name} must be 2-D (n, d), got shape {tuple(t.shape)}")
     t = t.float()
-    if not bool(torch.isfinite(t).all()):
+    # In row blocks: torch.isfinite over a whole 1M x 768 gallery allocates 1.6x its size at once.
+    block = max(1, 2**24 // max(1, t.shape[1]))
+    if not all(bool(torch.isfinite(t[s:s + block]).all()) for s in range(0, t.shape[0], block)):
         raise ValueError(f"{name} contains NaN or inf")
     return t
 
@@ -197,10 +223,29 @@ def _topk_exact(s: torch.Tensor, kk: int) -> tuple[torch.Tensor, torch.Tensor]:
     return vals, inds
 
 
+def _count_ge_gt(s: torch.Tensor, t: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """#{j : s[r, j] >= t[r]} and #{j : s[r, j] > t[r]} for each r in rows.
+
+    On CPU row by row in numpy: no chunk-sized temporaries, and ~30x faster than torch's
+    bool reductions there (measured 25 ms vs 1.6 s for 335 x 200k). On CUDA in one torch pass.
+    """
+    if s.device.type != "cpu":
+        sd, td = s[rows], t[rows, None]
+        return (sd >= td).sum(1), (sd > td).sum(1)
+    s_np, t_np, r_np = s.numpy(), t.numpy(), rows.numpy()
+    ge, gt = np.empty(r_np.size, np.int64), np.empty(r_np.size, np.int64)
+    for i, r in enumerate(r_np):
+        ge[i], gt[i] = np.count_nonzero(s_np[r] >= t_np[r]), np.count_nonzero(s_np[r] > t_np[r])
+    return torch.from_numpy(ge), torch.from_numpy(gt)
+
+
 def _torch_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray,
                 k: int, chunk: int, out: RetrievalOutput, pbar) -> None:
     """Exact results for the (ascending) query indices `rows`, written into `out` in place."""
     dev, m = g.device, g.shape[0]
+    # One score block reused by every chunk: a fresh (chunk, M) allocation per chunk costs as much
+    # as the matmul itself on CPU (page faults on ~256 MB each time).
+    buf = torch.empty((min(chunk, rows.size), m), device=dev)
     for start in range(0, rows.size, chunk):
         r = rows[start : start + chunk]
         c = r.size
@@ -208,7 +253,7 @@ def _torch_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarr
         local, cols = torch.from_numpy(local_np).to(dev), torch.from_numpy(cols_np).to(dev)
         contiguous = int(r[-1]) - int(r[0]) + 1 == c  # slicing avoids an index copy in the common case
         qc = q[int(r[0]) : int(r[-1]) + 1] if contiguous else q[torch.from_numpy(r)]
-        s = qc.to(dev) @ g.T  # (c, M) fp32
+        s = torch.mm(qc.to(dev, non_blocking=True), g.T, out=buf[:c])  # (c, M) fp32
         pv = s[local, cols]
         gt = torch.full((c,), -torch.inf, device=dev).scatter_reduce_(0, local, pv, "amax")
         at_max = pv == gt[local]
@@ -229,10 +274,10 @@ def _torch_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarr
         tied = (ge & (vals == gt[:, None])).any(1)
         deep = (gt <= vals[:, -1]).nonzero().flatten() if kk < m else gt.new_zeros(0, dtype=torch.int64)
         if deep.numel():
-            sd, gd = s[deep], gt[deep, None]
             # Positives are never above gt, so non-positives >= gt = n_ge - (positives == gt).
-            rank[deep] = 1 + (sd >= gd).sum(1) - n_pos_at_max[deep]
-            tied[deep] = rank[deep] - 1 > (sd > gd).sum(1)
+            n_ge, n_gt = _count_ge_gt(s, gt, deep)
+            rank[deep] = 1 + n_ge - n_pos_at_max[deep]
+            tied[deep] = rank[deep] - 1 > n_gt
         first = nonpos.int().argmax(1, keepdim=True)
         has = nonpos.any(1)
         bw_idx = torch.where(has, inds.gather(1, first)[:, 0], -1)
@@ -245,16 +290,21 @@ def _torch_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarr
 
 
 def _faiss_search(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarray, k: int,
-                  chunk: int, gpu_id: int | None, out: RetrievalOutput, pbar) -> np.ndarray:
+                  chunk: int, gpu_ids: list[int] | None, out: RetrievalOutput, pbar) -> np.ndarray:
     """Fill `out` from an IndexFlatIP search; return the query indices that need the exact path."""
     faiss = _faiss()
     n, m = q.shape[0], g.shape[0]
     index = faiss.IndexFlatIP(g.shape[1])
     index.add(np.ascontiguousarray(g.cpu().numpy()))
     kp = min(m, k + int(np.diff(ptr).max()) + _MARGIN)
-    if gpu_id is not None:
-        res = faiss.StandardGpuResources()
-        index = faiss.index_cpu_to_gpu(res, gpu_id, index)
+    if gpu_ids:
+        if len(gpu_ids) == 1:
+            res = faiss.StandardGpuResources()
+            index = faiss.index_cpu_to_gpu(res, gpu_ids[0], index)
+        else:  # the gallery split over the GPUs (memory M*d/G each), results merged by faiss
+            co = faiss.GpuMultipleClonerOptions()
+            co.shard = True
+            index = faiss.index_cpu_to_gpus_list(index, co=co, gpus=gpu_ids)
         kp = min(kp, _FAISS_GPU_MAX_K)
     complete = kp == m
     keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr)) * m + idx  # sorted: canonical CSR
@@ -304,9 +354,12 @@ def retrieve(queries, gallery, pos_ptr: np.ndarray, pos_idx: np.ndarray, *, k: i
     if name == "faiss-gpu" and k + 1 > _FAISS_GPU_MAX_K:
         log.info("k=%d exceeds the GPU faiss limit %d; using the torch backend", k, _FAISS_GPU_MAX_K)
         name = "torch"
-    chunk = chunk_size if chunk_size is not None else max(1, _CHUNK_BYTES // (4 * m))
+    budget = _CHUNK_BYTES_CUDA if dev.type == "cuda" else _CHUNK_BYTES
+    chunk = chunk_size if chunk_size is not None else max(1, budget // (4 * m))
     if chunk < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    # faiss tiles its own score blocks, so its query chunk only bounds the (chunk, k') result lists.
+    faiss_chunk = chunk_size if chunk_size is not None else _FAISS_CHUNK
     out = RetrievalOutput(
         rank=np.zeros(n, np.int64), tied=np.zeros(n, bool), gt_index=np.zeros(n, np.int64),
         gt_score=np.zeros(n, np.float32), best_wrong_index=np.full(n, -1, np.int64),
@@ -316,11 +369,110 @@ def retrieve(queries, gallery, pos_ptr: np.ndarray, pos_idx: np.ndarray, *, k: i
     log.debug("retrieve: N=%d M=%d d=%d k=%d backend=%s device=%s chunk=%d", n, m, q.shape[1], k, name, dev, chunk)
     with _ieee_fp32_matmul(), torch.inference_mode(), tqdm(total=n, desc=desc, unit="q", disable=not progress) as pbar:
         rows = np.arange(n, dtype=np.int64)
+        gpus = _gpu_ids(dev)
         if name != "torch":
-            gpu_id = (dev.index or 0) if name == "faiss-gpu" else None
-            rows = _faiss_search(q, g, ptr, idx, k, chunk, gpu_id, out, pbar)
+            rows = _faiss_search(q, g, ptr, idx, k, faiss_chunk, gpus if name == "faiss-gpu" else None, out, pbar)
             if rows.size:
                 log.info("%s: %d/%d queries not decidable from the faiss list; recomputed exactly", desc, rows.size, n)
-        if rows.size:
+        if rows.size and len(gpus) > 1:
+            # Query rows split over the GPUs, each holding the whole gallery; one thread per GPU
+            # (CUDA kernels release the GIL) and disjoint output rows.
+            parts = [p for p in np.array_split(rows, len(gpus)) if p.size]
+            with ThreadPoolExecutor(len(parts)) as pool:
+                jobs = [pool.submit(_torch_rows, q, g.to(f"cuda:{i}"), ptr, idx, p, k, chunk, out, pbar)
+                        for i, p in zip(gpus, parts)]
+                for job in jobs:
+                    job.result()
+        elif rows.size:
             _torch_rows(q, g.to(dev), ptr, idx, rows, k, chunk, out, pbar)
+    return out
+
+
+def _approx_index(g: np.ndarray, kind: str, kp: int, nprobe: int | None, seed: int):
+    faiss = _faiss()
+    if faiss is None:
+        raise ValueError("approximate search needs faiss, which is not installed")
+    m, d = g.shape
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(d, 32, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = 80
+        index.add(g)
+        index.hnsw.efSearch = max(128, kp)
+    elif kind == "ivf":
+        nlist = max(1, min(m // 39, int(4 * np.sqrt(m))))  # faiss wants >= 39 training points per list
+        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
+        rng = np.random.default_rng(seed)
+        index.train(g[np.sort(rng.choice(m, min(m, 256 * nlist), replace=False))])
+        index.add(g)
+        index.nprobe = nprobe or max(1, nlist // 16)
+    else:
+        raise ValueError(f"unknown approximate index {kind!r}; valid: hnsw, ivf")
+    return index
+
+
+def retrieve_approximate(queries, gallery, pos_ptr: np.ndarray, pos_idx: np.ndarray, *, k: int = 10,
+                         index: str = "hnsw", nprobe: int | None = None, sample: int = 1000, seed: int = 0,
+                         progress: bool = False, desc: str = "search") -> RetrievalOutput:
+    """Approximate retrieval (faiss HNSW or IVF-Flat) for exploring large galleries; not a benchmark number.
+
+    Each query gets the index's list of depth k' = k + max #positives + margin. ``gt_score`` and
+    ``gt_index`` are exact (positives are scored directly); ``rank`` = 1 + #non-positives in the
+    list scoring >= the best positive, a lower bound of the exact rank (the index may miss items).
+    On ``sample`` seeded queries the exact search runs too and ``recall_vs_exact`` reports
+    ``recall@k`` (mean |approx top-k ∩ exact top-k| / k) and ``rank_agreement`` (share of equal
+    ranks). The output is marked ``approximate=True``; evaluate records ``settings.search =
+    "approximate"`` so leaderboards keep it apart from exact results.
+    """
+    q, g = _as_tensor(queries, "queries"), _as_tensor(gallery, "gallery")
+    n, m = q.shape[0], g.shape[0]
+    if q.shape[1] != g.shape[1]:
+        raise ValueError(f"queries have dim {q.shape[1]} but gallery has dim {g.shape[1]}")
+    ptr, idx = _sorted_pairs(*validate_csr(pos_ptr, pos_idx, n, m))
+    k = min(k, m)
+    kp = min(m, k + int(np.diff(ptr).max()) + _MARGIN)
+    q_np, g_np = np.ascontiguousarray(q.cpu().numpy()), np.ascontiguousarray(g.cpu().numpy())
+    ann = _approx_index(g_np, index, kp, nprobe, seed)
+    out = RetrievalOutput(
+        rank=np.zeros(n, np.int64), tied=np.zeros(n, bool), gt_index=np.zeros(n, np.int64),
+        gt_score=np.zeros(n, np.float32), best_wrong_index=np.full(n, -1, np.int64),
+        best_wrong_score=np.full(n, np.nan, np.float32), topk_index=np.zeros((n, k), np.int64),
+        topk_score=np.zeros((n, k), np.float32), backend=f"faiss-{index}", approximate=True,
+    )
+    keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr)) * m + idx
+    for start in tqdm(range(0, n, _FAISS_CHUNK), desc=desc, unit="chunk", disable=not progress):
+        stop = min(n, start + _FAISS_CHUNK)
+        d_, i_ = ann.search(q_np[start:stop], kp)
+        d_ = np.where(i_ < 0, -np.inf, d_).astype(np.float32)  # -1: the index found fewer than k'
+        o = np.lexsort((i_, -d_), axis=1)
+        d_, i_ = np.take_along_axis(d_, o, 1), np.take_along_axis(i_, o, 1).astype(np.int64)
+        rows = np.arange(start, stop, dtype=np.int64)
+        local, cols = _csr_rows(ptr, idx, rows)
+        pv = np.einsum("ij,ij->i", q_np[rows[local]], g_np[cols])  # exact positive scores
+        gt = np.full(rows.size, -np.inf, np.float32)
+        np.maximum.at(gt, local, pv)
+        gi = np.full(rows.size, m, np.int64)
+        at_max = pv == gt[local]
+        np.minimum.at(gi, local[at_max], cols[at_max])
+        cand = rows[:, None] * m + np.maximum(i_, 0)
+        nonpos = (i_ >= 0) & (keys[np.searchsorted(keys, cand).clip(max=keys.size - 1)] != cand)
+        ge = nonpos & (d_ >= gt[:, None])
+        has = nonpos.any(1)
+        first = nonpos.argmax(1)
+        ar = np.arange(rows.size)
+        sl = slice(start, stop)
+        out.rank[sl], out.tied[sl] = 1 + ge.sum(1), (ge & (d_ == gt[:, None])).any(1)
+        out.gt_index[sl], out.gt_score[sl] = gi, gt
+        out.best_wrong_index[sl] = np.where(has, i_[ar, first], -1)
+        out.best_wrong_score[sl] = np.where(has, d_[ar, first], np.nan)
+        out.topk_index[sl], out.topk_score[sl] = i_[:, :k], d_[:, :k]
+    rows = np.sort(np.random.default_rng(seed).choice(n, min(n, sample), replace=False))
+    local, cols = _csr_rows(ptr, idx, rows)
+    sub_ptr = np.zeros(rows.size + 1, np.int64)
+    np.cumsum(np.bincount(local, minlength=rows.size), out=sub_ptr[1:])
+    exact = retrieve(q_np[rows], g_np, sub_ptr, cols, k=k, backend="torch", device="cpu")
+    overlap = [np.intersect1d(a, b).size for a, b in zip(out.topk_index[rows], exact.topk_index)]
+    out.recall_vs_exact = {"recall@k": float(np.mean(overlap) / k), "k": k,
+                           "rank_agreement": float(np.mean(out.rank[rows] == exact.rank)), "sample": int(rows.size)}
+    log.info("%s: approximate (%s) recall@%d vs exact on %d queries: %.4f", desc, index, k, rows.size,
+             out.recall_vs_exact["recall@k"])
     return out

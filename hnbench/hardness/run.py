@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import inspect
 import json
 import logging
 import re
@@ -168,12 +167,6 @@ def _text_encoder_names() -> tuple[str, ...]:
     return tuple(TEXT_ENCODERS)
 
 
-def _cache_kwargs(fn: Any, use_cache: bool) -> dict[str, Any]:
-    """The embedding-cache switch of an encode function (``cache=True``: the encoder's default cache)."""
-    params = inspect.signature(fn).parameters
-    return {"cache": bool(use_cache)} if "cache" in params else {"use_cache": use_cache} if "use_cache" in params else {}
-
-
 def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9._]+", "-", str(s)).strip("-") or "x"
 
@@ -238,12 +231,12 @@ def hardness(
     timings["load_model"] = time.perf_counter() - t
 
     txt = encode.encode_texts(encoder, cs.captions, batch_size=max(encode_batch_size, 64), progress=progress,
-                              **_cache_kwargs(encode.encode_texts, use_cache))
+                              cache=bool(use_cache))
     timings["encode_texts"] = txt.seconds
     image_vectors, img = None, None
     if images and cs.images is not None and getattr(encoder, "has_images", True):
         img = encode.encode_images(encoder, cs.images, batch_size=encode_batch_size, num_workers=num_workers,
-                                   progress=progress, **_cache_kwargs(encode.encode_images, use_cache))
+                                   progress=progress, cache=bool(use_cache))
         image_vectors = img.vectors
         timings["encode_images"] = img.seconds
 

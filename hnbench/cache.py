@@ -1,0 +1,470 @@
+"""Content-addressed embedding store: an item is never encoded twice by the same model.
+
+Key of an embedding = (model key) × (content key):
+
+- *model key*: sha256 over the weights fingerprint, framework, architecture, the image
+  preprocessing (``repr`` of the eval transform, memory addresses stripped), text context length,
+  embedding dim, weights precision and the autocast dtype actually used (amp only counts on CUDA).
+  The device is deliberately not part of it: CPU and GPU embeddings of the same model agree to
+  ~1e-6 and a cache filled on a GPU machine should serve analyses on a laptop.
+- *content key*: blake2b-128 of the image file's bytes (not its path or name) / the caption's
+  UTF-8 text. Images that cannot be read have no key: they are never cached, always retried.
+
+Layout under the root (default ``<hnbench cache>/embeddings``, see :func:`default_root`)::
+
+    <root>/<model key>/model.json          what the key was made of (for ``hnbench cache ls``)
+    <root>/<model key>/image/<name>.emb    shards of image embeddings
+    <root>/<model key>/text/<name>.emb     shards of text embeddings (+ token lengths)
+    <root>/quarantine/<...>.emb            shards that failed their checksum
+
+A shard is written once, atomically (temporary file + ``os.replace``) and never modified::
+
+    b"HNBEMB1\\n" | uint32 header length | JSON header {kind, model_key, n, dim, aux}
+    | n × 16 content keys | n × dim float32 vectors | n int64 aux (text: token lengths)
+    | sha256 of everything before it (32 bytes)
+
+A shard whose size, header or checksum does not match is logged, moved to ``quarantine/`` and
+its items count as missing, so they are encoded again: a corrupt file is never used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import struct
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hnbench.paths import cache_dir
+from hnbench.results import atomic_write_bytes
+
+__all__ = ["CacheStats", "CorruptShardError", "EmbeddingCache", "ShardStore", "clear", "default_root",
+           "disk_usage", "list_models", "model_spec"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1
+MAGIC = b"HNBEMB1\n"
+KEY_BYTES = 16
+KEY_DTYPE = np.dtype(f"S{KEY_BYTES}")
+SHARD_SUFFIX = ".emb"
+KINDS = ("image", "text")
+
+
+class CorruptShardError(Exception):
+    """A shard file is truncated, malformed or fails its checksum."""
+
+
+def default_root() -> Path:
+    """``<hnbench cache dir>/embeddings`` (``$HNBENCH_CACHE``, ``$XDG_CACHE_HOME/hnbench`` or ``~/.cache/hnbench``)."""
+    return cache_dir() / "embeddings"
+
+
+@dataclass
+class CacheStats:
+    """What one run took from the cache and what it had to encode."""
+
+    image_hits: int = 0
+    image_encoded: int = 0
+    text_hits: int = 0
+    text_encoded: int = 0
+    corrupt_shards: int = 0
+    shards_written: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+# --- keys ----------------------------------------------------------------------------------------
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=KEY_BYTES).digest()
+
+
+def _describe_transform(transform: Any) -> str:
+    """A stable text form of an image transform: its repr without memory addresses."""
+    text = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(transform))
+    processor = getattr(transform, "processor", None)  # transformers image processors carry their config
+    if processor is not None and hasattr(processor, "to_dict"):
+        text += json.dumps(processor.to_dict(), sort_keys=True, default=str)
+    return text
+
+
+def model_spec(info: Any, image_transform: Any, *, autocast: str | None = None) -> dict[str, Any]:
+    """What the model key is made of (``info`` is a :class:`~hnbench.models.base.ModelInfo`)."""
+    return {
+        "format": FORMAT, "framework": info.framework, "arch": info.arch, "fingerprint": info.fingerprint,
+        "preprocess": _describe_transform(image_transform), "context_length": int(info.context_length),
+        "embed_dim": int(info.embed_dim), "precision": (info.extra or {}).get("precision", "fp32"),
+        "autocast": autocast,
+    }
+
+
+def text_keys(texts: Sequence[str]) -> np.ndarray:
+    """Content keys of captions: blake2b-128 of the UTF-8 text."""
+    return np.array([_digest(t.encode("utf-8")) for t in texts], dtype=KEY_DTYPE)
+
+
+def _image_bytes(source: Any, i: int) -> bytes:
+    """The bytes that define image ``i``: the file for files, the stored bytes for HF rows, else pixels."""
+    from hnbench.data.base import FileImages, HFImages
+
+    if isinstance(source, FileImages):
+        with open(source.paths[i], "rb") as f:
+            return f.read()
+    if isinstance(source, HFImages):
+        value = source._value(i)
+        if isinstance(value, dict) and value.get("bytes"):
+            return value["bytes"]
+        path = value.get("path") if isinstance(value, dict) else value
+        if isinstance(path, str):
+            with open(path, "rb") as f:
+                return f.read()
+    im = source.open(i)  # any other source: hash what the decoder produced
+    return f"{im.mode}:{im.size}:".encode() + im.tobytes()
+
+
+def _image_key(source: Any, i: int) -> bytes | None:
+    try:
+        return _digest(_image_bytes(source, i))
+    except Exception as e:  # unreadable: not cacheable; the encoder reports it properly
+        logger.debug("no cache key for image %s: %s", source.describe(i), e)
+        return None
+
+
+def image_keys(source: Any, positions: Sequence[int], *, threads: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Content keys of images ``positions`` of ``source`` and a mask of those that could be read."""
+    from hnbench.data.base import FileImages
+
+    positions = list(positions)
+    if isinstance(source, FileImages) and len(positions) > 64 and threads > 1:
+        with ThreadPoolExecutor(threads) as pool:  # file reads and hashing release the GIL
+            found = list(pool.map(lambda i: _image_key(source, i), positions, chunksize=64))
+    else:
+        found = [_image_key(source, i) for i in positions]
+    ok = np.array([k is not None for k in found], dtype=bool)
+    return np.array([k or b"" for k in found], dtype=KEY_DTYPE), ok
+
+
+# --- shards --------------------------------------------------------------------------------------
+@dataclass
+class Shard:
+    keys: np.ndarray  # (n,) S16
+    vectors: np.ndarray  # (n, dim) float32
+    aux: np.ndarray | None  # (n,) int64
+
+
+def encode_shard(kind: str, model_key: str, keys: np.ndarray, vectors: np.ndarray,
+                 aux: np.ndarray | None = None) -> bytes:
+    """Serialise one shard (format in the module docstring)."""
+    keys = np.ascontiguousarray(keys, dtype=KEY_DTYPE)
+    vectors = np.ascontiguousarray(vectors, dtype="<f4")
+    header = json.dumps({"format": FORMAT, "kind": kind, "model_key": model_key, "n": int(len(keys)),
+                         "dim": int(vectors.shape[1]), "aux": None if aux is None else "int64"}).encode()
+    parts = [MAGIC, struct.pack("<I", len(header)), header, keys.tobytes(), vectors.tobytes()]
+    if aux is not None:
+        parts.append(np.ascontiguousarray(aux, dtype="<i8").tobytes())
+    body = b"".join(parts)
+    return body + hashlib.sha256(body).digest()
+
+
+def decode_shard(data: bytes, *, kind: str | None = None, model_key: str | None = None,
+                 dim: int | None = None) -> Shard:
+    """Parse and verify a shard; raise :class:`CorruptShardError` on any mismatch."""
+    if len(data) < len(MAGIC) + 4 + 32 or not data.startswith(MAGIC):
+        raise CorruptShardError("bad magic or truncated")
+    if hashlib.sha256(data[:-32]).digest() != data[-32:]:
+        raise CorruptShardError("checksum mismatch")
+    (hlen,) = struct.unpack_from("<I", data, len(MAGIC))
+    start = len(MAGIC) + 4
+    try:
+        h = json.loads(data[start:start + hlen])
+        n, d = int(h["n"]), int(h["dim"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptShardError(f"bad header ({e})") from e
+    expect = {"kind": kind, "model_key": model_key, "dim": dim}
+    for name, want in expect.items():
+        if want is not None and h.get(name) != want:
+            raise CorruptShardError(f"header {name}={h.get(name)!r}, expected {want!r}")
+    off = start + hlen
+    size = off + n * KEY_BYTES + 4 * n * d + (8 * n if h.get("aux") else 0) + 32
+    if size != len(data):
+        raise CorruptShardError(f"size {len(data)} != {size} from the header")
+    keys = np.frombuffer(data, KEY_DTYPE, n, off)
+    off += n * KEY_BYTES
+    vectors = np.frombuffer(data, "<f4", n * d, off).reshape(n, d)
+    off += 4 * n * d
+    aux = np.frombuffer(data, "<i8", n, off) if h.get("aux") else None
+    return Shard(keys, vectors, aux)
+
+
+def read_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a shard, without verifying the body (for listings)."""
+    with open(path, "rb") as f:
+        head = f.read(len(MAGIC) + 4)
+        if len(head) < len(MAGIC) + 4 or not head.startswith(MAGIC):
+            raise CorruptShardError("bad magic or truncated")
+        (hlen,) = struct.unpack_from("<I", head, len(MAGIC))
+        try:
+            return json.loads(f.read(hlen))
+        except ValueError as e:
+            raise CorruptShardError(f"bad header ({e})") from e
+
+
+class ShardStore:
+    """The shards of one kind (image or text) of one model."""
+
+    def __init__(self, directory: Path, kind: str, model_key: str, dim: int, stats: CacheStats,
+                 quarantine: Path):
+        self.directory, self.kind, self.model_key, self.dim = Path(directory), kind, model_key, dim
+        self.stats, self.quarantine = stats, quarantine
+        self.unwritable = False
+
+    def shards(self) -> list[Path]:
+        return sorted(self.directory.glob(f"*{SHARD_SUFFIX}")) if self.directory.is_dir() else []
+
+    def _read(self, path: Path) -> Shard | None:
+        try:
+            return decode_shard(path.read_bytes(), kind=self.kind, model_key=self.model_key, dim=self.dim)
+        except FileNotFoundError:  # quarantined or cleared by another process meanwhile
+            return None
+        except CorruptShardError as e:
+            self.stats.corrupt_shards += 1
+            self.quarantine.mkdir(parents=True, exist_ok=True)
+            dest = self.quarantine / f"{self.model_key}-{self.kind}-{path.name}"
+            try:
+                os.replace(path, dest)
+            except OSError:
+                dest = None
+            logger.warning("corrupt %s cache shard %s (%s): moved to %s; its items will be encoded again",
+                           self.kind, path, e, dest)
+            return None
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(found mask, vectors, aux) for ``keys``; rows not found are NaN / -1."""
+        keys = np.asarray(keys, dtype=KEY_DTYPE)
+        n = len(keys)
+        vectors = np.full((n, self.dim), np.nan, dtype=np.float32)
+        aux = np.full(n, -1, dtype=np.int64)
+        if n == 0:
+            return np.zeros(0, bool), vectors, aux
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        found = np.zeros(len(uniq), dtype=bool)
+        u_vec = np.full((len(uniq), self.dim), np.nan, dtype=np.float32)
+        u_aux = np.full(len(uniq), -1, dtype=np.int64)
+        for path in self.shards():
+            shard = self._read(path)
+            if shard is None or not len(shard.keys):
+                continue
+            pos = np.searchsorted(uniq, shard.keys).clip(max=len(uniq) - 1)
+            take = (uniq[pos] == shard.keys) & ~found[pos]
+            pos = pos[take]
+            u_vec[pos] = shard.vectors[take]
+            if shard.aux is not None:
+                u_aux[pos] = shard.aux[take]
+            found[pos] = True
+            if found.all():
+                break
+        hit = found[inverse]
+        self._count(int(hit.sum()), "hits")
+        return hit, u_vec[inverse], u_aux[inverse]
+
+    def _count(self, n: int, what: str) -> None:
+        name = f"{self.kind}_{what}"
+        setattr(self.stats, name, getattr(self.stats, name) + n)
+
+    def write(self, keys: np.ndarray, vectors: np.ndarray, aux: np.ndarray | None = None) -> Path | None:
+        """Write one shard atomically; its name is its checksum, so rewriting the same items is a no-op."""
+        self._count(len(keys), "encoded")
+        if not len(keys) or self.unwritable:
+            return None
+        data = encode_shard(self.kind, self.model_key, keys, vectors, aux)
+        path = self.directory / f"{data[-32:].hex()[:24]}{SHARD_SUFFIX}"
+        try:
+            atomic_write_bytes(path, data)
+        except OSError as e:  # read-only or full: the run goes on, only the reuse is lost
+            self.unwritable = True
+            logger.warning("cannot write the embedding cache at %s (%s); continuing without writing to it",
+                           self.directory, e)
+            return None
+        self.stats.shards_written += 1
+        return path
+
+    def writer(self, shard_items: int, flush_seconds: float) -> ShardWriter:
+        # Temporary files of writes killed half-way: invisible to readers, removed once clearly stale.
+        for tmp in self.directory.glob(".*.tmp") if self.directory.is_dir() else []:
+            with contextlib.suppress(OSError):
+                if time.time() - tmp.stat().st_mtime > 3600:
+                    tmp.unlink()
+        return ShardWriter(self, shard_items, flush_seconds)
+
+
+class ShardWriter:
+    """Buffers freshly encoded items and writes a shard every ``shard_items`` items or ``flush_seconds``.
+
+    Leaving the ``with`` block flushes what is buffered, also on an exception: what was encoded
+    before a failure is kept, so the next run resumes after it.
+    """
+
+    def __init__(self, store: ShardStore, shard_items: int, flush_seconds: float):
+        self.store, self.shard_items, self.flush_seconds = store, shard_items, flush_seconds
+        self._keys: list[np.ndarray] = []
+        self._vectors: list[np.ndarray] = []
+        self._aux: list[np.ndarray] = []
+        self._n, self._since = 0, time.monotonic()
+
+    def add(self, keys: np.ndarray, vectors: np.ndarray, aux: np.ndarray | None = None) -> None:
+        if vectors.ndim != 2 or vectors.shape[1] != self.store.dim:
+            raise ValueError(f"embeddings of shape {vectors.shape} do not match the cache's dim {self.store.dim} "
+                             "(model info embed_dim is wrong?)")
+        self._keys.append(np.asarray(keys, dtype=KEY_DTYPE))
+        self._vectors.append(np.asarray(vectors, dtype=np.float32))
+        if aux is not None:
+            self._aux.append(np.asarray(aux, dtype=np.int64))
+        self._n += len(keys)
+        if self._n >= self.shard_items or time.monotonic() - self._since >= self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._n:
+            aux = np.concatenate(self._aux) if self._aux else None
+            self.store.write(np.concatenate(self._keys), np.concatenate(self._vectors), aux)
+        self._keys, self._vectors, self._aux, self._n = [], [], [], 0
+        self._since = time.monotonic()
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.flush()
+
+
+@dataclass
+class EmbeddingCache:
+    """One model's image and text stores under ``root/<model key>``."""
+
+    root: Path
+    spec: dict[str, Any]
+    shard_items: int = 1024
+    flush_seconds: float = 120.0
+    stats: CacheStats = field(default_factory=CacheStats)
+    pretrained: str | None = None  # shown by ``hnbench cache ls``; the weights enter the key via the fingerprint
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root).expanduser()
+        blob = json.dumps(self.spec, sort_keys=True).encode()
+        self.key = hashlib.sha256(blob).hexdigest()[:16]
+        self.directory = self.root / self.key
+        dim, quarantine = int(self.spec["embed_dim"]), self.root / "quarantine"
+        self.images = ShardStore(self.directory / "image", "image", self.key, dim, self.stats, quarantine)
+        self.texts = ShardStore(self.directory / "text", "text", self.key, dim, self.stats, quarantine)
+
+    @classmethod
+    def for_encoder(cls, encoder: Any, root: str | Path | None = None, *, amp: bool = False,
+                    **kwargs: Any) -> EmbeddingCache:
+        """The cache of ``encoder`` as it will run (``amp`` only changes the key on CUDA)."""
+        autocast = None
+        if amp and encoder.device.type == "cuda":
+            import torch
+
+            autocast = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        spec = model_spec(encoder.info, getattr(encoder, "image_transform", None), autocast=autocast)
+        return cls(Path(root) if root is not None else default_root(), spec, pretrained=encoder.info.pretrained,
+                   **kwargs)
+
+    def write_metadata(self) -> None:
+        """``model.json`` beside the shards, written once: what the key stands for."""
+        path = self.directory / "model.json"
+        if path.exists():
+            return
+        meta = {"key": self.key, "spec": self.spec, "pretrained": self.pretrained,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        with contextlib.suppress(OSError):  # an unwritable cache is reported once, by the shard writer
+            atomic_write_bytes(path, (json.dumps(meta, indent=2) + "\n").encode())
+
+    def image_writer(self) -> ShardWriter:
+        self.write_metadata()
+        return self.images.writer(self.shard_items, self.flush_seconds)
+
+    def text_writer(self) -> ShardWriter:
+        self.write_metadata()
+        return self.texts.writer(self.shard_items, self.flush_seconds)
+
+
+# --- ls / du / clear -----------------------------------------------------------------------------
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def list_models(root: str | Path | None = None) -> list[dict[str, Any]]:
+    """One row per cached model: key, arch, fingerprint, pretrained, items and bytes per kind."""
+    root = Path(root) if root is not None else default_root()
+    rows = []
+    dirs = sorted(p for p in root.iterdir() if p.is_dir() and p.name != "quarantine" and not p.name.startswith(".")) \
+        if root.is_dir() else []
+    for d in dirs:
+        try:
+            meta = json.loads((d / "model.json").read_text())
+        except (OSError, ValueError):
+            meta = {}
+        spec = meta.get("spec", {})
+        row = {"key": d.name, "arch": spec.get("arch"), "pretrained": meta.get("pretrained"),
+               "fingerprint": spec.get("fingerprint"), "precision": spec.get("precision"),
+               "context_length": spec.get("context_length"), "bytes": _size(d)}
+        for kind in KINDS:
+            shards = sorted((d / kind).glob(f"*{SHARD_SUFFIX}")) if (d / kind).is_dir() else []
+            n = 0
+            for s in shards:
+                try:
+                    n += int(read_header(s).get("n", 0))
+                except (OSError, CorruptShardError, ValueError):
+                    pass
+            row[f"{kind}_items"], row[f"{kind}_shards"] = n, len(shards)
+        rows.append(row)
+    return rows
+
+
+def disk_usage(root: str | Path | None = None) -> dict[str, int]:
+    """Bytes per model key, plus ``quarantine`` and ``total``."""
+    root = Path(root) if root is not None else default_root()
+    out = {p.name: _size(p) for p in sorted(root.iterdir())} if root.is_dir() else {}
+    out["total"] = sum(out.values())
+    return out
+
+
+def clear(root: str | Path | None = None, *, models: Sequence[str] | None = None,
+          kind: str | None = None) -> int:
+    """Delete cached embeddings; returns bytes freed.
+
+    ``models`` selects model keys, architectures or weight fingerprints (prefixes of keys and
+    fingerprints work); without it everything goes, quarantine included. ``kind`` limits the
+    deletion to ``image`` or ``text`` shards.
+    """
+    root = Path(root) if root is not None else default_root()
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if not root.is_dir():
+        return 0
+    if models:
+        chosen = [root / r["key"] for r in list_models(root) if any(
+            r["key"].startswith(m) or r["arch"] == m or (r["fingerprint"] or "").startswith(m) for m in models)]
+    else:  # everything: models, quarantine, leftovers of interrupted distributed runs
+        chosen = [p for p in root.iterdir() if p.is_dir() and (kind is None or p.name != "quarantine")]
+    freed = 0
+    for target in chosen:
+        target = target / kind if kind else target
+        freed += _size(target)
+        shutil.rmtree(target, ignore_errors=True)
+    return freed
