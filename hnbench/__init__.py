@@ -6,6 +6,7 @@ Public API (imported lazily so ``import hnbench`` stays light)::
     hnbench.load_model(name, pretrained, ...) -> Encoder
     hnbench.load_dataset(name_or_path, ...) -> ImageTextDataset
     hnbench.read_result(path) -> EvalResult
+    hnbench.hardness(data, model, ...) -> HardnessReport
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ _LAZY = {
     "ImageTextDataset": "hnbench.data.base:ImageTextDataset",
     "train": "hnbench.train.trainer:train",
     "TrainConfig": "hnbench.train.trainer:TrainConfig",
+    "leaderboard": "hnbench.leaderboard:leaderboard",
+    "hardness": "hnbench.hardness:hardness",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -39,6 +40,11 @@ def _add_data_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     g.add_argument("--caption-column", help="caption column of a manifest / HF dataset")
     g.add_argument("--skip-invalid", action="store_true",
                    help="drop and count missing/corrupt images and empty captions instead of failing")
+    g.add_argument("--split-file", action="append", metavar="PATH",
+                   help="a protocol's split list (e.g. GOAL's DCI_test.json) or a folder holding it; its sha256 "
+                        "is checked against the published one (a mismatch warns) and recorded; repeatable")
+    g.add_argument("--allow-count-mismatch", action="store_true",
+                   help="run even if a benchmark's loaded counts differ from the published ones (recorded)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,38 +65,230 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--device", default="cpu")
     _add_eval_options(demo)
 
-    tr = sub.add_parser("train", help="fine-tune an open_clip model with HN-CLIP or InfoNCE")
-    tr.add_argument("--recipe", help="built-in recipe name or TOML file; flags below override it")
+    tr = sub.add_parser("train", help="fine-tune an open_clip or HF CLIP model with HN-CLIP or InfoNCE "
+                                      "(multi-GPU: torchrun --nproc-per-node N -m hnbench train ...)")
+    tr.add_argument("--recipe", help="built-in recipe name or TOML/YAML file; flags below override it")
     _add_model_args(tr, required=False)
     _add_data_args(tr, required=False)
-    tr.add_argument("--loss", choices=["hn", "infonce"])
-    tr.add_argument("--gamma", type=float)
-    tr.add_argument("--epochs", type=int)
-    tr.add_argument("--batch-size", type=int)
-    tr.add_argument("--lr", type=float)
-    tr.add_argument("--seed", type=int)
-    tr.add_argument("--num-workers", type=int)
-    tr.add_argument("--output", help="run directory (checkpoint.safetensors, train_config.json, log.jsonl)")
+    _add_train_options(tr)
 
     _add_datasets_parser(sub)
     _add_leaderboard_parser(sub)
     _add_hardness_parser(sub)
+    _add_cache_parser(sub)
+    _add_train_report_parser(sub)
     return parser
 
 
 # --- datasets (benchmarks) -------------------------------------------------------------------------
 def _add_datasets_parser(sub: argparse._SubParsersAction) -> None:
-    pass
+    p = sub.add_parser("datasets", help="the registered benchmarks: list, describe, download")
+    dsub = p.add_subparsers(dest="datasets_command", required=True)
+    ls = dsub.add_parser("list", help="registered datasets with their protocols (* = default)")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(handler=_run_datasets_list)
+    info = dsub.add_parser("info", help="source, license, citation, protocols; with data: counts, caption "
+                                        "lengths (words, CLIP tokens), fingerprint")
+    info.add_argument("name")
+    info.add_argument("--data-root", help="where the benchmark's files are (default: the download location)")
+    info.add_argument("--protocol", help="protocol to load (default: the benchmark's default)")
+    info.add_argument("--split-file", action="append", metavar="PATH", help="split list for the protocol")
+    info.add_argument("--json", action="store_true", help="print JSON (keys n_images, n_captions, ...)")
+    info.set_defaults(handler=_run_datasets_info)
+    dl = dsub.add_parser("download", help="fetch a benchmark from its official sources into DIR")
+    dl.add_argument("name")
+    dl.add_argument("--to", metavar="DIR", help="target directory, then the --data-root (default: the hnbench cache)")
+    dl.add_argument("--local", action="append", default=[], metavar="FILE",
+                    help="use this already-downloaded file (e.g. sa_000138.tar) instead of fetching it; repeatable")
+    dl.add_argument("--revision", help="Hugging Face revision for hub-hosted files (default: main; the commit is recorded)")
+    dl.set_defaults(handler=_run_datasets_download)
+
+
+def _run_datasets_list(args: argparse.Namespace) -> int:
+    from hnbench.data.benchmarks.stats import list_rows
+
+    rows = list_rows()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        print(f"{r['name']:<12} {r['title']}")
+        if r["protocols"]:
+            print(f"{'':<12} protocols: {', '.join(r['protocols'])}; license: {r['license']}")
+    return 0
+
+
+def _run_datasets_info(args: argparse.Namespace) -> int:
+    from hnbench.data.benchmarks.stats import describe, render_info
+
+    info = describe(args.name, data_root=args.data_root, protocol=args.protocol, split_file=args.split_file)
+    print(json.dumps(info, indent=2) if args.json else render_info(info))
+    return 0
+
+
+def _run_datasets_download(args: argparse.Namespace) -> int:
+    from hnbench.data.benchmarks import get_benchmark
+    from hnbench.data.benchmarks.download import download
+
+    out = download(get_benchmark(args.name), args.to, local=args.local, revision=args.revision,
+                   progress=not args.quiet)
+    for name, entry in out["resources"].items():
+        print(f"{name}: {entry.get('extracted_to') or 'saved'} (sha256 {entry['sha256'][:16]}…"
+              f"{', revision ' + entry['revision'] if entry.get('revision') else ''})")
+    for m in out["manual"]:
+        print(f"still needed: {m['file']}: {m['how']}")
+    print(f"data root: {out['to']}  (hnbench eval --dataset {args.name} --data-root {out['to']} ...)")
+    return 0
 
 
 # --- leaderboard ---------------------------------------------------------------------------------
 def _add_leaderboard_parser(sub: argparse._SubParsersAction) -> None:
-    pass
+    lb = sub.add_parser("leaderboard", help="tables of stored results (and published numbers): one per "
+                                            "benchmark, protocol and context length")
+    lb.add_argument("results", nargs="*", metavar="RESULTS_DIR", help="result directories or JSON files")
+    lb.add_argument("--output", help="write the board here (links to result files are relative to it); "
+                                     "default: print it")
+    lb.add_argument("--baseline", help="model label (or glob) to show deltas against, e.g. 'ViT-B-32 (openai)'")
+    lb.add_argument("--benchmark", action="append", help="only this benchmark (repeatable)")
+    lb.add_argument("--protocol", action="append", help="only this protocol (repeatable)")
+    lb.add_argument("--model", help="only models whose label, arch or weights match this glob")
+    lb.add_argument("--sort", default="mean R@1", help="rank and sort by: mean R@1 (default), t2i R@1|5|10, i2t R@1|5|10, "
+                                                     "or model (alphabetical; ranks stay by mean R@1)")
+    lb.add_argument("--format", default="markdown", choices=["markdown", "csv", "html"])
+    lb.add_argument("--ci", action="store_true", help="show 95%% bootstrap confidence intervals")
+    lb.add_argument("--reported", action="store_true", help="add the published numbers as marked reference rows")
+    lb.add_argument("--title", default="Leaderboard", help="the board's heading")
+    lb.set_defaults(handler=_run_leaderboard)
+
+
+def _run_leaderboard(args: argparse.Namespace) -> int:
+    from hnbench.leaderboard import leaderboard
+
+    text = leaderboard(args.results, args.output, baseline=args.baseline, benchmarks=args.benchmark,
+                       protocols=args.protocol, model_glob=args.model, sort=args.sort, fmt=args.format,
+                       ci=args.ci, reported=args.reported, title=args.title)
+    print(f"wrote {args.output}" if args.output else text, end="\n" if args.output else "")
+    return 0
 
 
 # --- hardness ------------------------------------------------------------------------------------
 def _add_hardness_parser(sub: argparse._SubParsersAction) -> None:
-    pass
+    p = sub.add_parser("hardness", help="how near-duplicate a caption set's negatives are (for an encoder), and "
+                                        "where a model fails on them: JSON, PNG plots, Markdown report")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--dataset", action="append", help="registered name or path (as for eval); repeat to compare")
+    src.add_argument("--captions", action="append", metavar="FILE",
+                     help="a caption list: .txt (one a line) or CSV/TSV/JSONL with a caption column; repeatable")
+    p.add_argument("--data-root", help="where a registered benchmark's files are")
+    p.add_argument("--protocol", help="benchmark protocol / split (default: the benchmark's default)")
+    p.add_argument("--split-file", action="append", metavar="PATH", help="a protocol's split list (as for eval)")
+    p.add_argument("--allow-count-mismatch", action="store_true", help="as for eval")
+    p.add_argument("--caption-column", help="caption column of a --captions CSV/JSONL")
+    p.add_argument("--label-field", default="auto",
+                   help="per-image label in the manifest (or --captions column) whose structure to report, e.g. "
+                        "family; default auto (synthdense's family when present); 'none' to skip")
+    g = p.add_argument_group("model")
+    g.add_argument("--model", action="append", required=True,
+                   help="open_clip architecture / hf:ORG/NAME as for eval, or minilm (text-only sentence encoder); "
+                        "repeat to compare")
+    g.add_argument("--pretrained", action="append", help="weights for each --model (one, or one per model)")
+    g.add_argument("--model-config", help="JSON file registering a custom open_clip architecture")
+    g.add_argument("--context-length", type=int, help="text context length (default: the model's)")
+    g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    h = p.add_argument_group("statistics")
+    h.add_argument("--batch-size", type=int, default=128, help="B of the in-batch negative buckets (default 128)")
+    h.add_argument("--n-batches", type=int, default=200, help="random batches to average (default 200)")
+    h.add_argument("--edges", type=float, nargs="+", default=[0.0, 0.5, 0.7, 0.8, 0.9, 1.0],
+                   help="similarity bucket edges (default 0 0.5 0.7 0.8 0.9 1)")
+    h.add_argument("--threshold", type=float, default=0.95, help="near-duplicate caption similarity (default 0.95)")
+    h.add_argument("--image-threshold", type=float, help="near-duplicate image similarity (default: --threshold)")
+    h.add_argument("--exact-max", type=int, default=20_000,
+                   help="exact all-pairs statistics up to this many items, sampled beyond (default 20000)")
+    h.add_argument("--sample-pairs", type=int, default=1_000_000, help="pairs sampled beyond --exact-max")
+    h.add_argument("--seed", type=int, default=0)
+    h.add_argument("--no-images", action="store_true", help="text side only, even where images exist")
+    h.add_argument("--results", action="append", default=[], metavar="FILE",
+                   help="an eval result JSON of this dataset: R@1 by hardness and the model's confusions; repeatable")
+    h.add_argument("--show", type=int, default=10, help="pairs / wrong queries listed in the report (default 10)")
+    p.add_argument("--output", required=True, help="directory for hardness.json, plots/, report.md")
+    p.add_argument("--encode-batch-size", type=int, default=64)
+    p.add_argument("--num-workers", type=int, help="image decoding workers")
+    p.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
+    p.set_defaults(handler=_run_hardness)
+
+
+def _run_hardness(args: argparse.Namespace) -> int:
+    from hnbench.hardness.run import hardness, hardness_many, load_captions
+
+    label = None if args.label_field == "none" else args.label_field
+    data = args.dataset or [load_captions(c, column=args.caption_column,
+                                          label_field=None if label == "auto" else label) for c in args.captions]
+    options = {k: getattr(args, k) for k in ("split_file", "allow_count_mismatch") if getattr(args, k)}
+    kw = dict(model_config=args.model_config, context_length=args.context_length, data_root=args.data_root,
+              protocol=args.protocol, dataset_options=options or None, label_field=label, device=args.device, batch_size=args.batch_size,
+              n_batches=args.n_batches, edges=args.edges, threshold=args.threshold,
+              image_threshold=args.image_threshold, exact_max=args.exact_max, n_sample_pairs=args.sample_pairs,
+              seed=args.seed, images=not args.no_images, results=args.results,
+              encode_batch_size=args.encode_batch_size, num_workers=args.num_workers, use_cache=not args.no_cache,
+              n_show=args.show, progress=not args.quiet)
+    if len(data) * max(len(args.model), len(args.pretrained or [])) == 1:
+        reports = [hardness(data[0], args.model[0], pretrained=(args.pretrained or [None])[0],
+                            output_dir=args.output, **kw)]
+    else:
+        reports = hardness_many(data, args.model, pretrained=args.pretrained, output_dir=args.output, **kw)
+    for r in reports:
+        t = r.text
+        shares = ", ".join(f"{lab} {100 * s:.1f}%" for lab, s in zip(t.buckets.labels, t.buckets.shares))
+        print(f"{r.label}: pairwise mean {t.pairwise.mean:.3f} ({t.pairwise.method}), hardest negative mean "
+              f"{t.nearest.mean:.3f}; in-batch (B={t.buckets.batch_size}): {shares}")
+    print(f"wrote {args.output}")
+    return 0
+
+
+# --- cache ---------------------------------------------------------------------------------------
+def _add_cache_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cache", help="the embedding cache: list, disk usage, clear")
+    csub = p.add_subparsers(dest="cache_command", required=True)
+    ls = csub.add_parser("ls", help="cached models: key, architecture, weights fingerprint, items, size")
+    du = csub.add_parser("du", help="disk usage per cached model and in total")
+    clear = csub.add_parser("clear", help="delete cached embeddings (all, or of some models)")
+    clear.add_argument("--model", action="append", metavar="KEY|ARCH|FINGERPRINT",
+                       help="only this model (cache key or fingerprint prefix, or architecture); repeatable")
+    clear.add_argument("--kind", choices=["image", "text"], help="only image or only text embeddings")
+    for c in (ls, du, clear):
+        c.add_argument("--cache-dir", help="embedding cache directory (default: as for eval)")
+        c.set_defaults(handler=_run_cache)
+
+
+def _human(n: float) -> str:
+    unit = "B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            break
+        n /= 1024
+    return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+
+
+def _run_cache(args: argparse.Namespace) -> int:
+    from tabulate import tabulate
+
+    from hnbench import cache
+
+    root = args.cache_dir or cache.default_root()
+    if args.cache_command == "ls":
+        rows = cache.list_models(root)
+        print(tabulate([[r["key"], r["arch"], r["pretrained"] or "", (r["fingerprint"] or "")[:16], r["precision"],
+                         r["context_length"], r["image_items"], r["text_items"], _human(r["bytes"])] for r in rows],
+                       headers=["key", "arch", "weights", "fingerprint", "precision", "ctx", "images", "texts",
+                                "size"]) if rows else f"no cached embeddings in {root}")
+    elif args.cache_command == "du":
+        for name, size in cache.disk_usage(root).items():
+            print(f"{_human(size):>10}  {name}")
+        print(f"({root})")
+    else:
+        freed = cache.clear(root, models=args.model, kind=args.kind)
+        print(f"freed {_human(freed)} in {root}")
+    return 0
 
 
 def _add_eval_options(p: argparse.ArgumentParser) -> None:
@@ -103,6 +301,11 @@ def _add_eval_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--k", type=int, nargs="+", default=[1, 5, 10], help="recall cut-offs")
     g.add_argument("--no-ci", action="store_true", help="skip bootstrap confidence intervals")
     g.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
+    g.add_argument("--cache-dir", help="embedding cache directory (default: $HNBENCH_CACHE/embeddings, else "
+                                       "$XDG_CACHE_HOME/hnbench/embeddings, else ~/.cache/hnbench/embeddings)")
+    g.add_argument("--search", default="exact", choices=["exact", "approximate"],
+                   help="approximate: faiss HNSW for exploring large galleries; reports its recall against exact "
+                        "search on a sample and is marked so leaderboards keep it apart")
     g.add_argument("--json", action="store_true", help="print the result record as JSON instead of a table")
 
 
@@ -116,7 +319,11 @@ def _run_eval(args: argparse.Namespace, model: dict) -> int:
         caption_column=model.get("caption_column"), context_length=model.get("context_length"),
         output_dir=args.output, device=args.device, batch_size=args.batch_size, num_workers=args.num_workers,
         precision=args.precision, amp=args.amp, backend=args.backend, ks=tuple(args.k), ci=not args.no_ci,
-        skip_invalid=model.get("skip_invalid", False), use_cache=not args.no_cache, progress=not args.quiet)
+        skip_invalid=model.get("skip_invalid", False), use_cache=not args.no_cache, progress=not args.quiet,
+        dataset_options={k: model[k] for k in ("split_file", "allow_count_mismatch") if model.get(k)},
+        cache_dir=args.cache_dir, search=args.search)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
+        return 0
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0
@@ -129,19 +336,106 @@ def _run_eval(args: argparse.Namespace, model: dict) -> int:
     return 0
 
 
+# --- train ---------------------------------------------------------------------------------------
+def _add_train_options(tr: argparse.ArgumentParser) -> None:
+    def flag(name: str, help: str) -> None:
+        tr.add_argument(name, action="store_true", default=None, help=help)
+
+    g = tr.add_argument_group("objective")
+    g.add_argument("--loss", choices=["hn", "infonce"])
+    g.add_argument("--gamma", type=float, help="HN margin weight γ (paper: 0.5)")
+    g.add_argument("--label-smoothing", type=float)
+    flag("--mask-duplicates", "mask same-image / identical-caption pairs inside a batch")
+    g.add_argument("--g-source", choices=["current", "frozen_init"],
+                   help="Ḡ from the text encoder being trained (default) or a frozen copy of the initial one")
+    g.add_argument("--token-loss-weight", type=float, help="λ of the FILIP token-level term (open_clip)")
+    g = tr.add_argument_group("optimisation")
+    for name, typ, hlp in (("--epochs", int, None), ("--batch-size", int, "global micro-batch (split over processes)"),
+                           ("--lr", float, None), ("--weight-decay", float, None), ("--warmup-steps", int, None),
+                           ("--seed", int, None), ("--num-workers", int, None),
+                           ("--accum-steps", int, "micro-batches per optimizer step"),
+                           ("--grad-clip", float, "clip the gradient norm"),
+                           ("--data-fraction", float, "train on this seeded fraction of the images (paper: 0.2)")):
+        g.add_argument(name, type=typ, help=hlp)
+    g.add_argument("--accum-mode", choices=["loss", "cached"],
+                   help="loss: per-micro-batch loss (the paper's); cached: the whole effective batch as negatives")
+    flag("--amp", "autocast on CUDA (losses stay fp32)")
+    flag("--lock-image", "freeze the image tower")
+    flag("--lock-text", "freeze the text tower")
+    g = tr.add_argument_group("PEFT and Long-CLIP")
+    g.add_argument("--peft", choices=["lora", "dora"])
+    g.add_argument("--lora-r", type=int)
+    g.add_argument("--lora-alpha", type=float)
+    g.add_argument("--lora-targets", type=lambda x: [t for t in x.split(",") if t],
+                   help="comma-separated module names (open_clip default: c_fc,c_proj; HF: q_proj,k_proj,v_proj,out_proj)")
+    g.add_argument("--peft-save", choices=["merged", "adapter", "both"])
+    g.add_argument("--stretch-context", type=int, help="stretch the text positions the Long-CLIP way (77 → 248)")
+    g = tr.add_argument_group("run, diagnostics, evaluation")
+    g.add_argument("--output", help="run directory (checkpoint, train_config.json, log.jsonl, diagnostics.jsonl)")
+    g.add_argument("--resume", nargs="?", const="", metavar="RUN_DIR",
+                   help="continue an interrupted run (default: the --output directory)")
+    g.add_argument("--save-every", type=int, help="optimizer steps between resumable states")
+    g.add_argument("--stop-at-step", type=int, help="stop resumably after this many optimizer steps")
+    g.add_argument("--diag-every", type=int, help="optimizer steps between saturation diagnostics (0: off)")
+    g.add_argument("--active-threshold", type=float, help="a batch is active if its loss is at least this (1e-3)")
+    g.add_argument("--eval-dataset", help="evaluate on this dataset after every --eval-every epochs")
+    g.add_argument("--eval-protocol")
+    g.add_argument("--eval-data-root")
+    g.add_argument("--eval-every", type=int)
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other training option (value parsed as JSON when it can be), repeatable")
+
+
+def _parse_value(text: str) -> object:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
 def _run_train(args: argparse.Namespace) -> int:
+    from dataclasses import fields
+
+    from hnbench.errors import ConfigError
     from hnbench.train.trainer import TrainConfig, load_recipe, train
 
     cfg = load_recipe(args.recipe) if args.recipe else {}
     if args.dataset and args.dataset != cfg.get("dataset"):
         cfg.pop("dataset_options", None)  # the recipe's options belong to the recipe's dataset
-    for key in ("model", "pretrained", "model_config", "dataset", "protocol", "data_root", "loss", "gamma",
-                "epochs", "batch_size", "lr", "seed", "device", "context_length", "num_workers", "output"):
+    for key in (f.name for f in fields(TrainConfig)):
         value = getattr(args, key, None)
-        if value is not None and not (key == "device" and value == "cpu" and "device" in cfg):
+        if value is not None and key != "resume" and not (key == "device" and value == "cpu" and "device" in cfg):
             cfg[key] = value
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        cfg[key.strip().replace("-", "_")] = _parse_value(value)
+    if args.resume is not None:
+        cfg["resume"] = args.resume or cfg.get("output") or TrainConfig.output
     ckpt = train(TrainConfig.from_dict(cfg), progress=not args.quiet)
     print(f"wrote {ckpt}")
+    return 0
+
+
+def _add_train_report_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train-report", help="plot a training run's diagnostics (losses, gradient norms, "
+                                            "exact-zero InfoNCE gradients, active batches, R@1) to PNG")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (several are overlaid)")
+    p.add_argument("--output", help="PNG path (default: RUN_DIR/report.png of the first run)")
+    p.add_argument("--json", action="store_true", help="print the per-epoch rows as JSON")
+    p.set_defaults(handler=_run_train_report)
+
+
+def _run_train_report(args: argparse.Namespace) -> int:
+    from hnbench.train.report import epoch_table, read_run, train_report
+
+    png, table = train_report(args.runs, args.output)
+    if args.json:
+        print(json.dumps({r: epoch_table(read_run(r)) for r in args.runs}, indent=2))
+    else:
+        print(table, end="")
+    print(f"wrote {png}")
     return 0
 
 

@@ -22,8 +22,17 @@ def load_model(
 
     ``pretrained`` is an open_clip tag (downloads; needs the internet), hnbench's built-in tag
     (``hnbench-tiny`` / ``synthdense``) or a local checkpoint file (``.safetensors`` preferred;
-    ``.pt``/``.bin`` are read with ``weights_only=True``).
+    ``.pt``/``.bin`` are read with ``weights_only=True``), or a LoRA/DoRA adapter directory written by
+    ``hnbench train`` (base weights named in it; merged on load). Released Long-CLIP checkpoints load
+    into the open_clip architecture with their 248 positions.
     """
+    from hnbench.models.peft_loading import is_adapter_dir
+
+    if is_adapter_dir(pretrained):
+        from hnbench.models.peft_loading import load_with_adapter
+
+        return load_with_adapter(model, pretrained, model_config=model_config, context_length=context_length,
+                                 device=device, precision=precision)
     if model.startswith("hf:") or (Path(model).is_dir() and (Path(model) / "config.json").is_file()):
         from hnbench.models.hf import load_hf_clip
 

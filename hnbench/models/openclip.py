@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,24 @@ class OpenCLIPEncoder:
         return self.model.encode_text(tokens.to(self.device, non_blocking=True), normalize=True).float()
 
 
+class _DropRandomInitWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Model initialized randomly" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_random_init(enabled: bool) -> Iterator[None]:
+    """open_clip warns "initialized randomly" when we load the weights ourselves right after; hide that."""
+    flt = _DropRandomInitWarning()
+    root = logging.getLogger()
+    if enabled:
+        root.addFilter(flt)
+    try:
+        yield
+    finally:
+        root.removeFilter(flt)
+
+
 def _resolve_pretrained(arch: str, pretrained: str | None) -> tuple[str | None, str | None]:
     """Return ``(local_file, open_clip_tag)``: at most one is set."""
     if not pretrained:
@@ -144,20 +163,28 @@ def load_openclip(
         hint = f"; did you mean {close}?" if close else ""
         raise ConfigError(f"unknown open_clip architecture {arch!r}{hint} (or pass --model-config FILE.json)")
     local_file, tag = (None, None) if schema else _resolve_pretrained(arch, pretrained)
+    local_sd = None
+    if local_file:
+        from hnbench.models.longclip import convert_longclip_state_dict
+
+        local_sd, long_ctx = convert_longclip_state_dict(read_state_dict(local_file))
+        if long_ctx and context_length is None:  # a released Long-CLIP checkpoint: 248 positions
+            context_length = long_ctx
     kwargs: dict[str, Any] = {"precision": precision, "device": "cpu", "weights_only": True}
     if context_length is not None:
         kwargs["force_context_length"] = context_length
     try:
-        model, _, preprocess = open_clip.create_model_and_transforms(
-            arch, pretrained=tag, pretrained_text=False, **kwargs)
+        with _quiet_random_init(enabled=bool(local_file)):
+            model, _, preprocess = open_clip.create_model_and_transforms(
+                arch, pretrained=tag, pretrained_text=False, **kwargs)
     except RuntimeError as e:
         if tag:
             raise CheckpointError(f"could not get open_clip weights {arch}/{tag}: {e} "
                                   f"(tags need the internet; known tags: "
                                   f"{open_clip.list_pretrained_tags_by_model(arch)})") from e
         raise
-    if local_file:
-        sd = read_state_dict(local_file)
+    if local_sd is not None:
+        sd = local_sd
         from open_clip.convert import convert_state_dict
 
         sd = convert_state_dict(model, sd)

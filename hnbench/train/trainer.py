@@ -1,12 +1,21 @@
-"""A minimal, real fine-tuner for open_clip models: AdamW, cosine schedule with warm-up, InfoNCE or HN-CLIP.
+"""The HN-CLIP fine-tuner for open_clip and HF CLIP models.
 
-Single process. Writes ``checkpoint.safetensors`` (loadable by ``hnbench eval --pretrained``),
-``train_config.json`` (the exact recipe that ran) and ``log.jsonl`` (one line per logged step)
-into the output directory.
+AdamW with linear warm-up and cosine decay, gradient accumulation (per-micro-batch loss or cached
+features, see :mod:`hnbench.train.step`), AMP on CUDA, gradient clipping, tower locking, LoRA/DoRA,
+Long-CLIP stretching, ``torchrun`` data parallelism, seeded and resumable, periodic evaluation with
+hnbench's evaluator and the saturation diagnostics. Writes into the output directory:
+
+* ``checkpoint.safetensors`` (open_clip; merged weights under PEFT) or ``hf_model/`` (HF CLIP),
+  loadable by ``hnbench eval``; ``adapter/`` for adapter-only PEFT checkpoints;
+* ``train_config.json`` (the exact recipe that ran), ``log.jsonl`` (one line per logged step),
+  ``diagnostics.jsonl`` (step / epoch / eval records), ``eval/`` (result files), ``last/`` (resume state).
+
+``batch_size`` is the *global* micro-batch (the pairs one loss sees), split evenly over processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -23,6 +32,8 @@ from tqdm.auto import tqdm
 from hnbench.errors import ConfigError
 
 logger = logging.getLogger(__name__)
+
+RECIPE_DIR = Path(__file__).parent / "recipes"
 
 
 @dataclass
@@ -50,31 +61,107 @@ class TrainConfig:
     num_workers: int | None = None
     log_every: int = 10
     output: str = "runs/train"
+    # loss options
+    label_smoothing: float = 0.0
+    mask_duplicates: bool = False  # mask same-image / identical-caption pairs in the batch
+    g_source: str = "current"  # "current": Ḡ from the text encoder being trained; "frozen_init": from its initial copy
+    token_loss_weight: float = 0.0  # λ of the FILIP token-level term (open_clip models)
+    # optimisation
+    accum_steps: int = 1
+    accum_mode: str = "loss"  # "loss": paper's per-micro-batch loss; "cached": the whole effective batch as negatives
+    grad_clip: float | None = None
+    amp: bool = False  # autocast on CUDA (loss always in fp32)
+    amp_dtype: str = "bf16"
+    lock_image: bool = False
+    lock_text: bool = False
+    init_logit_scale: float | None = None  # set s (not its log) before training
+    train_logit_scale: bool = True
+    data_fraction: float = 1.0
+    group_by: str | None = None  # regex on image ids: batches made of whole groups, e.g. "^(.*)-v\\d+$" (synthdense families)
+    # Long-CLIP and PEFT
+    stretch_context: int | None = None  # e.g. 248: stretch a 77-position text table the Long-CLIP way
+    peft: str | None = None  # "lora" | "dora"
+    lora_r: int = 16
+    lora_alpha: float = 32.0
+    lora_dropout: float = 0.0
+    lora_targets: list[str] | None = None
+    peft_save: str = "both"  # "merged" | "adapter" | "both"
+    # checkpoints, diagnostics, evaluation
+    save_every: int = 0  # optimizer steps between resumable states (also saved at every epoch end)
+    resume: str | None = None  # run directory to continue
+    stop_at_step: int | None = None  # stop (resumably) after this many optimizer steps; the schedule is unchanged
+    diag_every: int = 0  # optimizer steps between diagnostics measurements (0: off)
+    active_threshold: float = 1e-3
+    eval_dataset: str | None = None
+    eval_protocol: str | None = None
+    eval_data_root: str | None = None
+    eval_dataset_options: dict[str, Any] = field(default_factory=dict)
+    eval_every: int = 1  # epochs
+    eval_at_start: bool = True
+    eval_batch_size: int = 64
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ConfigError(f"unknown training options {unknown}; known: {sorted(known)}")
-        return cls(**d)
+            import difflib
+
+            hints = {u: difflib.get_close_matches(u, known, n=1) for u in unknown}
+            hint = "; ".join(f"{u} (did you mean {h[0]!r}?)" for u, h in hints.items() if h)
+            raise ConfigError(f"unknown training options {unknown}{'; ' + hint if hint else ''}; "
+                              f"known: {sorted(known)}")
+        cfg = cls(**d)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        checks = [
+            (self.loss in ("hn", "infonce"), f"loss must be 'hn' or 'infonce', got {self.loss!r}"),
+            (self.accum_steps >= 1, "accum_steps must be >= 1"),
+            (self.accum_mode in ("loss", "cached"), f"accum_mode must be 'loss' or 'cached', got {self.accum_mode!r}"),
+            (self.g_source in ("current", "frozen_init"), f"g_source must be 'current' or 'frozen_init', got {self.g_source!r}"),
+            (self.peft in (None, "lora", "dora"), f"peft must be 'lora' or 'dora', got {self.peft!r}"),
+            (self.peft_save in ("merged", "adapter", "both"), f"peft_save must be merged/adapter/both, got {self.peft_save!r}"),
+            (self.amp_dtype in ("bf16", "fp16"), f"amp_dtype must be 'bf16' or 'fp16', got {self.amp_dtype!r}"),
+            (0 < self.data_fraction <= 1, f"data_fraction must be in (0, 1], got {self.data_fraction}"),
+            (not (self.lock_image and self.lock_text), "lock_image and lock_text together leave nothing to train"),
+            (self.batch_size >= 1 and self.epochs >= 0, "batch_size must be >= 1 and epochs >= 0"),
+        ]
+        problems = [msg for ok, msg in checks if not ok]
+        if problems:
+            raise ConfigError("invalid training options: " + "; ".join(problems))
 
 
 def load_recipe(name_or_path: str) -> dict[str, Any]:
-    """Read a recipe (TOML): a built-in name from ``hnbench/train/recipes/`` or a file path."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-
+    """Read a recipe (TOML, or YAML with pyyaml): a built-in name from ``hnbench/train/recipes/`` or a path."""
     path = Path(name_or_path)
     if not path.is_file():
-        path = Path(__file__).parent / "recipes" / f"{name_or_path}.toml"
+        matches = [RECIPE_DIR / f"{name_or_path}{ext}" for ext in (".toml", ".yaml", ".yml")]
+        path = next((p for p in matches if p.is_file()), matches[0])
     if not path.is_file():
-        known = sorted(p.stem for p in (Path(__file__).parent / "recipes").glob("*.toml"))
+        known = sorted(p.stem for p in RECIPE_DIR.glob("*") if p.suffix in (".toml", ".yaml", ".yml"))
         raise ConfigError(f"no recipe {name_or_path!r} (built-in: {known})")
-    with open(path, "rb") as f:
-        return tomllib.load(f)
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError as e:
+            raise ConfigError("YAML recipes need pyyaml: pip install 'hnbench[train]'") from e
+        data = yaml.safe_load(path.read_text()) or {}
+    else:
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib  # type: ignore[no-redef]
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    if not isinstance(data, dict):
+        raise ConfigError(f"recipe {path}: expected a table of options")
+    return data
+
+
+def list_recipes() -> list[str]:
+    return sorted(p.stem for p in RECIPE_DIR.glob("*") if p.suffix in (".toml", ".yaml", ".yml"))
 
 
 def seed_everything(seed: int) -> None:
@@ -91,85 +178,303 @@ def cosine_lr(step: int, total: int, base: float, warmup: int) -> float:
     return 0.5 * base * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-class _PairItems(torch.utils.data.Dataset):
-    """Image position → (pixels, position)."""
-
-    def __init__(self, source: Any, transform: Any):
-        self.source, self.transform = source, transform
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        return self.transform(self.source.open(i)), i
-
-
 def train(config: TrainConfig, *, progress: bool = True) -> Path:
-    """Run one training job; returns the path of the saved safetensors checkpoint."""
-    from safetensors.torch import save_file
+    """Run one training job (one process, or one rank under ``torchrun``); returns the checkpoint path."""
+    from hnbench.train.distributed import setup_distributed
 
-    from hnbench.data import load_dataset
-    from hnbench.models.openclip import load_openclip
-    from hnbench.registry import LOSSES
-    from hnbench.results import atomic_write_bytes
+    config.validate()
+    dist = setup_distributed(config.device)
+    try:
+        return _Run(config, dist, progress).run()
+    finally:
+        dist.close()
 
-    seed_everything(config.seed)
-    loss_fn = LOSSES.get(config.loss)
-    out_dir = Path(config.output)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    encoder = load_openclip(config.model, config.pretrained, model_config=config.model_config,
-                            context_length=config.context_length, device=config.device)
-    model = encoder.model.train()
-    ds = load_dataset(config.dataset, data_root=config.data_root, protocol=config.protocol,
-                      **config.dataset_options)
-    tokens = encoder.tokenize(ds.captions).tokens
-    captions_of = ds.image_captions()
-    workers = (min(2, max(0, len(ds.images) // config.batch_size)) if config.num_workers is None
-               else config.num_workers)
-    generator = torch.Generator().manual_seed(config.seed)
-    loader = torch.utils.data.DataLoader(
-        _PairItems(ds.images, encoder.image_transform), batch_size=config.batch_size, shuffle=True,
-        drop_last=len(ds.images) >= config.batch_size, num_workers=workers, generator=generator)
-    steps_per_epoch = len(loader)
-    total = steps_per_epoch * config.epochs
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embedding" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embedding" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
-    rng = np.random.default_rng(config.seed)
-    log_path = out_dir / "log.jsonl"
-    log_path.write_text("")
-    step, start = 0, time.perf_counter()
-    with tqdm(total=total, desc=f"train ({config.loss})", disable=not progress) as bar:
-        for epoch in range(config.epochs):
-            for pixels, idx in loader:
-                caps = [int(rng.choice(captions_of[int(i)])) for i in idx]
-                for g in opt.param_groups:
-                    g["lr"] = cosine_lr(step, total, config.lr, config.warmup_steps)
-                image_features = model.encode_image(pixels.to(config.device), normalize=True)
-                text_features = model.encode_text(tokens[caps].to(config.device), normalize=True)
-                scale = model.logit_scale.exp().clamp(max=config.max_logit_scale)
-                loss = loss_fn(image_features, text_features, scale, gamma=config.gamma)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
+
+class _Run:
+    """One training run: builds everything in a fixed order (it decides the RNG stream), then loops."""
+
+    def __init__(self, config: TrainConfig, dist: Any, progress: bool) -> None:
+        from hnbench.data import load_dataset
+        from hnbench.models import load_model
+        from hnbench.registry import LOSSES
+        from hnbench.train.batches import GlobalBatchSampler, PairItems, group_positions, subset_fraction
+        from hnbench.train.step import Objective
+        from hnbench.train.towers import CLIPTowers, param_groups
+
+        self.config, self.dist, self.progress = config, dist, progress
+        c, device = config, dist.device
+        seed_everything(c.seed)
+        self.objective = Objective(LOSSES.get(c.loss), c.loss, c.gamma, c.label_smoothing, c.mask_duplicates,
+                                   c.token_loss_weight)
+        self.out_dir = Path(c.output)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.encoder = load_model(c.model, c.pretrained, model_config=c.model_config,
+                                  context_length=c.context_length, device=device)
+        framework = self.encoder.info.framework
+        if c.stretch_context and self.encoder.info.context_length != c.stretch_context:
+            if framework != "open_clip":
+                raise ConfigError("stretch_context works on open_clip models")
+            from hnbench.models.longclip import stretch_openclip
+
+            self.encoder = stretch_openclip(self.encoder, c.stretch_context)
+        if c.init_logit_scale is not None:
+            with torch.no_grad():
+                self.encoder.model.logit_scale.fill_(math.log(c.init_logit_scale))
+        eos = getattr(getattr(self.encoder, "tokenizer", None), "eos_token_id", None)
+        base_towers = CLIPTowers(self.encoder.model, framework, max_logit_scale=c.max_logit_scale, eos_token_id=eos)
+        self.frozen = base_towers.frozen_text_copy() if c.g_source == "frozen_init" and c.loss == "hn" else None
+        model = self.encoder.model
+        if c.peft:
+            from hnbench.train.adapters import apply_peft
+
+            model = apply_peft(model, framework, c.peft, r=c.lora_r, alpha=c.lora_alpha, dropout=c.lora_dropout,
+                               targets=c.lora_targets)
+            self.encoder.model = model
+        self.towers = CLIPTowers(model, framework, max_logit_scale=c.max_logit_scale, eos_token_id=eos).train()
+        self.towers.lock(image=c.lock_image, text=c.lock_text, logit_scale=not c.train_logit_scale)
+        ds = load_dataset(c.dataset, data_root=c.data_root, protocol=c.protocol, **c.dataset_options)
+        self.ds = subset_fraction(ds, c.data_fraction, c.seed)
+        self.tokens = self.encoder.tokenize(self.ds.captions).tokens
+        self.captions_of = self.ds.image_captions()
+        n = len(self.ds.images)
+        workers = (min(2, max(0, n // c.batch_size)) if c.num_workers is None else c.num_workers)
+        self.generator = torch.Generator().manual_seed(c.seed)
+        groups = group_positions(self.ds.image_ids, c.group_by) if c.group_by else None
+        self.sampler = GlobalBatchSampler(n, c.batch_size, drop_last=n >= c.batch_size, generator=self.generator,
+                                          rank=dist.rank, world_size=dist.world_size, groups=groups)
+        self.loader = torch.utils.data.DataLoader(
+            PairItems(self.ds.images, self.encoder.image_transform), batch_sampler=self.sampler,
+            num_workers=workers, generator=self.generator)
+        self.micro_per_epoch = len(self.sampler)
+        self.steps_per_epoch = math.ceil(self.micro_per_epoch / c.accum_steps)
+        self.total = self.steps_per_epoch * c.epochs
+        named = [(n_, p) for n_, p in self.towers.model.named_parameters() if p.requires_grad]
+        self.params = [p for _, p in named]
+        self.opt = torch.optim.AdamW(param_groups(named, c.weight_decay), lr=c.lr)
+        self.rng = np.random.default_rng(c.seed)
+        self._setup_amp(device)
+        self.ddp = self.towers
+        if dist.world_size > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.ddp = DistributedDataParallel(
+                self.towers, device_ids=[dist.local_rank] if device.startswith("cuda") else None)
+        self.eval_ds = None
+
+    def _setup_amp(self, device: str) -> None:
+        c = self.config
+        self.amp_dtype = None
+        self.scaler = None
+        if c.amp and not device.startswith("cuda"):
+            logger.warning("amp: autocast is used on CUDA only; training in fp32 on %s", device)
+        elif c.amp:
+            self.amp_dtype = torch.bfloat16 if c.amp_dtype == "bf16" else torch.float16
+            if self.amp_dtype == torch.float16:
+                self.scaler = torch.amp.GradScaler("cuda")
+
+    def _autocast(self) -> Any:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast("cuda", dtype=self.amp_dtype)
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def run(self) -> Path:
+        from hnbench.train.state import TrainState, load_state, resolve_resume, trim_jsonl
+
+        c, dist = self.config, self.dist
+        self.log_path = self.out_dir / "log.jsonl"
+        self.diag_path = self.out_dir / "diagnostics.jsonl"
+        state = TrainState()
+        if c.resume:
+            state = load_state(resolve_resume(c.resume), self.towers, self.opt, self.scaler, self.rng,
+                               self._config_dict())
+            if dist.is_main:
+                trim_jsonl(self.log_path, lambda r: r["step"] < state.step)
+                trim_jsonl(self.diag_path, lambda r: r.get("step", 0) < state.step if r["kind"] == "step"
+                           else r["epoch"] < state.epoch or (r["kind"] == "eval" and r["epoch"] <= state.epoch))
+        elif dist.is_main:
+            self.log_path.write_text("")
+            self.diag_path.write_text("")
+        start = time.perf_counter() - state.seconds
+        if c.eval_dataset and c.eval_at_start and state.step == 0:
+            self._evaluate(0, 0)
+        stopped = False
+        resumed_epoch = state.epoch if c.resume else None
+        with tqdm(total=self.total, initial=state.step, desc=f"train ({c.loss})",
+                  disable=not self.progress or not dist.is_main) as bar:
+            for epoch in range(state.epoch, c.epochs):
+                if epoch == resumed_epoch:  # continue exactly where the saved state stopped
+                    self.generator.set_state(state.epoch_generator_state)
+                    self.sampler.skip = state.batch_in_epoch
+                else:
+                    state.epoch_generator_state = self.generator.get_state()
+                    state.epoch, state.batch_in_epoch = epoch, 0
+                    state.epoch_records, state.epoch_losses = [], []
+                stopped = self._epoch(state, bar, start)
+                complete = state.batch_in_epoch >= self.micro_per_epoch
+                if complete:
+                    self._end_epoch(state, start)
+                if stopped:
+                    if not complete:
+                        self._save(state, start)
+                    break
+        return self._finish(state, start, stopped)
+
+    def _epoch(self, state: Any, bar: Any, start: float) -> bool:
+        from hnbench.train.step import MicroBatch, run_step
+
+        c, dist = self.config, self.dist
+        device = dist.device
+        b = c.batch_size // dist.world_size
+        group: list[MicroBatch] = []
+        stop = False
+        for pixels, _ in self.loader:
+            glob = self.sampler.issued.popleft()
+            caps = [int(self.rng.choice(self.captions_of[int(i)])) for i in glob]
+            local = caps if dist.world_size == 1 else caps[dist.rank * b:(dist.rank + 1) * b]
+            tokens = self.tokens[local].to(device)
+            g_text = None
+            if self.frozen is not None:
                 with torch.no_grad():
-                    model.logit_scale.clamp_(0, math.log(config.max_logit_scale))
-                if step % config.log_every == 0 or step == total - 1:
-                    rec = {"step": step, "epoch": epoch, "loss": float(loss.detach()), "lr": opt.param_groups[0]["lr"],
-                           "logit_scale": float(scale.detach()), "seconds": round(time.perf_counter() - start, 3)}
-                    with open(log_path, "a") as f:
-                        f.write(json.dumps(rec) + "\n")
-                    bar.set_postfix(loss=f"{float(loss.detach()):.4f}")
-                step += 1
-                bar.update(1)
-    ckpt = out_dir / "checkpoint.safetensors"
-    tmp = out_dir / ".checkpoint.safetensors.tmp"
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp),
-              metadata={"arch": config.model, "hnbench": "train", "loss": config.loss})
-    tmp.replace(ckpt)
-    meta = {"config": asdict(config), "steps": step, "seconds": round(time.perf_counter() - start, 2),
-            "dataset_fingerprint": ds.fingerprint(), "checkpoint": ckpt.name}
-    atomic_write_bytes(out_dir / "train_config.json", (json.dumps(meta, indent=2) + "\n").encode())
-    logger.info("wrote %s after %d steps", ckpt, step)
-    return ckpt
+                    g_text = self.frozen.encode_text(tokens)
+            group.append(MicroBatch(pixels.to(device), tokens, [int(i) for i in glob],
+                                    [self.ds.captions[j] for j in caps], g_text))
+            state.batch_in_epoch += 1
+            if len(group) < c.accum_steps and state.batch_in_epoch < self.micro_per_epoch:
+                continue
+            step = state.step
+            lr = cosine_lr(step, self.total, c.lr, c.warmup_steps)
+            for g in self.opt.param_groups:
+                g["lr"] = lr
+            if c.diag_every and step % c.diag_every == 0 and dist.is_main:
+                self._diagnose(group[0], state)
+            scale = float(self.towers.scale().detach())
+            self.opt.zero_grad(set_to_none=True)
+            loss = run_step(self.ddp, self.towers, group, self.objective, mode=c.accum_mode,
+                            autocast=self._autocast, backward=self._backward)
+            if dist.world_size > 1:  # rank losses are local shares: their mean is the global loss
+                t = torch.tensor(loss, dtype=torch.float64, device=device)
+                torch.distributed.all_reduce(t)
+                loss = float(t) / dist.world_size
+            if self.scaler is not None:
+                self.scaler.unscale_(self.opt)
+            if c.grad_clip:
+                torch.nn.utils.clip_grad_norm_(self.params, c.grad_clip)
+            if self.scaler is not None:
+                self.scaler.step(self.opt)
+                self.scaler.update()
+            else:
+                self.opt.step()
+            self.towers.clamp_logit_scale()
+            group = []
+            state.epoch_losses.append(loss)
+            if dist.is_main and (step % c.log_every == 0 or step == self.total - 1):
+                rec = {"step": step, "epoch": state.epoch, "loss": loss, "lr": lr, "logit_scale": scale,
+                       "seconds": round(time.perf_counter() - start, 3)}
+                with open(self.log_path, "a") as f:
+                    f.write(json.dumps(rec) + "\n")
+                bar.set_postfix(loss=f"{loss:.4f}")
+            state.step += 1
+            bar.update(1)
+            mid_epoch = state.batch_in_epoch < self.micro_per_epoch
+            if c.stop_at_step is not None and state.step >= c.stop_at_step:
+                stop = True
+                if mid_epoch:
+                    return True
+                # at an epoch end, let the loop finish: the sampler draws from the generator lazily
+            if c.save_every and state.step % c.save_every == 0 and mid_epoch:
+                self._save(state, start)
+        return stop
+
+    def _diagnose(self, mb: Any, state: Any) -> None:
+        from hnbench.train.diagnostics import measure
+
+        rec = measure(self.towers, mb.pixels, mb.tokens, gamma=self.config.gamma,
+                      mask=self.objective.mask(mb.image_ids[:len(mb.tokens)], mb.caption_texts[:len(mb.tokens)]),
+                      active_threshold=self.config.active_threshold, amp_dtype=self.amp_dtype)
+        rec = {"kind": "step", "step": state.step, "epoch": state.epoch, **rec}
+        state.epoch_records.append(rec)
+        self._write_diag(rec)
+
+    def _write_diag(self, rec: dict[str, Any]) -> None:
+        with open(self.diag_path, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    def _end_epoch(self, state: Any, start: float) -> None:
+        from hnbench.train.diagnostics import summarize_epoch
+
+        c = self.config
+        if self.dist.is_main and c.diag_every:
+            self._write_diag(summarize_epoch(state.epoch, state.epoch_records, state.epoch_losses,
+                                             c.active_threshold))
+        if c.eval_dataset and (state.epoch + 1) % max(1, c.eval_every) == 0:
+            self._evaluate(state.epoch + 1, state.step)
+        state.epoch += 1
+        state.batch_in_epoch = 0
+        state.epoch_records, state.epoch_losses = [], []
+        if state.epoch < c.epochs:
+            state.epoch_generator_state = self.generator.get_state()
+            self._save(state, start)
+
+    def _evaluate(self, epoch: int, step: int) -> None:
+        """Score the current weights with hnbench's evaluator (rank 0; the others wait)."""
+        if self.dist.is_main:
+            from hnbench.data import load_dataset
+            from hnbench.evaluate import evaluate
+            from hnbench.models.base import state_dict_fingerprint
+
+            c = self.config
+            if self.eval_ds is None:
+                self.eval_ds = load_dataset(c.eval_dataset, data_root=c.eval_data_root, protocol=c.eval_protocol,
+                                            **c.eval_dataset_options)
+            self.towers.eval()
+            self.encoder.info.fingerprint = state_dict_fingerprint(self.towers.model.state_dict())
+            with torch.random.fork_rng(devices=[]):
+                r = evaluate(self.encoder, self.eval_ds, output_dir=self.out_dir / "eval" / f"epoch-{epoch:03d}",
+                             device=self.dist.device, batch_size=c.eval_batch_size, num_workers=0, ci=False,
+                             use_cache=False, progress=False)
+            self.towers.train()
+            rec = {"kind": "eval", "epoch": epoch, "step": step, "dataset": r.dataset.get("name"),
+                   "protocol": r.dataset.get("protocol"), "path": str(r.path) if r.path else None}
+            for d in ("t2i", "i2t"):
+                for k in ("R@1", "R@5", "R@10", "MRR"):
+                    if k in r.metrics[d]:
+                        rec[f"{d}_{k}"] = r.metrics[d][k]
+            self._write_diag(rec)
+            logger.info("epoch %d: t2i R@1 %.2f, i2t R@1 %.2f", epoch, rec.get("t2i_R@1", float("nan")),
+                        rec.get("i2t_R@1", float("nan")))
+        self.dist.barrier()
+
+    def _config_dict(self) -> dict[str, Any]:
+        return asdict(self.config)
+
+    def _save(self, state: Any, start: float) -> None:
+        from hnbench.train.state import save_state
+
+        state.seconds = time.perf_counter() - start
+        if self.dist.is_main:
+            save_state(self.out_dir, self.towers, self.opt, self.scaler, state, self.rng, self._config_dict())
+        self.dist.barrier()
+
+    def _finish(self, state: Any, start: float, stopped: bool) -> Path:
+        from hnbench.results import atomic_write_bytes
+        from hnbench.train.export import export_checkpoints
+
+        c = self.config
+        path = self.out_dir / "checkpoint.safetensors"
+        if self.dist.is_main:
+            outputs = export_checkpoints(self.towers.model, self.encoder, c, self.out_dir)
+            path = Path(outputs["checkpoint"])
+            meta = {"config": self._config_dict(), "steps": state.step,
+                    "seconds": round(time.perf_counter() - start, 2),
+                    "dataset_fingerprint": self.ds.fingerprint(), "checkpoint": path.name,
+                    "outputs": {k: str(Path(v).relative_to(self.out_dir)) for k, v in outputs.items()},
+                    "world_size": self.dist.world_size, "stopped_early": stopped and state.step < self.total,
+                    "n_train_images": self.ds.n_images}
+            atomic_write_bytes(self.out_dir / "train_config.json", (json.dumps(meta, indent=2) + "\n").encode())
+            logger.info("wrote %s after %d steps", path, state.step)
+        self.dist.barrier()
+        return path

@@ -1,0 +1,81 @@
+"""Adapter-only (peft LoRA/DoRA) checkpoints: load the base model, attach the adapter, merge.
+
+An adapter directory holds peft's ``adapter_config.json`` + ``adapter_model.safetensors`` and, when
+written by ``hnbench train``, ``hnbench_base.json`` naming the base (framework, architecture, weights,
+model config, context length, Long-CLIP stretch). ``hnbench eval --model ARCH --pretrained ADAPTER_DIR``
+goes through :func:`load_with_adapter`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from hnbench.errors import CheckpointError, ConfigError
+from hnbench.models.base import state_dict_fingerprint
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["is_adapter_dir", "load_with_adapter"]
+
+BASE_FILE = "hnbench_base.json"
+
+
+def is_adapter_dir(path: str | Path | None) -> bool:
+    return path is not None and Path(path).is_dir() and (Path(path) / "adapter_config.json").is_file()
+
+
+def _read_base(adapter: Path) -> dict[str, Any]:
+    f = adapter / BASE_FILE
+    if not f.is_file():
+        return {}
+    try:
+        return json.loads(f.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{f}: unreadable ({e})") from e
+
+
+def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_config: str | Path | None = None,
+                      context_length: int | None = None, device: str = "cpu", precision: str = "fp32") -> Any:
+    """Base model (from ``hnbench_base.json`` unless given) + the adapter in ``adapter_dir``, merged."""
+    try:
+        from peft import PeftModel
+    except ImportError as e:
+        raise ConfigError("adapter checkpoints need peft: pip install 'hnbench[train]'") from e
+    adapter = Path(adapter_dir)
+    base = _read_base(adapter)
+    arch = model or base.get("model")
+    if not arch:
+        raise ConfigError(f"{adapter}: no {BASE_FILE}; pass --model with the base architecture")
+    if base.get("model") and model and model != base["model"]:
+        raise ConfigError(f"{adapter} was trained on {base['model']!r}, not {model!r}")
+    if base.get("framework") == "transformers" or arch.startswith("hf:") or Path(arch).is_dir():
+        from hnbench.models.hf import load_hf_clip
+
+        encoder = load_hf_clip(arch, context_length=context_length or base.get("context_length"), device="cpu",
+                               revision=base.get("revision"))
+    else:
+        from hnbench.models.openclip import load_openclip
+
+        encoder = load_openclip(arch, base.get("pretrained"), model_config=model_config or base.get("model_config"),
+                                context_length=base.get("context_length") if context_length is None
+                                else context_length, precision=precision, device="cpu")
+        if base.get("stretch_context") and encoder.info.context_length != base["stretch_context"]:
+            from hnbench.models.longclip import stretch_openclip
+
+            encoder = stretch_openclip(encoder, base["stretch_context"])
+    if base.get("model") and not base.get("pretrained") and base.get("framework") != "transformers":
+        logger.warning("%s: the base model was randomly initialised; the merged weights will not match training",
+                       adapter)
+    try:
+        merged = PeftModel.from_pretrained(encoder.model, str(adapter)).merge_and_unload()
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        raise CheckpointError(f"could not attach adapter {adapter} to {arch}: {str(e).splitlines()[0]}") from e
+    encoder.model = merged.eval()
+    encoder.info.pretrained = str(adapter)
+    encoder.info.fingerprint = state_dict_fingerprint(merged.state_dict())
+    encoder.info.extra = {**encoder.info.extra, "adapter": {k: base.get(k) for k in ("method", "r", "alpha",
+                                                                                      "targets", "pretrained")}}
+    return encoder.to(device)

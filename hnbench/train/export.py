@@ -1,0 +1,79 @@
+"""A finished run's checkpoints, in the forms ``hnbench eval`` loads.
+
+* open_clip: ``checkpoint.safetensors`` (the architecture's state dict; under PEFT the adapters are
+  merged into it) → ``hnbench eval --model ARCH --pretrained RUN/checkpoint.safetensors``.
+* HF CLIP: ``hf_model/`` (``save_pretrained`` with tokenizer and image processor; merged under PEFT)
+  → ``hnbench eval --model RUN/hf_model``.
+* PEFT adapter-only: ``adapter/`` (peft files + ``hnbench_base.json``)
+  → ``hnbench eval --model ARCH --pretrained RUN/adapter``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["export_checkpoints"]
+
+
+def _base_record(encoder: Any, config: Any) -> dict[str, Any]:
+    pretrained = config.pretrained
+    if pretrained and os.path.exists(pretrained):
+        pretrained = str(Path(pretrained).resolve())
+    model_config = str(Path(config.model_config).resolve()) if config.model_config else None
+    return {"framework": encoder.info.framework, "model": config.model, "pretrained": pretrained,
+            "model_config": model_config, "context_length": config.context_length,
+            "stretch_context": config.stretch_context, "method": config.peft, "r": config.lora_r,
+            "alpha": config.lora_alpha, "targets": config.lora_targets,
+            "revision": pretrained if encoder.info.framework == "transformers" else None}
+
+
+def _save_open_clip(model: nn.Module, config: Any, out_dir: Path) -> Path:
+    from safetensors.torch import save_file
+
+    ckpt = out_dir / "checkpoint.safetensors"
+    tmp = out_dir / ".checkpoint.safetensors.tmp"
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp),
+              metadata={"arch": config.model, "hnbench": "train", "loss": config.loss})
+    tmp.replace(ckpt)
+    return ckpt
+
+
+def _save_hf(model: nn.Module, encoder: Any, out_dir: Path) -> Path:
+    target = out_dir / "hf_model"
+    model.save_pretrained(str(target), safe_serialization=True)
+    encoder.tokenizer.save_pretrained(str(target))
+    processor = getattr(encoder.image_transform, "processor", None)
+    if processor is not None:
+        processor.save_pretrained(str(target))
+    return target
+
+
+def export_checkpoints(model: nn.Module, encoder: Any, config: Any, out_dir: Path) -> dict[str, Path]:
+    """Write the run's checkpoints; returns ``{"checkpoint": …, "adapter": …}`` (adapter under PEFT only)."""
+    outputs: dict[str, Path] = {}
+    hf = encoder.info.framework == "transformers"
+    if config.peft:
+        from hnbench.train.adapters import save_adapter
+
+        base = _base_record(encoder, config)
+        if config.peft_save in ("adapter", "both"):
+            if base["pretrained"] is None and not hf:
+                logger.warning("adapter-only checkpoint of a randomly initialised base: it loads only on "
+                               "the same random init; use the merged checkpoint")
+            outputs["adapter"] = save_adapter(model, out_dir / "adapter", base)
+        merged = copy.deepcopy(model).merge_and_unload()
+        if config.peft_save in ("merged", "both") or "adapter" not in outputs:
+            outputs["checkpoint"] = _save_hf(merged, encoder, out_dir) if hf else _save_open_clip(merged, config, out_dir)
+        else:
+            outputs["checkpoint"] = outputs["adapter"]
+        return outputs
+    outputs["checkpoint"] = _save_hf(model, encoder, out_dir) if hf else _save_open_clip(model, config, out_dir)
+    return outputs

@@ -1,0 +1,133 @@
+"""Resumable training state and the final checkpoints of a run.
+
+``RUN/last/`` holds everything an interrupted run needs to continue bit-for-bit: the trainable
+module's weights (``model.safetensors``) and ``trainer_state.pt`` (optimizer, grad scaler, step,
+epoch, position inside the epoch, the loader generator's state at the epoch start, the numpy /
+python / torch RNG states, and the epoch's diagnostics so far). It is written atomically (a temp
+directory renamed into place) every ``save_every`` steps, at each epoch end and when a run stops.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hnbench.errors import CheckpointError, ConfigError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TrainState", "check_resume_config", "load_state", "resolve_resume", "save_state"]
+
+STATE_DIR = "last"
+# Options that may differ between an interrupted run and its continuation (they do not touch the weights).
+RESUME_FREE = {"output", "resume", "stop_at_step", "num_workers", "log_every", "save_every", "device",
+               "diag_every", "active_threshold", "eval_dataset", "eval_protocol", "eval_data_root",
+               "eval_dataset_options", "eval_every", "eval_at_start", "eval_batch_size"}
+
+
+@dataclass
+class TrainState:
+    """Counters and RNG state at an optimizer-step boundary."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0  # micro-batches of ``epoch`` already trained
+    epoch_generator_state: torch.Tensor | None = None
+    epoch_records: list[dict[str, Any]] = field(default_factory=list)
+    epoch_losses: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _rng_state(np_rng: np.random.Generator) -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np_rng.bit_generator.state, "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def _set_rng_state(saved: dict[str, Any], np_rng: np.random.Generator) -> None:
+    torch.set_rng_state(saved["torch"])
+    np_rng.bit_generator.state = saved["numpy"]
+    random.setstate(saved["python"])
+    if saved.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(saved["cuda"])
+
+
+def save_state(run_dir: Path, module: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any,
+               state: TrainState, np_rng: np.random.Generator, config: dict[str, Any]) -> Path:
+    """Write ``run_dir/last`` atomically; returns it."""
+    from safetensors.torch import save_file
+
+    final = run_dir / STATE_DIR
+    tmp = run_dir / f".{STATE_DIR}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()},
+              str(tmp / "model.safetensors"))
+    torch.save({
+        "step": state.step, "epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch,
+        "epoch_generator_state": state.epoch_generator_state, "epoch_records": state.epoch_records,
+        "epoch_losses": state.epoch_losses, "seconds": state.seconds,
+        "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict() if scaler is not None else None,
+        "rng": _rng_state(np_rng),
+    }, tmp / "trainer_state.pt")
+    (tmp / "train_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    old = run_dir / f".{STATE_DIR}.old-{os.getpid()}"
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def resolve_resume(path: str | Path) -> Path:
+    """A run directory or its ``last/`` directory → the state directory."""
+    p = Path(path)
+    for cand in (p / STATE_DIR, p):
+        if (cand / "trainer_state.pt").is_file():
+            return cand
+    raise CheckpointError(f"no resumable state in {p} (expected {p / STATE_DIR / 'trainer_state.pt'})")
+
+
+def check_resume_config(saved: dict[str, Any], current: dict[str, Any]) -> None:
+    """Refuse to continue a run with options that change what it trains."""
+    diff = sorted(k for k in set(saved) | set(current)
+                  if k not in RESUME_FREE and saved.get(k) != current.get(k))
+    if diff:
+        details = "; ".join(f"{k}: {saved.get(k)!r} → {current.get(k)!r}" for k in diff[:6])
+        raise ConfigError(f"cannot resume: the run was started with different options ({details})")
+
+
+def load_state(state_dir: Path, module: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any,
+               np_rng: np.random.Generator, config: dict[str, Any]) -> TrainState:
+    """Restore weights, optimizer, scaler and RNGs from ``state_dir``; returns the counters."""
+    from hnbench.models.checkpoint import load_into, read_state_dict
+
+    check_resume_config(json.loads((state_dir / "train_config.json").read_text()), config)
+    load_into(module, read_state_dict(state_dir / "model.safetensors"), f"resume state {state_dir}")
+    saved = torch.load(state_dir / "trainer_state.pt", map_location="cpu", weights_only=True)
+    optimizer.load_state_dict(saved["optimizer"])
+    if scaler is not None and saved.get("scaler"):
+        scaler.load_state_dict(saved["scaler"])
+    _set_rng_state(saved["rng"], np_rng)
+    logger.info("resuming from %s at step %d (epoch %d, batch %d)", state_dir, saved["step"], saved["epoch"],
+                saved["batch_in_epoch"])
+    return TrainState(step=saved["step"], epoch=saved["epoch"], batch_in_epoch=saved["batch_in_epoch"],
+                      epoch_generator_state=saved["epoch_generator_state"],
+                      epoch_records=list(saved["epoch_records"]), epoch_losses=list(saved["epoch_losses"]),
+                      seconds=float(saved.get("seconds", 0.0)))
+
+
+def trim_jsonl(path: Path, keep: Any) -> None:
+    """Drop lines of a JSONL log for which ``keep(record)`` is false (log lines past a resume point)."""
+    if not path.is_file():
+        return
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    path.write_text("".join(ln + "\n" for ln in lines if keep(json.loads(ln))))

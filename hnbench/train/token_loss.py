@@ -1,0 +1,86 @@
+"""FILIP-style token-level late interaction, the paper's auxiliary term L_tok (weight λ).
+
+For image i with L2-normalised patch features x_i ∈ R^{P×D} and text j with L2-normalised token
+features y_j ∈ R^{T×D} (valid tokens m_j ⊆ 1..T, padding excluded)::
+
+    a_ij = mean_p  max_{k∈m_j} ⟨x_ip, y_jk⟩        each patch to its most similar token
+    c_ij = mean_{k∈m_j} max_p ⟨x_ip, y_jk⟩         each token to its most similar patch
+    L_tok = ½ [CE(s·A, y) + CE(s·Cᵀ, y)],  y_i = i
+
+Computed in fp32 with autocast off. Memory is O(B²·P·T); ``chunk`` bounds it by processing columns
+in groups. The distributed form mirrors :mod:`hnbench.train.distributed` (local rows, gathered columns).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from hnbench.train.losses import _compute_dtype, _no_autocast, _scale
+
+__all__ = ["filip_scores", "token_loss", "token_loss_distributed"]
+
+
+def filip_scores(image_tokens: Tensor, text_tokens: Tensor, text_mask: Tensor, *,
+                 chunk: int = 64) -> tuple[Tensor, Tensor]:
+    """Return (A, C), both (B_img, B_txt): A = patch→token late interaction, C = token→patch.
+
+    ``image_tokens`` (Bi, P, D) and ``text_tokens`` (Bt, T, D) are L2-normalised; ``text_mask``
+    (Bt, T) bool marks real tokens (at least one per caption).
+    """
+    if image_tokens.ndim != 3 or text_tokens.ndim != 3 or image_tokens.shape[-1] != text_tokens.shape[-1]:
+        raise ValueError(f"need (B, P, D) image tokens and (B, T, D) text tokens, got "
+                         f"{tuple(image_tokens.shape)} and {tuple(text_tokens.shape)}")
+    if text_mask.shape != text_tokens.shape[:2] or text_mask.dtype != torch.bool:
+        raise ValueError(f"text_mask must be a bool tensor of shape {tuple(text_tokens.shape[:2])}")
+    if not bool(text_mask.any(dim=1).all()):
+        raise ValueError("every caption needs at least one valid token in text_mask")
+    a_cols, c_cols = [], []
+    n_valid = text_mask.sum(dim=1).to(image_tokens.dtype)  # (Bt,)
+    for j0 in range(0, text_tokens.shape[0], chunk):
+        y, m = text_tokens[j0:j0 + chunk], text_mask[j0:j0 + chunk]
+        sim = torch.einsum("ipd,jtd->ijpt", image_tokens, y)  # (Bi, bj, P, T)
+        a_cols.append(sim.masked_fill(~m[None, :, None, :], float("-inf")).amax(dim=3).mean(dim=2))
+        best_patch = sim.amax(dim=2).masked_fill(~m[None], 0.0)  # (Bi, bj, T)
+        c_cols.append(best_patch.sum(dim=2) / n_valid[j0:j0 + chunk][None])
+    return torch.cat(a_cols, dim=1), torch.cat(c_cols, dim=1)
+
+
+def _prepare(image_tokens: Tensor, text_tokens: Tensor) -> tuple[Tensor, Tensor]:
+    dtype = _compute_dtype(image_tokens, text_tokens)
+    return F.normalize(image_tokens.to(dtype), dim=-1), F.normalize(text_tokens.to(dtype), dim=-1)
+
+
+def token_loss(image_tokens: Tensor, text_tokens: Tensor, text_mask: Tensor,
+               logit_scale: Tensor | float) -> Tensor:
+    """L_tok = ½[CE(s·A, y) + CE(s·Cᵀ, y)] on one batch (features are normalised here)."""
+    device = image_tokens.device
+    with _no_autocast(device):
+        x, y = _prepare(image_tokens, text_tokens)
+        s = _scale(logit_scale, x.dtype, device)
+        a, c = filip_scores(x, y, text_mask)
+        target = torch.arange(a.shape[0], device=device)
+        return 0.5 * (F.cross_entropy(s * a, target) + F.cross_entropy(s * c.T, target))
+
+
+def token_loss_distributed(image_tokens: Tensor, text_tokens: Tensor, text_mask: Tensor,
+                           logit_scale: Tensor | float) -> Tensor:
+    """This rank's share of L_tok: local images vs all texts, local texts vs all images."""
+    from hnbench.train.distributed import gather_features, world_info
+
+    rank, world = world_info()
+    if world == 1:
+        return token_loss(image_tokens, text_tokens, text_mask, logit_scale)
+    device = image_tokens.device
+    b = image_tokens.shape[0]
+    img_all, txt_all = gather_features(image_tokens), gather_features(text_tokens)
+    mask_all = gather_features(text_mask.to(torch.uint8), with_grad=False).bool()
+    with _no_autocast(device):
+        x, y = _prepare(image_tokens, text_tokens)
+        xa, ya = _prepare(img_all, txt_all)
+        s = _scale(logit_scale, x.dtype, device)
+        a_rows, _ = filip_scores(x, ya, mask_all)  # local images vs all texts
+        _, c_cols = filip_scores(xa, y, text_mask)  # all images vs local texts
+        target = torch.arange(b, device=device) + rank * b
+        return 0.5 * (F.cross_entropy(s * a_rows, target) + F.cross_entropy(s * c_cols.T, target))

@@ -1,0 +1,182 @@
+"""The distributed HN-CLIP form: local losses over gathered features equal the single-process loss.
+
+Simulated ranks check the algebra exactly; two real gloo processes check the gather-with-gradient
+and DDP (loss and gradients), and the trainer under two processes against one process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from conftest import make_pairs, write_jsonl
+
+from hnbench.train.distributed import hn_clip_local_loss, hn_clip_loss_distributed
+from hnbench.train.losses import duplicate_mask, hn_clip_loss
+
+
+def _feats(b: int, d: int = 16, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    v, t = torch.randn(2, b, d, generator=g, dtype=torch.float64)
+    return F.normalize(t + 0.8 * v, dim=-1), F.normalize(t, dim=-1)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("gamma", [0.0, 0.5])
+def test_mean_of_local_losses_is_global_loss_and_gradients_match(world, gamma):
+    big_b = 8
+    v0, t0 = _feats(big_b)
+    mask = duplicate_mask(None, ["a", "b", "a", "c", "d", "e", "f", "c"])
+    g_src = F.normalize(t0 + 0.3, dim=-1)
+    for kw in ({}, {"mask": mask}, {"mask": mask, "label_smoothing": 0.1}, {"text_features_for_g": g_src}):
+        v, t = v0.clone().requires_grad_(), t0.clone().requires_grad_()
+        s = torch.tensor(30.0, dtype=torch.float64, requires_grad=True)
+        ref = hn_clip_loss(v, t, s, gamma, **kw)
+        ref.backward()
+        ref_grads = [x.grad.clone() for x in (v, t, s)]
+        v2, t2 = v0.clone().requires_grad_(), t0.clone().requires_grad_()
+        s2 = torch.tensor(30.0, dtype=torch.float64, requires_grad=True)
+        b = big_b // world
+        g_all = kw.get("text_features_for_g")
+        locals_ = [hn_clip_local_loss(v2[r * b:(r + 1) * b], t2[r * b:(r + 1) * b], v2, t2, s2, gamma, offset=r * b,
+                                      mask=kw.get("mask"), label_smoothing=kw.get("label_smoothing", 0.0),
+                                      g_local=None if g_all is None else g_all[r * b:(r + 1) * b], g_all=g_all)
+                   for r in range(world)]
+        total = torch.stack(locals_).mean()
+        total.backward()
+        assert torch.allclose(total, ref, rtol=0, atol=1e-12), kw
+        for got, want in zip((v2.grad, t2.grad, s2.grad), ref_grads):
+            assert torch.allclose(got, want, rtol=0, atol=1e-12), kw
+
+
+def test_world_size_one_is_the_plain_loss():
+    v, t = _feats(6)
+    assert torch.equal(hn_clip_loss_distributed(v, t, 20.0, 0.5), hn_clip_loss(v, t, 20.0, 0.5))
+
+
+def test_local_loss_validates_offset():
+    v, t = _feats(4)
+    with pytest.raises(ValueError, match="offset"):
+        hn_clip_local_loss(v[:2], t[:2], v, t, 10.0, offset=3)
+
+
+# ----------------------------------------------------------------------------- real processes (gloo)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(rank: int, world: int, port: int) -> None:
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+                       "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
+
+
+def _ddp_worker(rank: int, world: int, port: int, root: str) -> None:
+    _env(rank, world, port)
+    torch.set_num_threads(1)
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hnbench.train.distributed import setup_distributed
+    from hnbench.train.towers import CLIPTowers
+
+    ctx = setup_distributed("cpu")
+    data = torch.load(Path(root) / "batch.pt", weights_only=True)
+    model = _micro_model(root)
+    model.load_state_dict(data["state"])
+    ddp = DistributedDataParallel(CLIPTowers(model, "open_clip"))
+    b = data["pixels"].shape[0] // world
+    sl = slice(rank * b, (rank + 1) * b)
+    out = ddp(data["pixels"][sl], data["tokens"][sl])
+    loss = hn_clip_loss_distributed(out["image"], out["text"], out["scale"], 0.5, mask=data["mask"])
+    loss.backward()
+    mean_loss = loss.detach().clone()
+    torch.distributed.all_reduce(mean_loss)
+    if rank == 0:
+        grads = {n: p.grad for n, p in ddp.module.model.named_parameters() if p.grad is not None}
+        torch.save({"loss": mean_loss / world, "grads": grads}, Path(root) / "ddp.pt")
+    ctx.close()
+
+
+def _micro_model(root: str):
+    from hnbench.models import load_model
+
+    return load_model("hnb-micro", model_config=str(Path(root) / "hnb-micro.json")).model.train()
+
+
+@pytest.mark.slow
+def test_two_process_gloo_ddp_equals_single_process_on_concatenated_batch(micro_config, tmp_path):
+    from hnbench.train.towers import CLIPTowers
+
+    (tmp_path / "hnb-micro.json").write_text(micro_config.read_text())
+    torch.manual_seed(0)
+    model = _micro_model(str(tmp_path))
+    enc_tok = __import__("hnbench.models", fromlist=["load_model"]).load_model(
+        "hnb-micro", model_config=str(micro_config))
+    captions = [f"a {c} square number {i}" for i, c in enumerate("red green blue red cyan white pink red".split())]
+    captions[5] = captions[1]  # an exact duplicate caption: the mask must be applied globally
+    tokens = enc_tok.tokenize(captions).tokens
+    pixels = torch.randn(8, 3, 32, 32)
+    mask = duplicate_mask(None, captions)
+    torch.save({"state": model.state_dict(), "pixels": pixels, "tokens": tokens, "mask": mask}, tmp_path / "batch.pt")
+    towers = CLIPTowers(model, "open_clip")
+    out = towers(pixels, tokens)
+    ref = hn_clip_loss(out["image"], out["text"], out["scale"], 0.5, mask=mask)
+    ref.backward()
+    mp.spawn(_ddp_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    got = torch.load(tmp_path / "ddp.pt", weights_only=True)
+    assert torch.allclose(got["loss"], ref.detach(), rtol=0, atol=1e-5)
+    ref_grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert set(got["grads"]) == set(ref_grads)
+    for n, g in ref_grads.items():
+        assert torch.allclose(got["grads"][n], g, rtol=1e-4, atol=1e-6), n
+
+
+def _train_worker(rank: int, world: int, port: int, cfg: dict) -> None:
+    _env(rank, world, port)
+    torch.set_num_threads(1)
+    from hnbench.train.trainer import TrainConfig, train
+
+    train(TrainConfig.from_dict(cfg), progress=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("accum_mode,extra", [
+    ("loss", {}),
+    ("cached", {"token_loss_weight": 0.5, "mask_duplicates": True, "g_source": "frozen_init"}),
+])
+def test_trainer_two_processes_equals_one_process(micro_config, tmp_path, accum_mode, extra):
+    from safetensors.torch import load_file
+
+    from hnbench.train.trainer import TrainConfig, train
+
+    pairs = make_pairs(tmp_path, n=16)
+    rows = [{"image": p, "caption": c if i % 5 else "the same caption"} for i, (p, c) in enumerate(pairs)]
+    data = write_jsonl(tmp_path / "m.jsonl", rows)
+    base = {"model": "hnb-micro", "model_config": str(micro_config), "dataset": str(data), "loss": "hn",
+            "epochs": 1, "batch_size": 4, "accum_steps": 2, "accum_mode": accum_mode, "lr": 1e-4,
+            "warmup_steps": 1, "num_workers": 0, "log_every": 1, "seed": 3, **extra}
+    one = train(TrainConfig.from_dict({**base, "output": str(tmp_path / "one")}), progress=False)
+    mp.spawn(_train_worker, args=(2, _free_port(), {**base, "output": str(tmp_path / "two")}), nprocs=2, join=True)
+    log1 = [json.loads(x) for x in (tmp_path / "one" / "log.jsonl").read_text().splitlines()]
+    log2 = [json.loads(x) for x in (tmp_path / "two" / "log.jsonl").read_text().splitlines()]
+    assert len(log1) == len(log2) == 2
+    for a, b in zip(log1, log2):
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
+    w1, w2 = load_file(str(one)), load_file(str(tmp_path / "two" / "checkpoint.safetensors"))
+    assert w1.keys() == w2.keys()
+    diff = torch.cat([(w1[k] - w2[k]).abs().reshape(-1) for k in w1])
+    # Adam turns float-noise gradients (e.g. the attention key bias, whose true gradient is 0) into
+    # ±lr steps, so a few elements may differ by up to 2·lr per step; everything else agrees tightly.
+    assert float(diff.max()) <= 2 * base["lr"] * 2 + 1e-6
+    assert float((diff > 5e-6).float().mean()) < 2e-3, float((diff > 5e-6).float().mean())
+    meta = json.loads((tmp_path / "two" / "train_config.json").read_text())
+    assert meta["world_size"] == 2 and meta["steps"] == 2
