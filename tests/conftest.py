@@ -36,6 +36,35 @@ def micro_config(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def hf_clip_dir(tmp_path_factory) -> Path:
+    """A randomly initialised tiny transformers CLIPModel with the real CLIP BPE tokenizer, saved locally."""
+    pytest.importorskip("transformers")
+    from open_clip.tokenizer import SimpleTokenizer
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPTokenizer
+
+    root = tmp_path_factory.mktemp("hfclip")
+    tok = SimpleTokenizer()
+    names = {"<start_of_text>": "<|startoftext|>", "<end_of_text>": "<|endoftext|>"}  # HF spelling
+    (root / "vocab.json").write_text(json.dumps({names.get(k, k): v for k, v in tok.encoder.items()}))
+    merges = sorted(tok.bpe_ranks.items(), key=lambda kv: kv[1])
+    (root / "merges.txt").write_text("#version: 0.2\n" + "\n".join(" ".join(pair) for pair, _ in merges) + "\n")
+    import torch
+
+    torch.manual_seed(0)
+    config = CLIPConfig(
+        text_config={"vocab_size": len(tok.encoder), "hidden_size": 32, "intermediate_size": 64,
+                     "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 40},
+        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                       "num_attention_heads": 2, "image_size": 32, "patch_size": 8},
+        projection_dim=24)
+    out = root / "model"
+    CLIPModel(config).save_pretrained(out)
+    CLIPTokenizer(str(root / "vocab.json"), str(root / "merges.txt")).save_pretrained(out)
+    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(out)
+    return out
+
+
 def make_pairs(root: Path, n: int = 12, seed: int = 0) -> list[tuple[str, str]]:
     """Write ``n`` solid-colour PNGs with a shape into ``root/images`` and return (rel_path, caption)."""
     rng = np.random.default_rng(seed)

@@ -2,42 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
 from conftest import make_pairs, write_jsonl
 
 transformers = pytest.importorskip("transformers")
-
-
-@pytest.fixture(scope="module")
-def hf_clip_dir(tmp_path_factory):
-    """A randomly initialised tiny CLIPModel with a real CLIP BPE tokenizer, saved with save_pretrained."""
-    from open_clip.tokenizer import SimpleTokenizer
-    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPTokenizer
-
-    root = tmp_path_factory.mktemp("hfclip")
-    tok = SimpleTokenizer()
-    names = {"<start_of_text>": "<|startoftext|>", "<end_of_text>": "<|endoftext|>"}  # HF spelling
-    (root / "vocab.json").write_text(json.dumps({names.get(k, k): v for k, v in tok.encoder.items()}))
-    merges = sorted(tok.bpe_ranks.items(), key=lambda kv: kv[1])
-    (root / "merges.txt").write_text("#version: 0.2\n" + "\n".join(" ".join(pair) for pair, _ in merges) + "\n")
-    tokenizer = CLIPTokenizer(str(root / "vocab.json"), str(root / "merges.txt"))
-    torch.manual_seed(0)
-    config = CLIPConfig(
-        text_config={"vocab_size": len(tok.encoder), "hidden_size": 32, "intermediate_size": 64,
-                     "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 40},
-        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
-                       "num_attention_heads": 2, "image_size": 32, "patch_size": 8},
-        projection_dim=24)
-    model = CLIPModel(config)
-    out = root / "model"
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(out)
-    return out
 
 
 def test_hf_clip_encoder_matches_direct_calls(hf_clip_dir):

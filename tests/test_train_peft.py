@@ -83,33 +83,6 @@ def test_adapter_for_wrong_architecture_is_an_error(micro_config, setup, tmp_pat
         load_model("ViT-B-32", str(tmp_path / "r" / "adapter"))
 
 
-@pytest.fixture(scope="module")
-def hf_clip_dir(tmp_path_factory):
-    """A randomly initialised tiny CLIPModel with the CLIP BPE tokenizer (as in test_hf.py)."""
-    pytest.importorskip("transformers")
-    from open_clip.tokenizer import SimpleTokenizer
-    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPTokenizer
-
-    root = tmp_path_factory.mktemp("hfclip-train")
-    tok = SimpleTokenizer()
-    names = {"<start_of_text>": "<|startoftext|>", "<end_of_text>": "<|endoftext|>"}
-    (root / "vocab.json").write_text(json.dumps({names.get(k, k): v for k, v in tok.encoder.items()}))
-    merges = sorted(tok.bpe_ranks.items(), key=lambda kv: kv[1])
-    (root / "merges.txt").write_text("#version: 0.2\n" + "\n".join(" ".join(pair) for pair, _ in merges) + "\n")
-    torch.manual_seed(0)
-    config = CLIPConfig(
-        text_config={"vocab_size": len(tok.encoder), "hidden_size": 32, "intermediate_size": 64,
-                     "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 40},
-        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
-                       "num_attention_heads": 2, "image_size": 32, "patch_size": 8},
-        projection_dim=24)
-    out = root / "model"
-    CLIPModel(config).save_pretrained(out)
-    CLIPTokenizer(str(root / "vocab.json"), str(root / "merges.txt")).save_pretrained(out)
-    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(out)
-    return out
-
-
 @pytest.mark.slow
 def test_hf_clip_full_and_lora_training(hf_clip_dir, setup, tmp_path):
     data, _ = setup
