@@ -29,7 +29,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,9 +113,23 @@ def default_num_workers() -> int:
 
 
 def _autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager:
-    if amp and device.type == "cuda":
+    """bf16/fp16 autocast on CUDA when asked; otherwise true fp32 (TF32 off for matmuls and convolutions)."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    if amp:
         return torch.autocast("cuda", dtype=torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
-    return contextlib.nullcontext()
+    return _strict_fp32()
+
+
+@contextlib.contextmanager
+def _strict_fp32() -> Iterator[None]:
+    # cuDNN convolutions (the patch embedding) default to TF32 on Ampere+; "fp32" results must not.
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _open_cache(encoder: Encoder, cache: EmbeddingCache | bool | None, amp: bool) -> EmbeddingCache | None:

@@ -152,3 +152,14 @@ def test_image_load_error_names_item(tmp_path):
     assert src.open(0).size == (4, 4)
     with pytest.raises(ImageLoadError, match="'gone'.*file not found"):
         src.open(1)
+
+
+def test_fp32_encoding_turns_tf32_off_and_restores_it():
+    import torch
+
+    from hnbench.encode import _strict_fp32
+
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    with _strict_fp32():
+        assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
