@@ -32,6 +32,7 @@ from hnbench.train.losses import (
     _check_mask,
     _check_smoothing,
     _compute_dtype,
+    _cross_entropy,
     _no_autocast,
     _scale,
     hn_clip_loss,
@@ -191,18 +192,8 @@ def hn_clip_local_loss(
         z_i2t, z_t2i = s * sim_i2t, s * sim_t2i
         if mask_i2t is not None:
             z_i2t, z_t2i = z_i2t.masked_fill(mask_i2t, float("-inf")), z_t2i.masked_fill(mask_t2i, float("-inf"))
-        return 0.5 * (_local_ce(z_i2t, cols, label_smoothing, mask_i2t)
-                      + _local_ce(z_t2i, cols, label_smoothing, mask_t2i))
-
-
-def _local_ce(z: Tensor, targets: Tensor, label_smoothing: float, mask: Tensor | None) -> Tensor:
-    """Row-wise CE with explicit targets; as ``losses._cross_entropy``, smoothing spread over unmasked classes."""
-    if mask is None or label_smoothing == 0:
-        return torch.nn.functional.cross_entropy(z, targets, label_smoothing=label_smoothing)
-    logp = z.log_softmax(dim=1)
-    smooth = -logp.masked_fill(mask, 0.0).sum(dim=1) / (~mask).sum(dim=1)
-    pos = -logp.gather(1, targets[:, None]).squeeze(1)
-    return ((1 - label_smoothing) * pos + label_smoothing * smooth).mean()
+        return 0.5 * (_cross_entropy(z_i2t, label_smoothing, mask_i2t, cols)
+                      + _cross_entropy(z_t2i, label_smoothing, mask_t2i, cols))
 
 
 def hn_clip_loss_distributed(

@@ -99,14 +99,15 @@ def _logits(
     return z if mask is None else z.masked_fill(mask, float("-inf"))
 
 
-def _cross_entropy(z: Tensor, label_smoothing: float, mask: Tensor | None) -> Tensor:
-    """Row-wise CE with targets y_i = i; smoothing mass spread over the unmasked classes only."""
-    y = torch.arange(z.shape[0], device=z.device)
+def _cross_entropy(z: Tensor, label_smoothing: float, mask: Tensor | None, targets: Tensor | None = None) -> Tensor:
+    """Row-wise CE with targets y (default y_i = i); smoothing mass spread over the unmasked classes only."""
+    y = torch.arange(z.shape[0], device=z.device) if targets is None else targets
     if mask is None or label_smoothing == 0:
         return F.cross_entropy(z, y, label_smoothing=label_smoothing)
     logp = z.log_softmax(dim=1)
     smooth = -logp.masked_fill(mask, 0.0).sum(dim=1) / (~mask).sum(dim=1)
-    return ((1 - label_smoothing) * -logp.diagonal() + label_smoothing * smooth).mean()
+    pos = -logp.gather(1, y[:, None]).squeeze(1)
+    return ((1 - label_smoothing) * pos + label_smoothing * smooth).mean()
 
 
 def hn_logits(
