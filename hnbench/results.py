@@ -4,11 +4,13 @@ Schema (version 1)::
 
     schema_version, hnbench_version, created (ISO-8601 UTC)
     model     {arch, pretrained, fingerprint, context_length, n_params, embed_dim, framework}
-    dataset   {name, protocol, fingerprint, n_images, n_captions, source, skipped {reason: count}}
+    dataset   {name, protocol, fingerprint, n_images, n_captions, source, skipped {reason: count},
+               meta {protocol family, caption rule, count check, split-list hashes, ...}}
     metrics   {t2i: {R@1, R@5, R@10, mean_rank, median_rank, MRR, n_queries, n_tied}, i2t: {...}}  (R@K in %)
     ci95      {t2i: {R@K: [lo, hi]}, i2t: {...}}   percentile bootstrap over queries, in %
     tokens    {context_length, mean, median, p95, max, n_truncated, share_truncated}
-    settings  {device, batch_size, precision, amp, backend, search, ks, tie_rule, ...}
+    settings  {device, batch_size, precision, amp, backend, search (exact|approximate), ks, tie_rule,
+               cache, encoding {world_size, cache key, encoded/cached counts}, ...}
     timings   {load_model, load_data, encode_images, encode_texts, search, metrics, total}  (seconds)
     per_query file name of the per-query parquet written beside the JSON
 
