@@ -38,13 +38,19 @@ def _add_data_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     g.add_argument("--split", help="split of an HF dataset")
     g.add_argument("--image-column", help="image column of a manifest / HF dataset")
     g.add_argument("--caption-column", help="caption column of a manifest / HF dataset")
-    g.add_argument("--skip-invalid", action="store_true",
-                   help="drop and count missing/corrupt images and empty captions instead of failing")
     g.add_argument("--split-file", action="append", metavar="PATH",
                    help="a protocol's split list (e.g. GOAL's DCI_test.json) or a folder holding it; its sha256 "
                         "is checked against the published one (a mismatch warns) and recorded; repeatable")
+    _add_validity_args(g)
+
+
+def _add_validity_args(g: argparse._ActionsContainer) -> None:
+    """The flags deciding what a bad item or a short benchmark does (eval, train, datasets info)."""
+    g.add_argument("--skip-invalid", action="store_true",
+                   help="drop and count missing/corrupt images and empty captions instead of failing")
     g.add_argument("--allow-count-mismatch", action="store_true",
-                   help="run even if a benchmark's loaded counts differ from the published ones (recorded)")
+                   help="run even if a benchmark's loaded counts (after skipping) differ from the published "
+                        "ones (recorded)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,6 +99,7 @@ def _add_datasets_parser(sub: argparse._SubParsersAction) -> None:
     info.add_argument("--data-root", help="where the benchmark's files are (default: the download location)")
     info.add_argument("--protocol", help="protocol to load (default: the benchmark's default)")
     info.add_argument("--split-file", action="append", metavar="PATH", help="split list for the protocol")
+    _add_validity_args(info)
     info.add_argument("--json", action="store_true", help="print JSON (keys n_images, n_captions, ...)")
     info.set_defaults(handler=_run_datasets_info)
     dl = dsub.add_parser("download", help="fetch a benchmark from its official sources into DIR")
@@ -121,7 +128,9 @@ def _run_datasets_list(args: argparse.Namespace) -> int:
 def _run_datasets_info(args: argparse.Namespace) -> int:
     from hnbench.data.benchmarks.stats import describe, render_info
 
-    info = describe(args.name, data_root=args.data_root, protocol=args.protocol, split_file=args.split_file)
+    info = describe(args.name, data_root=args.data_root, protocol=args.protocol, split_file=args.split_file,
+                    skip_invalid=args.skip_invalid, allow_count_mismatch=args.allow_count_mismatch,
+                    progress=not args.quiet)
     print(json.dumps(info, indent=2) if args.json else render_info(info))
     return 0
 

@@ -19,6 +19,7 @@ import numpy as np
 from hnbench import distributed as dist
 from hnbench.cache import EmbeddingCache, default_root
 from hnbench.data import ImageTextDataset, load_dataset
+from hnbench.data.benchmarks.spec import recheck_counts
 from hnbench.encode import encode_images, encode_texts
 from hnbench.errors import ConfigError
 from hnbench.metrics import csr_from_assignment, summarize
@@ -216,7 +217,7 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
     image_vectors = img.vectors
     if img.bad:
         keep = [i for i in range(dataset.n_images) if i not in img.bad]
-        dataset = dataset.drop_images(sorted(img.bad), reason="unreadable image")
+        dataset = recheck_counts(dataset.drop_images(sorted(img.bad), reason="unreadable image"))
         image_vectors = image_vectors[keep]
     timings["encode_images"] = img.seconds
     txt = encode_texts(encoder, dataset.captions, batch_size=text_batch_size, amp=amp, progress=progress,

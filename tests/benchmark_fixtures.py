@@ -56,26 +56,39 @@ def build_docci(root: Path) -> list[dict]:
     return rows
 
 
-# --- DCI: densely_captioned_images/{annotations/*.json, photos/, splits.json} ----------------------
+# --- DCI: densely_captioned_images/{annotations/, complete/, photos/, splits.json} -------------------
+def dci_name(i: int) -> str:
+    """DCI names an annotation after its crowdsourcing unit (``<unit id>-data.json``), never after its photo.
+    Unit ids fall as ``i`` rises, so sorted file order (TULIP's) is the reverse of photo order."""
+    return f"{113029 + 11 * (50 - i)}-data.json"
+
+
 def dci_annotation(i: int, extra: str | None = None) -> dict:
+    """What ``annotations/`` holds: no ``summaries`` / ``negatives`` (those are in ``complete/``)."""
     return {"image": f"sa_{1000 + i}.jpg", "short_caption": f"Short caption {i}.",
             "extra_caption": f"Extra caption {i}. It has two sentences" if extra is None else extra,
-            "mask_data": {"0": {"idx": 0, "label": "thing", "caption": "a thing", "mask_quality": 0}},
-            "mask_keys": ["0"], "summaries": {}, "negatives": {}}
+            "mask_data": {"0": {"idx": 0, "label": "thing", "caption": "a thing", "mask_quality": 0,
+                                "parent": -1, "requirements": [], "bounds": [[0, 0], [8, 8]], "area": 64}},
+            "mask_keys": ["0"]}
 
 
-def build_dci(root: Path, n: int = 8, empty_extra: tuple[int, ...] = (3,), odd_name: int | None = 7) -> Path:
-    """``n`` annotations (``sa_<1000+i>.json``; one named ``odd_*.json`` to exercise lookup by image),
-    photos, and a splits.json with train/valid/test in that order."""
+def build_dci(root: Path, n: int = 8, empty_extra: tuple[int, ...] = (3,), blank_extra: tuple[int, ...] = (5,),
+              unsplit: tuple[int, ...] = (8,)) -> Path:
+    """Annotations ``0..n-1`` named in a splits.json (train/valid/test in that order) plus ``unsplit`` ones
+    in no split; ``empty_extra`` have ``extra_caption == ""``, ``blank_extra`` a whitespace-only one.
+    ``complete/`` beside ``annotations/`` repeats the split ones with summaries, negatives, clip_scores."""
     base = root / "densely_captioned_images"
-    names = []
-    for i in range(n):
-        ann = dci_annotation(i, "" if i in empty_extra else None)
-        name = f"odd_{i}.json" if i == odd_name else f"sa_{1000 + i}.json"
-        (base / "annotations").mkdir(parents=True, exist_ok=True)
-        (base / "annotations" / name).write_text(json.dumps(ann))
+    (base / "annotations").mkdir(parents=True, exist_ok=True)
+    (base / "complete").mkdir(parents=True, exist_ok=True)
+    for i in [*range(n), *unsplit]:
+        ann = dci_annotation(i, "" if i in empty_extra else " \n  " if i in blank_extra else None)
+        (base / "annotations" / dci_name(i)).write_text(json.dumps(ann))
         jpeg(base / "photos" / ann["image"], i)
-        names.append(name)
+        if i < n:
+            full = {**ann, "summaries": {"base": [f"Summary {i}."]}, "negatives": {"base": {"swaps": [f"Neg {i}."]}},
+                    "clip_scores": {"base": 0.3}}
+            (base / "complete" / dci_name(i)).write_text(json.dumps(full))
+    names = [dci_name(i) for i in range(n)]
     cut = max(1, n - 3)
     splits = {"train": names[2:cut], "valid": names[:2], "test": names[cut:]}
     (base / "splits.json").write_text(json.dumps(splits))
@@ -108,12 +121,17 @@ def build_long_dci_csv(root: Path, dci_base: Path) -> Path:
 
 
 # --- Urban-1K: Urban1k/image/<k>.jpg + Urban1k/caption/<k>.txt -------------------------------------
-def build_urban1k(root: Path, n: int = 11) -> Path:
-    """Stems 1..n (so numeric order differs from string order); two-line caption files."""
+def urban_caption(k: int) -> str:
+    return f"An urban street scene number {k} with a red car."
+
+
+def build_urban1k(root: Path, n: int = 11, blank_first: tuple[int, ...] = (5,)) -> Path:
+    """Stems 1..n (so numeric order differs from string order); one-line caption files, odd ``k`` ending in a
+    line break and even ``k`` not; ``blank_first`` files start with a blank line, as the release's 592.txt."""
     base = root / "Urban1k"
     (base / "caption").mkdir(parents=True, exist_ok=True)
     for k in range(1, n + 1):
         jpeg(base / "image" / f"{k}.jpg", k)
-        (base / "caption" / f"{k}.txt").write_text(f"An urban street scene number {k} with a red car.\n"
-                                                   f"A second line that is not part of the caption {k}.\n")
+        text = urban_caption(k) + ("\n" if k % 2 else "")
+        (base / "caption" / f"{k}.txt").write_text(("\n" if k in blank_first else "") + text)
     return base

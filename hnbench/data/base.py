@@ -233,13 +233,15 @@ def build_dataset(
     protocol: str | None = None,
     source: str | None = None,
     meta: dict[str, Any] | None = None,
+    keep_empty: bool = False,
 ) -> ImageTextDataset:
     """Group ``(image_id, image_ref, captions)`` records into a dataset, validating as it goes.
 
     Records with the same image id are merged (their captions concatenated, in order). An empty
     caption or a missing image file is an error naming the item, or — with ``skip_invalid`` — the
-    item is dropped and counted in ``dataset.skipped``. ``make_source(refs, ids)`` builds the
-    :class:`ImageSource` for the surviving images.
+    item is dropped and counted in ``dataset.skipped``; ``keep_empty`` keeps empty captions (a
+    benchmark protocol whose reference loader queries with them). ``make_source(refs, ids)`` builds
+    the :class:`ImageSource` for the surviving images.
     """
     order: list[str] = []
     refs: dict[str, str] = {}
@@ -253,7 +255,7 @@ def build_dataset(
             refs[image_id] = ref
             caps[image_id] = []
         for text in texts:
-            if not isinstance(text, str) or not text.strip():
+            if not isinstance(text, str) or (not keep_empty and not text.strip()):
                 if skip_invalid:
                     skipped.setdefault("empty caption", []).append(image_id)
                     continue

@@ -10,13 +10,13 @@ SPEC = BenchmarkSpec(
     publisher="Google",
     homepage="https://google.github.io/docci",
     license="CC BY 4.0",
-    citation="""@inproceedings{onoe2024docci,
-  title     = {{DOCCI}: Descriptions of Connected and Contrasting Images},
-  author    = {Onoe, Yasumasa and Rane, Sunayana and Berger, Zachary and Bitton, Yonatan and Cho, Jaemin and
-               Garg, Roopal and Ku, Alexander and Parekh, Zarana and Pont-Tuset, Jordi and Tanzer, Garrett and
-               Wang, Su and Baldridge, Jason},
-  booktitle = {ECCV},
-  year      = {2024}
+    # As the release page (google.github.io/docci, repository google/docci) gives it.
+    citation="""@inproceedings{OnoeDocci2024,
+  author        = {Yasumasa Onoe and Sunayana Rane and Zachary Berger and Yonatan Bitton and Jaemin Cho and Roopal Garg and
+    Alexander Ku and Zarana Parekh and Jordi Pont-Tuset and Garrett Tanzer and Su Wang and Jason Baldridge},
+  title         = {{DOCCI: Descriptions of Connected and Contrasting Images}},
+  booktitle     = {ECCV},
+  year          = {2024}
 }""",
     layout="docci_descriptions.jsonlines and images/ (test_00000.jpg, qual_test_00000.jpg, ...)",
     protocols=(

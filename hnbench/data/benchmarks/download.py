@@ -154,6 +154,19 @@ def extract(archive: Path, dest: Path, members: str | None = None) -> int:
     return n
 
 
+def verify_sha256(r: Resource, digest: str) -> dict[str, Any]:
+    """What ``digest`` says about ``r``: the published checksum, a known superseded release (a warning naming
+    it), or an error. Returns the fields recorded for the file."""
+    if r.sha256 is None or digest == r.sha256:
+        return {"verified": None if r.sha256 is None else True}
+    old = dict(r.superseded).get(digest)
+    if old is None:
+        raise DataError(f"{r.filename}: sha256 {digest} does not match the published {r.sha256}; not unpacked")
+    logger.warning("%s: sha256 %s is %s, not the current release (%s); accepted, but results may differ from "
+                   "the current release's", r.filename, digest[:12], old, r.sha256[:12])
+    return {"verified": "superseded", "superseded": old}
+
+
 def _write_record(to: Path, record: dict[str, Any]) -> None:
     tmp = to / (DOWNLOAD_RECORD + ".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
@@ -170,7 +183,8 @@ def download(
 ) -> dict[str, Any]:
     """Fetch (or take from ``local``) every resource of ``spec`` into ``to`` and unpack it.
 
-    A checksum mismatch is an error and nothing is unpacked. Resources that need a license click-through
+    A checksum mismatch is an error and nothing is unpacked; a known superseded release's checksum warns,
+    naming it, and is recorded (``verified: "superseded"``). Resources that need a license click-through
     are listed in the returned ``manual`` entry; optional ones (GOAL's lists) only warn when they fail.
     """
     to = Path(to) if to is not None else spec.default_root()
@@ -201,11 +215,12 @@ def download(
             failed.append(r.filename)
             continue
         digest = sha256_file(file)
-        entry.update(sha256=digest, verified=None if r.sha256 is None else digest == r.sha256)
-        if r.sha256 and digest != r.sha256:
+        try:
+            entry.update(sha256=digest, **verify_sha256(r, digest))
+        except DataError:
             if owned:
                 file.unlink(missing_ok=True)
-            raise DataError(f"{r.filename}: sha256 {digest} does not match the published {r.sha256}; not unpacked")
+            raise
         if r.extract:
             entry["extracted_to"], entry["n_files"] = str(step.target), extract(file, step.target, r.members)
             if owned:

@@ -12,11 +12,13 @@ import csv
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hnbench.data.benchmarks.spec import LoadContext, Protocol
+from tqdm import tqdm
+
+from hnbench.data.benchmarks.spec import LoadContext, Protocol, sha256_file
 from hnbench.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -34,10 +36,16 @@ def _description(row: dict[str, Any]) -> str:
     return row["description"]
 
 
-def _first_line(text: str) -> str:
-    """The first line of the caption file (Long-CLIP's Urban-1K loader), without its line break."""
-    lines = text.splitlines()
-    return lines[0] if lines else ""
+def _first_nonempty_line(text: str) -> str:
+    """The caption file's first line that is not blank, without surrounding whitespace (as GOAL's list has it)."""
+    return next((line.strip() for line in text.split("\n") if line.strip()), "")
+
+
+def _longclip_first_line(text: str) -> str:
+    """``open(f).readlines()[0]`` verbatim, line break included (Long-CLIP's and TULIP's Urban-1K loaders):
+    a file whose first line is blank gives an empty query."""
+    end = text.find("\n")
+    return text if end < 0 else text[: end + 1]
 
 
 def _short_extra(ann: dict[str, Any]) -> str:
@@ -52,13 +60,14 @@ def _sentences(ann: dict[str, Any]) -> str:
 
 
 def _extra(ann: dict[str, Any]) -> str:
-    """DCI ``extra_caption`` alone (GOAL, TULIP's Long-DCI)."""
+    """DCI ``extra_caption`` alone, raw (GOAL, TULIP's Long-DCI)."""
     return ann["extra_caption"]
 
 
 CAPTION_RULES: dict[str, Callable[[Any], str]] = {
-    "description": _description, "first-line": _first_line, "short+extra": _short_extra,
-    "short+extra-sentences": _sentences, "extra": _extra,
+    "description": _description, "first-nonempty-line": _first_nonempty_line,
+    "longclip-first-line": _longclip_first_line, "short+extra": _short_extra, "short+extra-sentences": _sentences,
+    "extra": _extra,
 }
 
 
@@ -143,7 +152,8 @@ def _dci_record(ann_path: Path, photos: Path, protocol: Protocol, ctx: LoadConte
 
 
 def read_dci_splits(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
-    """Every annotation named in ``splits.json`` (train, valid, test, in the file's order), as LoTLIP does."""
+    """Every annotation named in ``splits.json`` (train, valid, test, in the file's order), as LoTLIP does;
+    annotation files in no split are not read."""
     base = dci_dir(root)
     require_dir(base / "photos", ctx.name, DCI_PHOTOS)
     splits_path = base / "splits.json"
@@ -155,17 +165,41 @@ def read_dci_splits(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Re
         raise DataError(f"dci: {splits_path}: malformed ({e})") from e
     if not isinstance(splits, dict) or not all(isinstance(v, list) for v in splits.values()):
         raise DataError(f"dci: {splits_path}: expected {{split: [annotation file, ...]}}")
+    names = [name for names in splits.values() for name in names]
     records = [_dci_record(base / "annotations" / name, base / "photos", protocol, ctx)
-               for names in splits.values() for name in names]
+               for name in tqdm(names, desc=f"{ctx.name}: annotations", unit="file", disable=not ctx.progress)]
     ctx.meta["splits"] = {k: len(v) for k, v in splits.items()}
     return [r for r in records if r is not None]
 
 
+def _annotations(annotations: Path, ctx: LoadContext) -> Iterator[tuple[Path, dict[str, Any] | str]]:
+    """Each ``annotations/*.json`` in sorted file-name order (TULIP's order) with its parsed object, or why not."""
+    files = sorted(annotations.glob("*.json"))
+    for path in tqdm(files, desc=f"{ctx.name}: annotations", unit="file", disable=not ctx.progress):
+        try:
+            ann = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            yield path, f"malformed annotation ({e})"
+            continue
+        yield path, ann if isinstance(ann, dict) else "malformed annotation (expected a JSON object)"
+
+
 def read_dci_lists(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
-    """The images of the protocol's split lists (GOAL), matched to DCI annotations on the photo's file name."""
+    """The images of the protocol's split lists (GOAL), matched to DCI annotations on the photo's file name.
+
+    DCI names an annotation after its crowdsourcing unit (``<unit id>-data.json``), not after its photo,
+    so the annotations are indexed once by their ``image`` field."""
     base = dci_dir(root)
     annotations, photos = base / "annotations", require_dir(base / "photos", ctx.name, DCI_PHOTOS)
-    index: dict[str, Path] | None = None
+    index: dict[str, tuple[Path, dict[str, Any]]] = {}
+    unreadable: list[str] = []
+    for path, ann in _annotations(annotations, ctx):
+        if isinstance(ann, str) or not isinstance(ann.get("image"), str):
+            unreadable.append(path.name)
+            continue
+        keep = {k: ann.get(k) for k in ("image", "short_caption", "extra_caption")}  # not the masks: memory
+        index.setdefault(Path(ann["image"]).name, (path, keep))
+    unread = f"; {len(unreadable)} annotation files have no readable 'image', e.g. {unreadable[0]}" if unreadable else ""
     records, seen, differs = [], set(), 0
     for lst in protocol.lists:
         for entry in ctx.lists[lst.filename]:
@@ -174,18 +208,11 @@ def read_dci_lists(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Rec
                 ctx.meta["duplicate_list_entries"] = ctx.meta.get("duplicate_list_entries", 0) + 1
                 continue
             seen.add(photo)
-            ann_path, ann = annotations / (Path(photo).stem + ".json"), None
-            if ann_path.is_file():  # DCI names an annotation after its photo; verified, else looked up
-                ann = _load_json(ann_path, ctx, "annotation")
-                if ann is None:
-                    continue
-            if ann is None or _image_name(ann) != photo:
-                index = index if index is not None else _index_annotations(annotations)
-                if photo not in index:
-                    ctx.invalid(f"{lst.filename}: {entry['filename']}",
-                                f"no DCI annotation in {annotations} has image {photo!r}", "not in the release")
-                    continue
-                ann_path, ann = index[photo], None
+            if photo not in index:
+                ctx.invalid(f"{lst.filename}: {entry['filename']}",
+                            f"no DCI annotation in {annotations} has image {photo!r}{unread}", "not in the release")
+                continue
+            ann_path, ann = index[photo]
             rec = _dci_record(ann_path, photos, protocol, ctx, ann)
             if rec is not None:
                 records.append(rec)
@@ -197,33 +224,14 @@ def read_dci_lists(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Rec
     return records
 
 
-def _image_name(ann: dict[str, Any]) -> str | None:
-    return Path(ann["image"]).name if isinstance(ann.get("image"), str) else None
-
-
-def _index_annotations(annotations: Path) -> dict[str, Path]:
-    logger.info("indexing %s by image file name", annotations)
-    index = {}
-    for p in sorted(annotations.glob("*.json")):
-        try:
-            ann = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            continue  # reported when (if) the protocol needs it
-        image = _image_name(ann) if isinstance(ann, dict) else None
-        if image:
-            index.setdefault(image, p)
-    return index
-
-
 # --- Long-DCI ------------------------------------------------------------------------------------
 def read_long_dci(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
     """TULIP's ``dci_long.csv`` (``filepath``, ``title``), or — absent — its construction rebuilt from DCI:
-    every annotation in sorted file order, caption ``extra_caption``, empty ones dropped."""
+    every ``annotations/*.json`` in sorted file order, caption ``extra_caption``; only a zero-length
+    ``extra_caption`` is dropped (TULIP's ``len(...) == 0``: whitespace-only ones stay)."""
     csv_path = root / "dci_long.csv"
     if not csv_path.is_file():
         return _rebuild_long_dci(root, protocol, ctx)
-    from hnbench.data.benchmarks.spec import sha256_file
-
     photo_dirs = [d for d in (root / "densely_captioned_images" / "photos", root / "photos") if d.is_dir()] + [root]
     if len(photo_dirs) == 1 and not any(root.glob("*.jpg")):
         raise DataError(f"long-dci: no photos beside {csv_path} (looked in densely_captioned_images/photos/, "
@@ -241,7 +249,7 @@ def read_long_dci(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Reco
                 if None in row or row["filepath"] is None or row["title"] is None:
                     ctx.invalid(where, "row has a different number of fields than the header", "malformed row")
                     continue
-                if not row["title"].strip():
+                if len(row["title"]) == 0:  # absent from TULIP's CSV by construction; pandas would read NaN
                     dropped += 1
                     continue
                 name = Path(row["filepath"]).name
@@ -261,11 +269,13 @@ def _rebuild_long_dci(root: Path, protocol: Protocol, ctx: LoadContext) -> list[
                         f"release to rebuild it from: {e}") from None
     require_dir(base / "photos", ctx.name, DCI_PHOTOS)
     records, dropped = [], 0
-    for ann_path in sorted((base / "annotations").glob("*.json")):
-        ann = _load_json(ann_path, ctx, "annotation")
-        if ann is None or not _fields_ok(ann, ("image", "extra_caption"), str(ann_path), ctx, "annotation"):
+    for path, ann in _annotations(base / "annotations", ctx):
+        if isinstance(ann, str):
+            ctx.invalid(str(path), ann, "malformed annotation")
             continue
-        if not ann["extra_caption"].strip():
+        if not _fields_ok(ann, ("image", "extra_caption"), str(path), ctx, "annotation"):
+            continue
+        if len(ann["extra_caption"]) == 0:
             dropped += 1
             continue
         caption = CAPTION_RULES[protocol.caption](ann)
@@ -280,13 +290,15 @@ def _stem_key(stem: str) -> tuple[int, int, str]:
 
 
 def read_urban1k(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
-    """``image/<k>.jpg`` paired with ``caption/<k>.txt`` by stem, in numeric order of ``k``."""
+    """``image/<k>.jpg`` paired with ``caption/<k>.txt`` by stem, in numeric order of ``k``; the caption is the
+    protocol's rule applied to the file (``592.txt`` of the release starts with a blank line: recorded in
+    ``meta.first_line_blank``)."""
     base = find_dir(root, ("Urban1k", ""), "caption", "Urban-1K's caption/ folder")
     if not (base / "image").is_dir():
         raise DataError(f"urban1k: {base / 'image'} not found (Urban1k.zip has image/ beside caption/)")
     captions = {p.stem: p for p in (base / "caption").glob("*.txt")}
     images = {p.stem: p for p in (base / "image").iterdir() if p.suffix.lower() in IMAGE_SUFFIXES}
-    rule, records = CAPTION_RULES[protocol.caption], []
+    rule, records, blank_first = CAPTION_RULES[protocol.caption], [], []
     for stem in sorted(captions.keys() | images.keys(), key=_stem_key):
         if stem not in images:
             ctx.invalid(str(captions[stem]), f"caption without an image (no image/{stem}.jpg)",
@@ -297,14 +309,17 @@ def read_urban1k(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Recor
                         "image without caption")
             continue
         try:
-            text = rule(captions[stem].read_text(encoding="utf-8"))
+            raw = captions[stem].read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             ctx.invalid(str(captions[stem]), f"unreadable caption file ({e})", "malformed caption file")
             continue
-        if not text.strip():
-            ctx.invalid(str(captions[stem]), "empty first line", "empty caption")
+        if not raw.strip():  # no rule finds a caption in it; an empty file has no first line at all
+            ctx.invalid(str(captions[stem]), "caption file has no text", "empty caption")
             continue
-        records.append((stem, str(images[stem]), [text]))
+        if not raw.split("\n", 1)[0].strip():
+            blank_first.append(stem)
+        records.append((stem, str(images[stem]), [rule(raw)]))
+    ctx.meta["first_line_blank"] = blank_first
     return records
 
 

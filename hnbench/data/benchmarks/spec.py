@@ -63,6 +63,9 @@ class Protocol:
     options: Mapping[str, Any] = field(default_factory=dict)
     lists: tuple[SplitList, ...] = ()
     aliases: tuple[str, ...] = ()
+    # The reference loader feeds empty / whitespace-only captions as queries (Long-CLIP's Urban-1K reading,
+    # TULIP's Long-DCI): keep them, counted in ``meta.empty_captions``, instead of treating them as invalid.
+    keep_empty: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class Resource:
     url: str | None = None  # a direct https URL ...
     hf_repo: str | None = None  # ... or a Hugging Face *dataset* repository holding ``filename``
     sha256: str | None = None  # the published checksum, verified when known
+    superseded: tuple[tuple[str, str], ...] = ()  # (sha256, what it was) of older releases: accepted with a warning
     extract: bool = False  # unpack the archive into ``into`` (then delete it)
     into: str = ""  # folder under the target directory
     members: str | None = None  # extract only members matching this glob, flattened into ``into``
@@ -116,6 +120,7 @@ class LoadContext:
 
     name: str
     skip_invalid: bool
+    progress: bool = False
     lists: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, list[str]] = field(default_factory=dict)
@@ -195,30 +200,39 @@ def resolve_split_lists(
 def check_counts(
     ds: ImageTextDataset, expected: Mapping[str, int] | None, expected_from: str, allow_mismatch: bool
 ) -> dict[str, Any]:
-    """Compare loaded counts with the expected ones: a clear error on a mismatch unless allowed.
+    """Compare the counts loaded *after skipping* with the expected ones: an error on any difference unless allowed.
 
-    A shortfall no larger than the number of items the user asked to skip (``--skip-invalid``) is
-    accepted and reported as such."""
+    Items skipped with ``--skip-invalid`` (or absent from the release) do not excuse a shortfall: a
+    smaller set is a different benchmark, so it runs only with ``allow_mismatch`` and says so in the
+    result (``status`` "mismatch allowed", with the number of items skipped)."""
     got = {"n_images": ds.n_images, "n_captions": ds.n_captions}
     check: dict[str, Any] = {"expected": dict(expected) if expected else None, "expected_from": expected_from,
-                             "loaded": got}
+                             "loaded": got, "n_skipped": ds.n_skipped(), "allow_mismatch": allow_mismatch}
     if not expected:
         check["status"] = "unverified (no published count)"
         return check
-    deficit = [expected[k] - got[k] for k in expected]
-    if all(d == 0 for d in deficit):
+    if all(expected[k] == got[k] for k in expected):
         check["status"] = "ok"
-    elif ds.n_skipped() and all(0 <= d <= ds.n_skipped() for d in deficit):
-        check["status"] = f"ok after skipping {ds.n_skipped()} invalid items"
-    else:
-        summary = (f"{ds.name}/{ds.protocol}: loaded {got['n_images']} images / {got['n_captions']} captions, "
-                   f"expected {expected.get('n_images')} / {expected.get('n_captions')} ({expected_from})")
-        if not allow_mismatch:
-            raise DataError(f"{summary}; the files under {ds.source} look incomplete or from another release. "
-                            f"Pass --allow-count-mismatch to run anyway (recorded in the result)")
-        logger.warning("%s; continuing because the mismatch is allowed", summary)
-        check["status"] = "mismatch allowed"
+        return check
+    skipped = f" after skipping {ds.n_skipped()} items ({', '.join(sorted(ds.skipped))})" if ds.n_skipped() else ""
+    summary = (f"{ds.name}/{ds.protocol}: loaded {got['n_images']} images / {got['n_captions']} captions{skipped}, "
+               f"expected {expected.get('n_images')} / {expected.get('n_captions')} ({expected_from})")
+    if not allow_mismatch:
+        why = ("a smaller set than the published one is another benchmark" if skipped else
+               f"the files under {ds.source} look incomplete or from another release")
+        raise DataError(f"{summary}; {why}. Pass --allow-count-mismatch to run anyway (recorded in the result)")
+    logger.warning("%s; continuing because the mismatch is allowed", summary)
+    check["status"] = "mismatch allowed"
     return check
+
+
+def recheck_counts(ds: ImageTextDataset) -> ImageTextDataset:
+    """Repeat the count check of a benchmark that lost items after loading (unreadable images dropped)."""
+    check = ds.meta.get("count_check")
+    if check and check.get("expected"):
+        ds.meta["count_check"] = check_counts(ds, check["expected"], check["expected_from"],
+                                              bool(check.get("allow_mismatch")))
+    return ds
 
 
 def load_benchmark(
@@ -231,17 +245,18 @@ def load_benchmark(
     split_file: str | Sequence[str] | None = None,
     allow_count_mismatch: bool = False,
     expected_counts: Mapping[str, int] | None = None,
+    progress: bool = False,
     **unknown: Any,
 ) -> ImageTextDataset:
     """Load ``spec`` under ``protocol`` from ``data_root`` (default ``<cache>/benchmarks/NAME``).
 
     ``split`` is accepted as another name for the protocol. ``expected_counts`` (``n_images``,
     ``n_captions``) replaces the spec's counts, e.g. for a subset; ``allow_count_mismatch`` turns a
-    count mismatch into a warning. Either is recorded in ``ds.meta["count_check"]``.
+    count mismatch (after skipping) into a warning. Either is recorded in ``ds.meta["count_check"]``.
+    ``progress`` shows a bar while a reader opens thousands of annotation files.
     """
     from hnbench.data.benchmarks.readers import CAPTION_RULES, READERS
 
-    unknown.pop("progress", None)
     if unknown:
         raise ConfigError(f"{spec.name}: unknown option(s) {sorted(unknown)}")
     proto = spec.protocol(protocol or split)
@@ -252,10 +267,16 @@ def load_benchmark(
     if not root.is_dir():
         raise DataError(f"{spec.name}: data root not found: {root}")
     lists, list_record = resolve_split_lists(spec, proto, root, split_file)
-    ctx = LoadContext(name=spec.name, skip_invalid=skip_invalid, lists=lists)
+    ctx = LoadContext(name=spec.name, skip_invalid=skip_invalid, progress=progress, lists=lists)
     records = READERS[proto.reader](root, proto, ctx)
     meta = {"benchmark": spec.name, "protocol_families": list(proto.families), "caption_rule": proto.caption,
             "caption_rule_text": CAPTION_RULES[proto.caption].__doc__, **ctx.meta}
+    if proto.keep_empty:
+        empty = [image_id for image_id, _, texts in records if any(not t.strip() for t in texts)]
+        meta["empty_captions"] = empty
+        if empty:
+            logger.warning("%s/%s: %d empty or whitespace-only captions kept as queries, as the protocol's reference "
+                           "loader does (e.g. %s)", spec.name, proto.name, len(empty), empty[:3])
     if list_record:
         meta["split_lists"] = list_record
     if (root / DOWNLOAD_RECORD).is_file():
@@ -264,7 +285,7 @@ def load_benchmark(
         except (OSError, json.JSONDecodeError):
             logger.warning("%s: ignoring unreadable %s", spec.name, root / DOWNLOAD_RECORD)
     ds = build_dataset(spec.name, records, make_source=FileImages, skip_invalid=skip_invalid, protocol=proto.name,
-                       source=str(root.resolve()), meta=meta)
+                       source=str(root.resolve()), meta=meta, keep_empty=proto.keep_empty)
     for kind, items in ctx.skipped.items():
         logger.warning("%s: skipped %d items (%s), e.g. %s", spec.name, len(items), kind, items[:2])
         ds.skipped.setdefault(kind, []).extend(items)
@@ -287,9 +308,10 @@ def goal_resource(lst: SplitList) -> Resource:
 GOAL_DCI_TEST = SplitList("DCI_test.json", 1999, "35227d8dfe02eccfff44947ecd0c265fb20ce3c03a59c85f062356b7c15165ae")
 GOAL_DCI_TRAIN = SplitList("DCI_train_del_org.json", 5445)  # no published checksum: the hash is recorded
 
-GOAL_CITATION = """@article{choi2025goal,
-  title   = {{GOAL}: Global-local Object Alignment Learning},
-  author  = {Choi, Hyungyu and Jang, Young Kyun and Eom, Chanho},
-  journal = {arXiv preprint arXiv:2503.17782},
-  year    = {2025}
+# As GOAL's README gives it (github.com/PerceptualAI-Lab/GOAL at GOAL_COMMIT), author field included.
+GOAL_CITATION = """@inproceedings{Hyungyu_2025_CVPR,
+  author={Hyungyu Choi, Young Kyun Jang, Chanho Eom},
+  title={GOAL: Global-local Object Alignment Learning},
+  booktitle={Proceedings of the IEEE/CVF Conference on Computer Vision and Pattern Recognition (CVPR)},
+  year={2025}
 }"""

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from hnbench.data.benchmarks import BENCHMARKS, get_benchmark
+from hnbench.data.benchmarks.readers import CAPTION_RULES
 from hnbench.data.benchmarks.spec import BenchmarkSpec, load_benchmark
 
 
@@ -40,7 +41,9 @@ def spec_info(spec: BenchmarkSpec) -> dict[str, Any]:
         "license": spec.license, "citation": spec.citation, "layout": spec.layout,
         "default_protocol": spec.default_protocol, "notes": spec.notes,
         "protocols": [{"name": p.name, "families": list(p.families), "n_images": p.n_images,
-                       "n_captions": p.n_captions, "caption_rule": p.caption, "description": p.description,
+                       "n_captions": p.n_captions, "caption_rule": p.caption,
+                       "caption_rule_text": " ".join(CAPTION_RULES[p.caption].__doc__.split()),
+                       "keeps_empty_captions": p.keep_empty, "description": p.description,
                        "aliases": list(p.aliases), "needs": [f"{s.filename} ({s.where})" for s in p.lists]}
                       for p in spec.protocols],
         "files": [{"file": r.filename, "source": r.url or (r.hf_repo and f"huggingface.co/datasets/{r.hf_repo}")
@@ -50,10 +53,12 @@ def spec_info(spec: BenchmarkSpec) -> dict[str, Any]:
 
 
 def describe(
-    name: str, *, data_root: str | None = None, protocol: str | None = None, split_file: Sequence[str] | None = None
+    name: str, *, data_root: str | None = None, protocol: str | None = None, split_file: Sequence[str] | None = None,
+    skip_invalid: bool = False, allow_count_mismatch: bool = False, progress: bool = False,
 ) -> dict[str, Any]:
     """Everything ``hnbench datasets info`` shows. With data present (``data_root`` or the download
-    location), the protocol is loaded (count mismatches reported, not raised) and its captions measured."""
+    location), the protocol is loaded as ``eval`` loads it (``skip_invalid``, ``allow_count_mismatch``
+    alike) and its captions measured."""
     from hnbench.data import load_dataset
 
     if name.lower() in BENCHMARKS:
@@ -64,13 +69,14 @@ def describe(
                             f"`hnbench datasets download {name}`")
             return info
         ds = load_benchmark(spec, data_root=data_root, protocol=protocol, split_file=split_file,
-                            allow_count_mismatch=True)
+                            skip_invalid=skip_invalid, allow_count_mismatch=allow_count_mismatch, progress=progress)
     else:  # another registered set (synthdense): no spec, just what loading it gives
-        ds = load_dataset(name, data_root=data_root, protocol=protocol)
+        ds = load_dataset(name, data_root=data_root, protocol=protocol, skip_invalid=skip_invalid)
         info = {"name": ds.name, "license": ds.meta.get("license"), "citation": None}
     info.update(protocol=ds.protocol, data_root=ds.source, n_images=ds.n_images, n_captions=ds.n_captions,
                 fingerprint=ds.fingerprint(), count_check=ds.meta.get("count_check"),
-                split_lists=ds.meta.get("split_lists"), skipped={k: len(v) for k, v in ds.skipped.items()},
+                caption_rule=ds.meta.get("caption_rule"), split_lists=ds.meta.get("split_lists"),
+                skipped={k: len(v) for k, v in ds.skipped.items()},
                 caption_stats=caption_stats(ds.captions))
     return info
 
@@ -100,8 +106,9 @@ def render_info(info: dict[str, Any]) -> str:
     for p in info.get("protocols", []):
         default = " (default)" if p["name"] == info.get("default_protocol") else ""
         needs = f"; needs {', '.join(p['needs'])}" if p["needs"] else ""
-        lines.append(f"  protocol {p['name']}{default}: {p['n_images']} images, [{', '.join(p['families'])}] "
-                     f"{p['description']}{needs}")
+        lines.append(f"  protocol {p['name']}{default}: {p['n_images']} images / {p['n_captions']} captions, "
+                     f"[{', '.join(p['families'])}] {p['description']}{needs}")
+        lines.append(f"    caption rule {p['caption_rule']}: {p['caption_rule_text']}")
     if "data" in info:
         lines.append(f"  data: {info['data']}")
     if "n_images" in info:
@@ -109,9 +116,10 @@ def render_info(info: dict[str, Any]) -> str:
         w, t = cs["words"], cs["tokens"]
         status = check.get("status", "n/a")
         if status == "mismatch allowed":
-            status = f"MISMATCH, published {check['expected']}"
+            status = f"MISMATCH allowed, published {check['expected']}"
         lines += [f"  loaded {info['protocol']} from {info['data_root']}: n_images {info['n_images']}, "
-                  f"n_captions {info['n_captions']} (count check: {status})",
+                  f"n_captions {info['n_captions']} (count check: {status}; skipped: {info['skipped'] or 'none'}; "
+                  f"caption rule {info.get('caption_rule')})",
                   f"  fingerprint: {info['fingerprint']}",
                   f"  caption words: mean {w['mean']}, median {w['median']}, p95 {w['p95']}, max {w['max']}",
                   f"  caption tokens: mean {t['mean']}, median {t['median']}, p95 {t['p95']}, max {t['max']}; "

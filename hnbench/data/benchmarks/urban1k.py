@@ -8,16 +8,21 @@ SPEC = BenchmarkSpec(
     publisher="Long-CLIP authors (Hugging Face BeichenZhang/Urban1k)",
     homepage="https://huggingface.co/datasets/BeichenZhang/Urban1k",
     license="CC BY-NC 4.0",
-    citation="""@inproceedings{zhang2024longclip,
-  title     = {Long-{CLIP}: Unlocking the Long-Text Capability of {CLIP}},
-  author    = {Zhang, Beichen and Zhang, Pan and Dong, Xiaoyi and Zang, Yuhang and Wang, Jiaqi},
-  booktitle = {ECCV},
-  year      = {2024}
+    # Long-CLIP's README (github.com/beichenzbc/Long-CLIP), which releases Urban-1K; the paper is ECCV 2024.
+    citation="""@article{zhang2024longclip,
+        title={Long-CLIP: Unlocking the Long-Text Capability of CLIP},
+        author={Beichen Zhang and Pan Zhang and Xiaoyi Dong and Yuhang Zang and Jiaqi Wang},
+        journal={arXiv preprint arXiv:2403.15378},
+        year={2024}
 }""",
     layout="Urban1k/image/<k>.jpg and Urban1k/caption/<k>.txt (or image/ and caption/ directly)",
     protocols=(
-        Protocol("test", ("zero-shot-splits", "goal-splits"), 1000, 1000, "urban1k-folders", "first-line",
-                 "all 1,000 pairs, matched by file stem; caption = first line", aliases=("zero-shot", "goal")),
+        Protocol("test", ("zero-shot-splits", "goal-splits"), 1000, 1000, "urban1k-folders", "first-nonempty-line",
+                 "all 1,000 pairs, matched by file stem; caption = the file's first non-blank line (as GOAL's list)",
+                 aliases=("zero-shot", "goal")),
+        Protocol("longclip", ("zero-shot-splits",), 1000, 1000, "urban1k-folders", "longclip-first-line",
+                 "as test, caption = readlines()[0] as Long-CLIP's and TULIP's loaders read it: 592.txt starts "
+                 "with a blank line, so one query is empty", keep_empty=True),
     ),
     default_protocol="test",
     resources=(Resource("Urban1k.zip", hf_repo="BeichenZhang/Urban1k", extract=True),),
