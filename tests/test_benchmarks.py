@@ -365,7 +365,7 @@ def test_datasets_list_and_info(tmp_path, capsys, use_sized):
     out = capsys.readouterr().out
     assert "CC BY-NC" in out and "@InProceedings{Urbanek_2024_CVPR" in out and "no data found" in out
     # every protocol's count and caption rule
-    assert "protocol goal: 1999 images / 1999 captions" in out and "caption rule extra: DCI ``extra_caption``" in out
+    assert "protocol goal: 1999 images / 1999 captions" in out and "caption rule extra: DCI extra_caption alone, raw" in out
     assert main(["datasets", "info", "urban1k"]) == 0
     out = capsys.readouterr().out
     assert "protocol longclip: 1000 images / 1000 captions" in out and "caption rule longclip-first-line" in out

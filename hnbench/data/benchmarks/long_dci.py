@@ -10,7 +10,8 @@ SPEC = BenchmarkSpec(
     homepage="https://huggingface.co/datasets/mderakhshani/Long-DCI",
     license="CC BY-NC 4.0; images: SA-1B terms",
     # As TULIP's README gives it (github.com/ivonajdenkoska/tulip); the hub card was not checked.
-    citation="""@inproceedings{najdenkoska2024tulip,
+    citation="""@inproceedings{
+ najdenkoska2024tulip,
  title={{TULIP}: Token-length Upgraded {CLIP}},
  author={Najdenkoska, Ivona and Derakhshani, Mohammad Mahdi and
   Asano, Yuki M and van Noord, Nanne and Worring, Marcel and Snoek,

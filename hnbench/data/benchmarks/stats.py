@@ -42,7 +42,7 @@ def spec_info(spec: BenchmarkSpec) -> dict[str, Any]:
         "default_protocol": spec.default_protocol, "notes": spec.notes,
         "protocols": [{"name": p.name, "families": list(p.families), "n_images": p.n_images,
                        "n_captions": p.n_captions, "caption_rule": p.caption,
-                       "caption_rule_text": " ".join(CAPTION_RULES[p.caption].__doc__.split()),
+                       "caption_rule_text": " ".join(CAPTION_RULES[p.caption].__doc__.replace("``", "").split()),
                        "keeps_empty_captions": p.keep_empty, "description": p.description,
                        "aliases": list(p.aliases), "needs": [f"{s.filename} ({s.where})" for s in p.lists]}
                       for p in spec.protocols],
