@@ -12,6 +12,8 @@ Public API (imported lazily so ``import hnbench`` stays light)::
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 from hnbench._version import __version__
@@ -35,5 +37,25 @@ __all__ = ["__version__", *_LAZY]
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         module, _, attr = _LAZY[name].partition(":")
-        return getattr(importlib.import_module(module), attr)
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value  # resolved once; later look-ups never reach __getattr__ again
+        return value
     raise AttributeError(f"module 'hnbench' has no attribute {name!r}")
+
+
+class _PublicAPI(types.ModuleType):
+    """``hnbench`` itself: the public functions stay callable when a submodule of the same name is imported.
+
+    Importing ``hnbench.evaluate`` (or ``.leaderboard``, ``.hardness``, ``.train``) for the first time makes
+    the import system set the attribute of that name on this package to the submodule, which would hide
+    the function ``hnbench.evaluate`` from then on. Such assignments are dropped here: the submodules stay
+    reachable as ``sys.modules[...]`` and through ``from hnbench.evaluate import ...``.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _PublicAPI

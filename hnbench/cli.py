@@ -316,6 +316,9 @@ def _add_eval_options(p: argparse.ArgumentParser) -> None:
                    help="approximate: faiss HNSW for exploring large galleries; reports its recall against exact "
                         "search on a sample and is marked so leaderboards keep it apart")
     g.add_argument("--json", action="store_true", help="print the result record as JSON instead of a table")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace an existing file of the same name that holds another result or is unreadable "
+                        "(a rerun of the same model, data and settings replaces its own file without it)")
 
 
 def _run_eval(args: argparse.Namespace, model: dict) -> int:
@@ -330,7 +333,7 @@ def _run_eval(args: argparse.Namespace, model: dict) -> int:
         precision=args.precision, amp=args.amp, backend=args.backend, ks=tuple(args.k), ci=not args.no_ci,
         skip_invalid=model.get("skip_invalid", False), use_cache=not args.no_cache, progress=not args.quiet,
         dataset_options={k: model[k] for k in ("split_file", "allow_count_mismatch") if model.get(k)},
-        cache_dir=args.cache_dir, search=args.search)
+        cache_dir=args.cache_dir, search=args.search, overwrite=args.overwrite)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return 0
     if args.json:
@@ -383,6 +386,8 @@ def _add_train_options(tr: argparse.ArgumentParser) -> None:
     g.add_argument("--output", help="run directory (checkpoint, train_config.json, log.jsonl, diagnostics.jsonl)")
     g.add_argument("--resume", nargs="?", const="", metavar="RUN_DIR",
                    help="continue an interrupted run (default: the --output directory)")
+    flag("--overwrite", "start afresh in a non-empty --output (its earlier run's outputs are removed); without it "
+                        "a non-empty run directory is refused")
     g.add_argument("--save-every", type=int, help="optimizer steps between resumable states")
     g.add_argument("--stop-at-step", type=int, help="stop resumably after this many optimizer steps")
     g.add_argument("--diag-every", type=int, help="optimizer steps between saturation diagnostics (0: off)")

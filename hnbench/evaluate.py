@@ -24,7 +24,7 @@ from hnbench.encode import encode_images, encode_texts
 from hnbench.errors import ConfigError
 from hnbench.metrics import csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
-from hnbench.results import EvalResult, atomic_write_bytes, write_result
+from hnbench.results import EvalResult, check_target, write_result_pair
 from hnbench.search import RetrievalOutput, resolve_backend, retrieve, retrieve_approximate
 
 logger = logging.getLogger(__name__)
@@ -126,6 +126,7 @@ def evaluate(
     cache_dir: str | Path | None = None,
     search: str = "exact",
     distributed: bool | None = None,
+    overwrite: bool = False,
 ) -> EvalResult:
     """Score a model on an image–caption set: R@K both ways, ranks, MRR, bootstrap CIs, per-query file.
 
@@ -140,6 +141,8 @@ def evaluate(
     process group yet, or ``distributed=True``) the ranks share the encoding and rank 0 scores, see
     :mod:`hnbench.distributed`; every rank returns rank 0's result.
     ``dataset_options`` go to the dataset's loader (e.g. ``split_file``, ``allow_count_mismatch``).
+    The result file is named by model, data and result-changing settings: a rerun of the same replaces
+    its own file; replacing any other file (unreadable, or another result of that name) needs ``overwrite``.
     """
     if search not in ("exact", "approximate"):
         raise ConfigError(f"search must be 'exact' or 'approximate', got {search!r}")
@@ -161,6 +164,13 @@ def evaluate(
             model, pretrained, model_config=model_config, context_length=context_length, device=device,
             precision=precision)
         timings["load_model"] = time.perf_counter() - t
+        if output_dir is not None and not ctx.enabled:  # refuse before encoding (checked again when writing)
+            check_target(EvalResult(
+                model=encoder.info.to_dict(), metrics={},
+                dataset={"name": dataset.name, "protocol": dataset.protocol, "fingerprint": dataset.fingerprint(),
+                         "meta": dataset.meta},
+                settings={"precision": precision, "amp": amp, "ks": list(ks), "ci": ci, "search": search}),
+                output_dir, overwrite)
         if ctx.enabled and ctx.is_main:
             ctx.all_gather(None)
 
@@ -195,7 +205,7 @@ def evaluate(
                 encoder, dataset, cache, shared, timings, t0, output_dir=output_dir, device=device,
                 batch_size=batch_size, text_batch_size=text_bs, num_workers=num_workers, precision=precision,
                 amp=amp, backend=backend, ks=ks, ci=ci, skip_invalid=skip_invalid, search=search,
-                persistent_cache=use_cache, world_size=ctx.world_size, progress=progress,
+                persistent_cache=use_cache, world_size=ctx.world_size, progress=progress, overwrite=overwrite,
                 # rank 0 searches on every GPU of its node ("cuda"), not only its own "cuda:0"
                 search_device="cuda" if ctx.enabled and device.startswith("cuda") else device)
 
@@ -210,7 +220,8 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
                       shared: dict[str, int], timings: dict[str, float], t0: float, *, output_dir, device: str,
                       batch_size: int, text_batch_size: int, num_workers: int | None, precision: str, amp: bool,
                       backend: str, ks: Sequence[int], ci: bool, skip_invalid: bool, search: str,
-                      persistent_cache: bool, world_size: int, progress: bool, search_device: str) -> EvalResult:
+                      persistent_cache: bool, world_size: int, progress: bool, search_device: str,
+                      overwrite: bool = False) -> EvalResult:
     """Encode (through the cache) what is not there yet, search both ways, score, and write the result."""
     img = encode_images(encoder, dataset.images, batch_size=batch_size, num_workers=num_workers,
                         skip_bad=skip_invalid, amp=amp, progress=progress, cache=cache)
@@ -244,7 +255,7 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
                  "skipped": {k: len(v) for k, v in dataset.skipped.items()}, "meta": dataset.meta},
         metrics=metrics, ci95=ci95, tokens=token_stats(txt.lengths, encoder.info.context_length),
         settings={"device": str(device), "batch_size": batch_size, "precision": precision, "amp": amp,
-                  "backend": outs["t2i"].backend, "search": search, "ks": list(ks),
+                  "backend": outs["t2i"].backend, "search": search, "ks": list(ks), "ci": ci,
                   "tie_rule": "pessimistic: rank = 1 + #non-positives scoring >= the best positive",
                   "similarity": "cosine, fp32", "cache": bool(persistent_cache and cache is not None),
                   "encoding": encoding,
@@ -255,12 +266,9 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
     if dataset.n_skipped():
         logger.warning("%d items skipped: %s", dataset.n_skipped(), result.dataset["skipped"])
     if output_dir is not None:
-        per_query = Path(output_dir) / f"{result.stem()}.queries.parquet"
         import io
 
         buf = io.BytesIO()
         per_query_frame(dataset, outs).to_parquet(buf, index=False)
-        atomic_write_bytes(per_query, buf.getvalue())
-        result.per_query = per_query.name
-        write_result(result, output_dir)
+        write_result_pair(result, output_dir, buf.getvalue(), overwrite=overwrite)
     return result

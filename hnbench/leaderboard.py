@@ -18,7 +18,9 @@ Rules (also in ``leaderboards/README.md``):
   others are named in a note under the table.
 - Reported rows (the packaged published numbers) carry a † and a ``reported: SOURCE`` cell; beside
   measured results they join only tables of a (benchmark, protocol) that was measured.
-- Unreadable, corrupt or newer-schema files are listed by name under "Skipped files" and left out.
+- Unreadable, corrupt, newer- or unknown-schema files and files with impossible values (an R@K that
+  is not finite or outside 0–100) are listed by name under "Skipped files" and left out; a NaN R@K
+  is shown as "—" with a warning naming the file.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import pandas as pd
 from hnbench._version import __version__
 from hnbench.errors import ConfigError
 from hnbench.reported import KS, families_of, mapped_families, reported_rows
-from hnbench.results import EvalResult, ResultFormatError, read_result
+from hnbench.results import EvalResult, ResultFormatError, metric_values, read_result
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +94,11 @@ def collect(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, list[tuple[str, 
     rows, skipped = [], []
     for f in files:
         try:
-            rows.append(_row(read_result(f)))
+            result = read_result(f)
+            rows.append(_row(result))
+            for name, _, ok in metric_values(result):
+                if ok is None and name.split()[-1] in {f"R@{k}" for k in KS}:
+                    logger.warning("%s: %s is NaN (missing; shown as —)", f, name)
         except ResultFormatError as e:
             skipped.append((str(f), str(e).removeprefix(f"{f}: ")))
         except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -13,6 +13,11 @@ Schema (version 1)::
                cache, encoding {world_size, cache key, encoded/cached counts}, ...}
     timings   {load_model, load_data, encode_images, encode_texts, search, metrics, total}  (seconds)
     per_query file name of the per-query parquet written beside the JSON
+    per_query_sha256  sha256 of that parquet's bytes (absent in files written before it was added)
+
+File name (:meth:`EvalResult.stem`): model, data and a short hash of the settings that change the
+numbers, so two runs that differ in any of them never share a file. The JSON and its parquet are
+written as a pair (:func:`write_result_pair`): a reader sees the old pair or the new one, never a mix.
 
 Readers accept every schema version up to :data:`SCHEMA_VERSION`; newer files are refused by name.
 """
@@ -21,7 +26,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
+import hashlib
 import json
+import logging
+import math
 import os
 import re
 import tempfile
@@ -30,9 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from hnbench._version import __version__
-from hnbench.errors import HnbenchError
+from hnbench.errors import ConfigError, HnbenchError
+
+logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
+KNOWN_SCHEMA_VERSIONS = (0, 1)  # 0: before settings.search and ci95 were recorded
 
 
 class ResultFormatError(HnbenchError):
@@ -51,6 +63,7 @@ class EvalResult:
     settings: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     per_query: str | None = None
+    per_query_sha256: str | None = None
     schema_version: int = SCHEMA_VERSION
     hnbench_version: str = __version__
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
@@ -60,8 +73,8 @@ class EvalResult:
         d = asdict(self)
         d.pop("path")
         order = ["schema_version", "hnbench_version", "created", "model", "dataset", "metrics", "ci95",
-                 "tokens", "settings", "timings", "per_query"]
-        return {k: d[k] for k in order}
+                 "tokens", "settings", "timings", "per_query", "per_query_sha256"]
+        return {k: d[k] for k in order if k != "per_query_sha256" or d[k] is not None}
 
     def table(self, fmt: str = "github") -> str:
         """A small t2i/i2t × R@K table (tabulate)."""
@@ -77,31 +90,76 @@ class EvalResult:
             rows.append(row)
         return tabulate(rows, headers=["direction", *ks, "MRR", "median rank", "queries", "tied"], tablefmt=fmt)
 
+    def result_settings(self) -> dict[str, Any]:
+        """The settings that change the numbers (not device, batch size or backend); older files are read
+        with the defaults of their time."""
+        s, meta = self.settings or {}, self.dataset.get("meta") or {}
+        ks = s.get("ks") or sorted(int(k[2:]) for k in self.metrics.get("t2i", {}) if k.startswith("R@"))
+        return {"context_length": self.model.get("context_length") or (self.tokens or {}).get("context_length"),
+                "precision": s.get("precision", "fp32"), "amp": bool(s.get("amp", False)),
+                "ks": sorted(int(k) for k in ks), "ci": bool(s.get("ci", any((self.ci95 or {}).values()))),
+                "search": s.get("search", "exact"), "caption_rule": meta.get("caption_rule")}
+
+    def settings_hash(self) -> str:
+        """8 hex digits of sha256 over :meth:`result_settings`."""
+        return hashlib.sha256(json.dumps(self.result_settings(), sort_keys=True).encode()).hexdigest()[:8]
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two results "the same run": model weights, data content and result-changing settings."""
+        return {"arch": self.model.get("arch"), "model": self.model.get("fingerprint"),
+                "dataset": self.dataset.get("name"), "protocol": self.dataset.get("protocol"),
+                "data": self.dataset.get("fingerprint"), "settings": self.result_settings()}
+
     def stem(self) -> str:
-        """File stem: ``<arch>-<weights>-<fingerprint8>__<dataset>-<protocol>``."""
+        """File stem: ``<arch>-<weights>-<model fp8>__<dataset>-<protocol>[-<search>]__<data fp8>-<settings hash>``."""
         weights = self.model.get("pretrained") or "random"
         weights = Path(str(weights)).stem if os.sep in str(weights) or "." in str(weights) else str(weights)
         parts = [_slug(self.model.get("arch", "model")), _slug(weights), str(self.model.get("fingerprint", ""))[:8]]
         ds = [_slug(self.dataset.get("name", "data")), _slug(self.dataset.get("protocol") or "default")]
-        if self.settings.get("search", "exact") != "exact":  # never overwrite an exact result
+        if self.settings.get("search", "exact") != "exact":  # readable in the name; also part of the hash
             ds.append(_slug(str(self.settings["search"])))
-        return "-".join(p for p in parts if p) + "__" + "-".join(ds)
+        data = _slug(str(self.dataset.get("fingerprint") or "")[:8])
+        return "-".join(p for p in parts if p) + "__" + "-".join(ds) + f"__{data}-{self.settings_hash()}"
 
 
 def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9._]+", "-", s).strip("-") or "x"
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and ``os.replace``: never a half-written file."""
-    path = Path(path)
+@functools.lru_cache(maxsize=1)
+def _umask() -> int:
+    """The process umask, read once (``os.umask`` can only be read by setting it)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _write_temp(path: Path, data: bytes) -> str:
+    """``data`` in a synced temporary file beside ``path``, with the mode a plain ``open`` would give."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600 whatever the umask
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file and ``os.replace``: never a half-written file."""
+    path = Path(path)
+    tmp = _write_temp(path, data)
+    try:
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -109,12 +167,90 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
-def write_result(result: EvalResult, output_dir: str | Path) -> Path:
-    """Write ``<stem>.json`` into ``output_dir`` atomically and return its path."""
+def check_target(result: EvalResult, output_dir: str | Path, overwrite: bool = False) -> bool:
+    """Whether writing ``result`` replaces a file of the same run; raise if it would replace anything else.
+
+    The same run is the same :meth:`EvalResult.identity` (model, data, result-changing settings);
+    ``overwrite`` allows replacing an unreadable file or a different result that has the same name.
+    """
     path = Path(output_dir) / f"{result.stem()}.json"
-    atomic_write_bytes(path, (json.dumps(result.to_dict(), indent=2, allow_nan=True) + "\n").encode())
-    result.path = str(path)
-    return path
+    if not path.exists():
+        return False
+    try:
+        same = read_result(path).identity() == result.identity()
+        reason = "a different model, data or settings"
+    except (ResultFormatError, KeyError, TypeError, ValueError, AttributeError) as e:
+        same, reason = False, f"unreadable: {str(e).removeprefix(f'{path}: ')}"
+    if not same and not overwrite:
+        raise ConfigError(f"{path} exists and holds another result ({reason}); pass --overwrite (overwrite=True) "
+                          "to replace it, or choose another --output")
+    return True
+
+
+def write_result_pair(result: EvalResult, output_dir: str | Path, per_query: bytes | None = None, *,
+                      overwrite: bool = False) -> Path:
+    """Write the result JSON and its per-query parquet so that a reader sees the old pair or the new one.
+
+    Both go to temporary files first; the parquet is named by its content (``<stem>.<sha12>.queries.parquet``)
+    and renamed into place first, so it never replaces the parquet of the JSON still on disk; the JSON,
+    which records the parquet's name and sha256, is renamed last. Then the parquets no JSON names any more
+    are removed. A rerun of the same run replaces its own pair (logged); see :func:`check_target`.
+    """
+    out = Path(output_dir)
+    json_path = out / f"{result.stem()}.json"
+    replacing = check_target(result, out, overwrite)
+    pq_path, pq_tmp, js_tmp, placed = None, None, None, False
+    try:
+        if per_query is not None:
+            digest = hashlib.sha256(per_query).hexdigest()
+            pq_path = out / f"{result.stem()}.{digest[:12]}.queries.parquet"
+            result.per_query, result.per_query_sha256 = pq_path.name, digest
+            pq_tmp = _write_temp(pq_path, per_query)
+        js_tmp = _write_temp(json_path, (json.dumps(result.to_dict(), indent=2, allow_nan=True) + "\n").encode())
+        if pq_tmp is not None:
+            existed = pq_path.exists()  # the same bytes from an earlier run: the old JSON may name it
+            os.replace(pq_tmp, pq_path)
+            pq_tmp, placed = None, not existed
+        os.replace(js_tmp, json_path)
+        js_tmp = placed = None
+    except BaseException:
+        for tmp in (pq_tmp, js_tmp, pq_path if placed else None):  # the JSON on disk never names these
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        raise
+    for stale in out.glob(f"{result.stem()}.*.queries.parquet"):
+        if stale.name != result.per_query:
+            with contextlib.suppress(OSError):
+                stale.unlink()
+    if replacing:
+        logger.warning("replaced %s (a rerun of the same model, data and settings)", json_path)
+    result.path = str(json_path)
+    return json_path
+
+
+def write_result(result: EvalResult, output_dir: str | Path, *, overwrite: bool = False) -> Path:
+    """Write ``<stem>.json`` (no per-query file) into ``output_dir`` atomically and return its path."""
+    return write_result_pair(result, output_dir, None, overwrite=overwrite)
+
+
+def read_per_query(result: EvalResult) -> Any:
+    """The per-query frame of a result read from disk, checked against the sha256 its JSON records."""
+    import io
+
+    import pandas as pd
+
+    if not result.per_query or not result.path:
+        raise ResultFormatError(f"{result.path}: no per-query file recorded (written without an output directory?)")
+    path = Path(result.path).parent / result.per_query
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ResultFormatError(f"{result.path}: its per-query file {path.name} is unreadable ({e})") from e
+    if result.per_query_sha256 and hashlib.sha256(data).hexdigest() != result.per_query_sha256:
+        raise ResultFormatError(f"{result.path}: its per-query file {path.name} does not match it (sha256 differs: "
+                                "the two come from different runs); rerun the evaluation")
+    return pd.read_parquet(io.BytesIO(data))
 
 
 def read_result(path: str | Path) -> EvalResult:
@@ -127,11 +263,46 @@ def read_result(path: str | Path) -> EvalResult:
     if not isinstance(d, dict) or "schema_version" not in d:
         raise ResultFormatError(f"{path}: no schema_version; not an hnbench result file")
     version = d["schema_version"]
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
         raise ResultFormatError(f"{path}: schema version {version!r} is newer than this hnbench reads "
                                 f"({SCHEMA_VERSION}); upgrade hnbench")
+    if version not in KNOWN_SCHEMA_VERSIONS or isinstance(version, bool):
+        raise ResultFormatError(f"{path}: unknown schema version {version!r} (known: "
+                                f"{', '.join(map(str, KNOWN_SCHEMA_VERSIONS))})")
     for key in ("model", "dataset", "metrics"):
         if not isinstance(d.get(key), dict):
             raise ResultFormatError(f"{path}: missing or malformed {key!r}")
     known = {k: d[k] for k in EvalResult.__dataclass_fields__ if k in d and k != "path"}
-    return EvalResult(**known, path=str(path))
+    result = EvalResult(**known, path=str(path))
+    bad = [f"{name} = {value!r}" for name, value, ok in metric_values(result) if ok is False]
+    if bad:
+        raise ResultFormatError(f"{path}: impossible values: {', '.join(bad[:4])} (R@K must be finite, in 0–100)")
+    return result
+
+
+def metric_values(result: EvalResult) -> list[tuple[str, Any, bool | None]]:
+    """``(name, value, ok)`` for every recall, MRR and rank of ``result``: ok is None for NaN (missing).
+
+    R@K is a percentage (0–100), MRR in [0, 1], mean and median rank at least 1; inf is never valid.
+    """
+    out: list[tuple[str, Any, bool | None]] = []
+    for direction, m in result.metrics.items():
+        if not isinstance(m, dict):
+            out.append((direction, m, False))
+            continue
+        for key, value in m.items():
+            if key.startswith("R@"):
+                lo, hi = 0.0, 100.0
+            elif key == "MRR":
+                lo, hi = 0.0, 1.0
+            elif key in ("mean_rank", "median_rank"):
+                lo, hi = 1.0, math.inf
+            else:
+                continue
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                out.append((f"{direction} {key}", value, None))
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                out.append((f"{direction} {key}", value, False))
+            else:
+                out.append((f"{direction} {key}", value, math.isfinite(value) and lo <= value <= hi))
+    return out

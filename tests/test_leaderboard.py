@@ -127,8 +127,9 @@ def test_tables_separate_protocols_context_and_search(results_dir, tmp_path):
     assert list(gq["arch"]) == ["ViT-B-32", "ViT-B-32", "ViT-B-16"] and list(gq["fingerprint"]) == ["bbbbbbbb",
                                                                                                    "aaaaaaaa", "dddddddd"]
     assert set(gq["hnbench"]) == {"0.1.0"}
-    assert ("superseded by the newer ../results0/ViT-B-32-openai-aaaaaaaa__docci-test-qual.json" in md
-            and "../results0/old/ViT-B-32-openai-aaaaaaaa__docci-test-qual.json (2025-06-01" in md)
+    name = _result(*A, "docci", "test+qual", 77, (0, 0, 0), (0, 0, 0)).stem() + ".json"
+    assert name.startswith("ViT-B-32-openai-aaaaaaaa__docci-test-qual__data-doc-")  # model__data__hashes
+    assert (f"superseded by the newer ../results0/{name}" in md and f"../results0/old/{name} (2025-06-01" in md)
     assert "## Skipped files" in md and "broken.json" in md and "future.json" in md
 
 

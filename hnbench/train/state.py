@@ -29,7 +29,7 @@ __all__ = ["TrainState", "check_resume_config", "load_state", "resolve_resume", 
 
 STATE_DIR = "last"
 # Options that may differ between an interrupted run and its continuation (they do not touch the weights).
-RESUME_FREE = {"output", "resume", "stop_at_step", "num_workers", "log_every", "save_every", "device",
+RESUME_FREE = {"output", "resume", "overwrite", "stop_at_step", "num_workers", "log_every", "save_every", "device",
                "diag_every", "active_threshold", "eval_dataset", "eval_protocol", "eval_data_root",
                "eval_dataset_options", "eval_every", "eval_at_start", "eval_batch_size"}
 

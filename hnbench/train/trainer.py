@@ -19,7 +19,9 @@ import contextlib
 import json
 import logging
 import math
+import os
 import random
+import shutil
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -34,6 +36,9 @@ from hnbench.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 RECIPE_DIR = Path(__file__).parent / "recipes"
+# What a run writes into its output directory: removed (and nothing else) when --overwrite starts afresh there.
+RUN_OUTPUTS = ("last", "eval", "adapter", "hf_model", "checkpoint.safetensors", "log.jsonl", "diagnostics.jsonl",
+               "train_config.json", "report.png")
 
 
 @dataclass
@@ -89,6 +94,7 @@ class TrainConfig:
     # checkpoints, diagnostics, evaluation
     save_every: int = 0  # optimizer steps between resumable states (also saved at every epoch end)
     resume: str | None = None  # run directory to continue
+    overwrite: bool = False  # start afresh in a non-empty output directory (its earlier run outputs are removed)
     stop_at_step: int | None = None  # stop (resumably) after this many optimizer steps; the schedule is unchanged
     diag_every: int = 0  # optimizer steps between diagnostics measurements (0: off)
     active_threshold: float = 1e-3
@@ -126,7 +132,10 @@ class TrainConfig:
             (self.amp_dtype in ("bf16", "fp16"), f"amp_dtype must be 'bf16' or 'fp16', got {self.amp_dtype!r}"),
             (0 < self.data_fraction <= 1, f"data_fraction must be in (0, 1], got {self.data_fraction}"),
             (not (self.lock_image and self.lock_text), "lock_image and lock_text together leave nothing to train"),
-            (self.batch_size >= 1 and self.epochs >= 0, "batch_size must be >= 1 and epochs >= 0"),
+            (self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}: a run that trains nothing would still "
+                               "write a checkpoint"),
+            (self.batch_size >= 2, f"batch_size must be >= 2, got {self.batch_size}: with one pair per batch there "
+                                   "are no in-batch negatives and the contrastive loss is constant"),
         ]
         problems = [msg for ok, msg in checks if not ok]
         if problems:
@@ -183,11 +192,43 @@ def train(config: TrainConfig, *, progress: bool = True) -> Path:
     from hnbench.train.distributed import setup_distributed
 
     config.validate()
+    check_output(config)
+    created = _first_missing(Path(config.output))
     dist = setup_distributed(config.device)
     try:
         return _Run(config, dist, progress).run()
+    except BaseException:
+        if created is not None and dist.is_main and _nothing_of_value(created):
+            shutil.rmtree(created, ignore_errors=True)  # a failed start leaves no empty run directory behind
+        raise
     finally:
         dist.close()
+
+
+def check_output(config: TrainConfig) -> None:
+    """Refuse to start a new run in a non-empty directory: it would replace another run's checkpoint and logs."""
+    out = Path(config.output)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--output {out} is a file, not a run directory")
+    if config.resume or config.overwrite or not out.is_dir() or not any(out.iterdir()):
+        return
+    raise ConfigError(f"--output {out} is not empty (an earlier run?): pass --resume to continue it, --overwrite "
+                      "to replace it, or another --output")
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost directory of ``path`` that does not exist yet (None if it exists)."""
+    missing = None
+    for p in (path, *path.parents):
+        if p.exists():
+            return missing
+        missing = p
+    return missing
+
+
+def _nothing_of_value(root: Path) -> bool:
+    """Only directories and empty files under ``root`` (what a run leaves when it fails before training)."""
+    return all(p.is_dir() or p.stat().st_size == 0 for p in root.rglob("*")) if root.is_dir() else True
 
 
 class _Run:
@@ -296,6 +337,8 @@ class _Run:
                 trim_jsonl(self.diag_path, lambda r: r.get("step", 0) < state.step if r["kind"] == "step"
                            else r["epoch"] < state.epoch or (r["kind"] == "eval" and r["epoch"] <= state.epoch))
         elif dist.is_main:
+            if c.overwrite:
+                self._clear_outputs()
             self.log_path.write_text("")
             self.diag_path.write_text("")
         start = time.perf_counter() - state.seconds
@@ -322,6 +365,16 @@ class _Run:
                         self._save(state, start)
                     break
         return self._finish(state, start, stopped)
+
+    def _clear_outputs(self) -> None:
+        """--overwrite: remove the earlier run's outputs (only the names a run writes), now that this one can start."""
+        for name in RUN_OUTPUTS:
+            p = self.out_dir / name
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                os.unlink(p)
+        logger.warning("--overwrite: replaced the earlier run in %s", self.out_dir)
 
     def _epoch(self, state: Any, bar: Any, start: float) -> bool:
         from hnbench.train.step import MicroBatch, run_step
@@ -415,9 +468,8 @@ class _Run:
         state.epoch += 1
         state.batch_in_epoch = 0
         state.epoch_records, state.epoch_losses = [], []
-        if state.epoch < c.epochs:
-            state.epoch_generator_state = self.generator.get_state()
-            self._save(state, start)
+        state.epoch_generator_state = self.generator.get_state()
+        self._save(state, start)  # after the last epoch too: the run's last resumable state is its end
 
     def _evaluate(self, epoch: int, step: int) -> None:
         """Score the current weights with hnbench's evaluator (rank 0; the others wait)."""
@@ -435,7 +487,7 @@ class _Run:
             with torch.random.fork_rng(devices=[]):
                 r = evaluate(self.encoder, self.eval_ds, output_dir=self.out_dir / "eval" / f"epoch-{epoch:03d}",
                              device=self.dist.device, batch_size=c.eval_batch_size, num_workers=0, ci=False,
-                             use_cache=False, progress=False)
+                             use_cache=False, progress=False, overwrite=True)  # the run owns its eval/
             self.towers.train()
             rec = {"kind": "eval", "epoch": epoch, "step": step, "dataset": r.dataset.get("name"),
                    "protocol": r.dataset.get("protocol"), "path": str(r.path) if r.path else None}

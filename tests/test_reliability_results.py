@@ -1,0 +1,214 @@
+"""Issue 12, result files: never overwritten by another run (1), written as a consistent pair (3),
+validated on read by the leaderboard (4), and created with the umask's mode."""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import logging
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import make_pairs, write_jsonl
+from safetensors.torch import save_file
+
+from hnbench import results
+from hnbench.cli import main
+from hnbench.errors import ConfigError
+from hnbench.evaluate import evaluate
+from hnbench.leaderboard import collect
+from hnbench.models import load_model
+from hnbench.results import EvalResult, ResultFormatError, read_per_query, read_result, write_result_pair
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _one_line_error(err: str, *words: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hnbench: error:") and "Traceback" not in err, err
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+@pytest.fixture
+def fixed_model(micro_config, tmp_path) -> list[str]:
+    """The micro model with fixed weights: every run has the same model fingerprint."""
+    init = tmp_path / "init.safetensors"
+    enc = load_model("hnb-micro", model_config=str(micro_config))
+    save_file({k: v.contiguous() for k, v in enc.model.state_dict().items()}, str(init))
+    return ["--model", "hnb-micro", "--model-config", str(micro_config), "--pretrained", str(init)]
+
+
+def test_item1_results_of_different_data_or_settings_never_share_a_file(fixed_model, tmp_path, capsys, caplog):
+    # two different manifests, both named manifest.jsonl
+    manifests = []
+    for name, n in (("a", 4), ("b", 5)):
+        pairs = make_pairs(tmp_path / name, n=n, seed=n)
+        manifests.append(write_jsonl(tmp_path / name / "manifest.jsonl", [{"image": p, "caption": c} for p, c in pairs]))
+    out = tmp_path / "out"
+
+    def run(manifest, *extra):
+        capsys.readouterr()
+        rc = main(["-q", "eval", *fixed_model, "--dataset", str(manifest), "--output", str(out), "--num-workers", "0",
+                   *extra])
+        return rc, capsys.readouterr()
+
+    assert run(manifests[0])[0] == 0
+    full_a = _snapshot(out)
+    assert run(manifests[1])[0] == 0
+    assert run(manifests[0], "--k", "1")[0] == 0
+    after = _snapshot(out)
+    jsons = sorted(k for k in after if k.endswith(".json"))
+    assert len(jsons) == 3 and len([k for k in after if k.endswith(".parquet")]) == 3
+    assert all(after[k] == v for k, v in full_a.items())  # the full run of a kept its R@5 / R@10
+    by_data = {read_result(out / j).dataset["fingerprint"]: read_result(out / j) for j in jsons}
+    assert len(by_data) == 2
+    ks = sorted(sorted(r.metrics["t2i"]) for r in map(lambda j: read_result(out / j), jsons))
+    assert sum("R@5" not in m for m in ks) == 1  # the --k 1 result is its own file
+
+    # a rerun of the same thing replaces its own file, and says so
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hnbench.results"):
+        assert run(manifests[0], "--k", "1")[0] == 0
+    assert any("replaced" in r.getMessage() and "rerun" in r.getMessage() for r in caplog.records)
+    assert sorted(_snapshot(out)) == sorted(after)
+
+    # anything else at that name (here an unreadable file) is refused: one line, exit 2, nothing written
+    k1 = next(j for j in jsons if "R@5" not in read_result(out / j).metrics["t2i"])
+    (out / k1).write_text('{"schema_version": 1, "model": ')
+    before = _snapshot(out)
+    rc, cap = run(manifests[0], "--k", "1")
+    assert rc == 2
+    _one_line_error(cap.err, k1, "--overwrite")
+    assert _snapshot(out) == before
+    with pytest.raises(ConfigError, match="--overwrite"):  # the Python API refuses the same way
+        evaluate(load_model(fixed_model[1], fixed_model[5], model_config=fixed_model[3]), str(manifests[0]),
+                 output_dir=out, ks=(1,), progress=False, num_workers=0)
+    assert _snapshot(out) == before
+    assert run(manifests[0], "--k", "1", "--overwrite")[0] == 0
+    assert "R@1" in read_result(out / k1).metrics["t2i"] and len(_snapshot(out)) == len(before)
+
+
+def _pair_result(ranks: list[int]) -> tuple[EvalResult, bytes, pd.DataFrame]:
+    frame = pd.DataFrame({"direction": "t2i", "query_index": range(len(ranks)), "rank": ranks})
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False)
+    m = {"R@1": 100.0 * sum(r == 1 for r in ranks) / len(ranks), "n_queries": len(ranks)}
+    r = EvalResult(model={"arch": "hnb-micro", "pretrained": None, "fingerprint": "f" * 16, "context_length": 32},
+                   dataset={"name": "m", "protocol": None, "fingerprint": "d" * 16},
+                   metrics={"t2i": m, "i2t": dict(m)}, settings={"ks": [1], "ci": False})
+    return r, buf.getvalue(), frame
+
+
+@pytest.mark.parametrize("fail", ["write parquet", "write json", "rename parquet", "rename json"])
+def test_item3_result_pair_is_old_or_new_when_a_step_fails(tmp_path, monkeypatch, fail):
+    old, old_bytes, old_frame = _pair_result([1, 2, 1, 3])
+    path = write_result_pair(old, tmp_path, old_bytes)
+    new, new_bytes, new_frame = _pair_result([1, 1, 1, 1])  # the same run, other per-query numbers
+    assert new.stem() == old.stem()
+
+    calls = {"fsync": 0, "replace": 0}
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):  # the temporary files are synced once each: parquet, then JSON
+        calls["fsync"] += 1
+        if (fail, calls["fsync"]) in (("write parquet", 1), ("write json", 2)):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        calls["replace"] += 1
+        if (fail, calls["replace"]) in (("rename parquet", 1), ("rename json", 2)):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(results.os, "fsync", fsync)
+    monkeypatch.setattr(results.os, "replace", replace)
+    with pytest.raises(OSError, match="No space left"):
+        write_result_pair(new, tmp_path, new_bytes)
+    monkeypatch.undo()
+    # on disk: exactly the old pair, consistent, and no temporary or orphaned file
+    on_disk = read_result(path)
+    assert on_disk.metrics == old.metrics
+    pd.testing.assert_frame_equal(read_per_query(on_disk), old_frame)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, on_disk.per_query])
+    # a later write without the fault gives the new pair, and the old parquet is gone
+    write_result_pair(new, tmp_path, new_bytes)
+    on_disk = read_result(path)
+    assert on_disk.metrics == new.metrics
+    pd.testing.assert_frame_equal(read_per_query(on_disk), new_frame)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, on_disk.per_query])
+
+
+def test_item3_reader_names_a_mismatched_pair(tmp_path):
+    old, old_bytes, _ = _pair_result([1, 2, 1, 3])
+    path = write_result_pair(old, tmp_path, old_bytes)
+    r = read_result(path)
+    assert r.per_query_sha256 and r.per_query.endswith(".queries.parquet")
+    (tmp_path / r.per_query).write_bytes(_pair_result([1, 1, 1, 1])[1])  # another run's parquet under its name
+    with pytest.raises(ResultFormatError) as e:
+        read_per_query(r)
+    assert "\n" not in str(e.value) and "does not match" in str(e.value) and r.per_query in str(e.value)
+
+
+def _board_file(root: Path, name: str, **change) -> Path:
+    r, _, _ = _pair_result([1, 2, 1, 3])
+    d = r.to_dict()
+    d["model"]["arch"] = name
+    for key, value in change.items():
+        if key == "t2i_r1":
+            d["metrics"]["t2i"]["R@1"] = value
+        else:
+            d[key] = value
+    path = root / f"{name}.json"
+    path.write_text(json.dumps(d, allow_nan=True))
+    return path
+
+
+def test_item4_leaderboard_skips_impossible_values_and_unknown_schemas(tmp_path, capsys, caplog):
+    _board_file(tmp_path, "good")
+    bad = {"inf": dict(t2i_r1=float("inf")), "over100": dict(t2i_r1=250.0), "negative": dict(t2i_r1=-1.0),
+           "minus-schema": dict(schema_version=-1), "text": dict(t2i_r1="high")}
+    for name, change in bad.items():
+        _board_file(tmp_path, name, **change)
+    _board_file(tmp_path, "nan", t2i_r1=float("nan"))
+    with caplog.at_level(logging.WARNING):
+        frame, skipped = collect([tmp_path])
+    reasons = {Path(p).stem: r for p, r in skipped}
+    assert set(reasons) == set(bad)
+    assert all("impossible values" in reasons[n] for n in ("inf", "over100", "negative", "text"))
+    assert "unknown schema version -1" in reasons["minus-schema"]
+    assert sorted(frame["arch"]) == ["good", "nan"]
+    warnings = [r.getMessage() for r in caplog.records]
+    assert any("nan.json" in w and "t2i R@1 is NaN" in w for w in warnings)
+    assert sum("skipping" in w for w in warnings) == len(bad)
+    # through the CLI: exit 0, bad files named under "Skipped files" and never ranked
+    out = tmp_path / "board"
+    out.mkdir()
+    assert main(["-q", "leaderboard", str(tmp_path), "--output", str(out / "lb.md")]) == 0
+    md = (out / "lb.md").read_text()
+    table, skipped_md = md.split("## Skipped files")
+    assert "good (random init)" in table and "nan (random init)" in table
+    for name in bad:
+        assert f"{name}.json" in skipped_md and f"{name} (" not in table
+    with pytest.raises(ResultFormatError, match="impossible values"):  # every reader refuses them
+        read_result(tmp_path / "inf.json")
+
+
+def test_files_are_written_with_the_umask_mode(tmp_path):
+    old = os.umask(0o027)
+    try:
+        results._umask.cache_clear()
+        results.atomic_write_bytes(tmp_path / "a.bin", b"x")
+        r, data, _ = _pair_result([1, 2])
+        path = write_result_pair(r, tmp_path / "res", data)
+        modes = {p.name: p.stat().st_mode & 0o777 for p in [tmp_path / "a.bin", *path.parent.iterdir()]}
+    finally:
+        os.umask(old)
+        results._umask.cache_clear()
+    assert set(modes.values()) == {0o640}, modes
