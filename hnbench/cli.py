@@ -11,10 +11,18 @@ from collections.abc import Sequence
 
 from hnbench._version import __version__
 from hnbench.errors import HnbenchError
+from hnbench.validate import PRECISIONS
 
 logger = logging.getLogger("hnbench")
 
 DEMO = {"model": "hnbench-tiny", "pretrained": "synthdense", "dataset": "synthdense", "protocol": "test"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the usage block would bury the message (``--help`` shows it)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -48,7 +56,7 @@ def _add_data_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hnbench", description=__doc__)
+    parser = _Parser(prog="hnbench", description=__doc__)
     parser.add_argument("--version", action="version", version=f"hnbench {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -294,9 +302,12 @@ def _run_cache(args: argparse.Namespace) -> int:
 def _add_eval_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("evaluation")
     g.add_argument("--batch-size", type=int, default=64)
-    g.add_argument("--num-workers", type=int, help="image decoding workers (default: CPU count, at most 8)")
+    g.add_argument("--num-workers", type=int, help="image decoding and tokenizing workers (default: CPU count, at "
+                                                   "most 8); 0 decodes in the main process and needs no shared "
+                                                   "memory")
     g.add_argument("--backend", default="auto", choices=["auto", "torch", "faiss"], help="exact search backend")
-    g.add_argument("--precision", default="fp32", help="model weights precision (fp32, fp16, bf16)")
+    g.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="model weights precision; the images are cast to it (all three run on CPU and CUDA)")
     g.add_argument("--amp", action="store_true", help="autocast the encoders (CUDA only)")
     g.add_argument("--k", type=int, nargs="+", default=[1, 5, 10], help="recall cut-offs")
     g.add_argument("--no-ci", action="store_true", help="skip bootstrap confidence intervals")

@@ -20,11 +20,11 @@ from hnbench import distributed as dist
 from hnbench.cache import EmbeddingCache, default_root
 from hnbench.data import ImageTextDataset, load_dataset
 from hnbench.encode import encode_images, encode_texts
-from hnbench.errors import ConfigError
 from hnbench.metrics import csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
 from hnbench.results import EvalResult, atomic_write_bytes, write_result
 from hnbench.search import RetrievalOutput, resolve_backend, retrieve, retrieve_approximate
+from hnbench.validate import check_eval
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +140,8 @@ def evaluate(
     :mod:`hnbench.distributed`; every rank returns rank 0's result.
     ``dataset_options`` go to the dataset's loader (e.g. ``split_file``, ``allow_count_mismatch``).
     """
-    if search not in ("exact", "approximate"):
-        raise ConfigError(f"search must be 'exact' or 'approximate', got {search!r}")
+    check_eval(ks=ks, batch_size=batch_size, text_batch_size=text_batch_size, num_workers=num_workers,
+               device=device, precision=precision, output_dir=output_dir, search=search, backend=backend)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     ctx = dist.from_env(device) if dist.wanted(distributed) else dist.DistContext()

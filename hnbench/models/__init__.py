@@ -36,7 +36,8 @@ def load_model(
     if model.startswith("hf:") or (Path(model).is_dir() and (Path(model) / "config.json").is_file()):
         from hnbench.models.hf import load_hf_clip
 
-        return load_hf_clip(model, context_length=context_length, device=device, revision=pretrained)
+        return load_hf_clip(model, context_length=context_length, device=device, revision=pretrained,
+                            precision=precision)
     from hnbench.models.openclip import load_openclip
 
     return load_openclip(model, pretrained, model_config=model_config, context_length=context_length,

@@ -65,11 +65,15 @@ class OpenCLIPEncoder:
     """An open_clip CLIP model behind the :class:`~hnbench.models.base.Encoder` protocol."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, image_transform: Callable, info: ModelInfo):
+        import open_clip
+
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.image_transform = image_transform
         self.info = info
         self.device = next(model.parameters()).device
+        # fp16/bf16 weights need pixels of the same dtype (the transform yields fp32)
+        self.input_dtype = open_clip.get_input_dtype(info.extra.get("precision", "fp32"))
 
     def to(self, device: str | torch.device) -> OpenCLIPEncoder:
         self.model.to(device)
@@ -102,7 +106,8 @@ class OpenCLIPEncoder:
 
     @torch.inference_mode()
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
-        return self.model.encode_image(pixels.to(self.device, non_blocking=True), normalize=True).float()
+        pixels = pixels.to(device=self.device, dtype=self.input_dtype or pixels.dtype, non_blocking=True)
+        return self.model.encode_image(pixels, normalize=True).float()
 
     @torch.inference_mode()
     def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor:
