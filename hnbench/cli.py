@@ -340,7 +340,7 @@ def _run_eval(args: argparse.Namespace, model: dict) -> int:
         return 0
     ds, m = result.dataset, result.model
     print(f"{m['arch']} ({m['pretrained'] or 'random init'}, ctx {m['context_length']}) on "
-          f"{ds['name']}/{ds['protocol']}: {ds['n_images']} images, {ds['n_captions']} captions, "
+          f"{ds['name']}/{ds['protocol'] or 'default'}: {ds['n_images']} images, {ds['n_captions']} captions, "
           f"{result.tokens['n_truncated']} truncated")
     print(result.table())
     print(f"wrote {result.path}")
@@ -450,10 +450,22 @@ def _run_train_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_logging(verbose: bool, quiet: bool) -> None:
+    """hnbench's loggers at INFO (DEBUG with -v); other libraries (open_clip logs INFO on root) at WARNING."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logger.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
+    if quiet:  # also the Hugging Face download / weight-loading bars (transformers reads this flag on import)
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+        if "transformers" in sys.modules:
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
+    _configure_logging(args.verbose, args.quiet)
     try:
         if args.command == "eval":
             return _run_eval(args, vars(args))
@@ -466,6 +478,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HnbenchError as e:
         print(f"hnbench: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the encoders' cache writers flush on the way out; rerun to resume
+        print("hnbench: interrupted; embeddings encoded so far are cached, rerun to resume", file=sys.stderr)
+        return 130
     return 1
 
 

@@ -247,6 +247,7 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
                   "tie_rule": "pessimistic: rank = 1 + #non-positives scoring >= the best positive",
                   "similarity": "cosine, fp32", "cache": bool(persistent_cache and cache is not None),
                   "encoding": encoding,
+                  **({"init_seed": encoder.info.extra["init_seed"]} if "init_seed" in encoder.info.extra else {}),
                   **({"approximate": {d: o.recall_vs_exact for d, o in outs.items()}} if search == "approximate"
                      else {})},
         timings={k: round(v, 4) for k, v in timings.items()},

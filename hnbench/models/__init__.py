@@ -17,6 +17,7 @@ def load_model(
     context_length: int | None = None,
     device: str = "cpu",
     precision: str = "fp32",
+    init_seed: int | None = 0,
 ) -> Encoder:
     """Load a model by open_clip name (``ViT-B-32``, ``hf-hub:…``, ``local-dir:…``) or HF CLIP (``hf:ORG/NAME``).
 
@@ -24,7 +25,8 @@ def load_model(
     (``hnbench-tiny`` / ``synthdense``) or a local checkpoint file (``.safetensors`` preferred;
     ``.pt``/``.bin`` are read with ``weights_only=True``), or a LoRA/DoRA adapter directory written by
     ``hnbench train`` (base weights named in it; merged on load). Released Long-CLIP checkpoints load
-    into the open_clip architecture with their 248 positions.
+    into the open_clip architecture with their 248 positions. An open_clip model without weights is
+    initialised from ``init_seed`` (``None``: torch's global RNG, as the trainer seeds it itself).
     """
     from hnbench.models.peft_loading import is_adapter_dir
 
@@ -41,4 +43,4 @@ def load_model(
     from hnbench.models.openclip import load_openclip
 
     return load_openclip(model, pretrained, model_config=model_config, context_length=context_length,
-                         device=device, precision=precision)
+                         device=device, precision=precision, init_seed=init_seed)

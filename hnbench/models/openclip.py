@@ -132,6 +132,17 @@ def _quiet_random_init(enabled: bool) -> Iterator[None]:
         root.removeFilter(flt)
 
 
+@contextlib.contextmanager
+def _seeded(seed: int | None) -> Iterator[None]:
+    """Draw a random initialisation from ``seed`` without touching the caller's RNG (None: the caller's RNG)."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):  # the model is built on the CPU
+        torch.manual_seed(seed)
+        yield
+
+
 def _resolve_pretrained(arch: str, pretrained: str | None) -> tuple[str | None, str | None]:
     """Return ``(local_file, open_clip_tag)``: at most one is set."""
     if not pretrained:
@@ -153,8 +164,12 @@ def load_openclip(
     context_length: int | None = None,
     device: str = "cpu",
     precision: str = "fp32",
+    init_seed: int | None = 0,
 ) -> OpenCLIPEncoder:
-    """Build an open_clip model and its eval transform; weights come from a tag, a file or a schema."""
+    """Build an open_clip model and its eval transform; weights come from a tag, a file or a schema.
+
+    Without weights the model is initialised randomly from ``init_seed`` (recorded in ``info.extra``),
+    so two runs share a fingerprint and a cache entry; ``None`` draws from torch's global RNG."""
     import open_clip
 
     register_builtin_configs()
@@ -178,8 +193,9 @@ def load_openclip(
     kwargs: dict[str, Any] = {"precision": precision, "device": "cpu", "weights_only": True}
     if context_length is not None:
         kwargs["force_context_length"] = context_length
+    seed = init_seed if not (schema or local_file or tag) else None
     try:
-        with _quiet_random_init(enabled=bool(local_file)):
+        with _quiet_random_init(enabled=bool(local_file) or seed is not None), _seeded(seed):
             model, _, preprocess = open_clip.create_model_and_transforms(
                 arch, pretrained=tag, pretrained_text=False, **kwargs)
     except RuntimeError as e:
@@ -204,8 +220,10 @@ def load_openclip(
         arch=arch, pretrained=pretrained if not schema else arch, fingerprint=state_dict_fingerprint(sd),
         context_length=ctx, n_params=sum(p.numel() for p in model.parameters()),
         embed_dim=_embed_dim(arch, model),
-        framework="open_clip", extra={"precision": precision},
+        framework="open_clip", extra={"precision": precision, **({"init_seed": seed} if seed is not None else {})},
     )
+    if seed is not None:
+        logger.info("%s: no weights given, random initialisation with seed %d", arch, seed)
     tokenizer = open_clip.get_tokenizer(arch, context_length=ctx)
     return OpenCLIPEncoder(model.to(device), tokenizer, preprocess, info)
 
