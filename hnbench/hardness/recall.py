@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hnbench.errors import ConfigError
 from hnbench.hardness.schema import RecallBucket, RecallByHardness, WrongQuery
 from hnbench.hardness.stats import bucket_index, bucket_labels, check_edges
 from hnbench.results import read_result
@@ -31,8 +32,11 @@ def load_per_query(result_path: str | Path) -> tuple[Any, Any]:
 
     result = read_result(result_path)
     if not result.per_query:
-        raise ValueError(f"{result_path}: the result has no per-query file (evaluate with an output_dir)")
-    return result, pd.read_parquet(Path(result_path).parent / result.per_query)
+        raise ConfigError(f"{result_path}: the result has no per-query file (evaluate with an output_dir)")
+    per_query = Path(result_path).parent / result.per_query
+    if not per_query.is_file():
+        raise ConfigError(f"{result_path}: its per-query file {per_query} is missing")
+    return result, pd.read_parquet(per_query)
 
 
 def _buckets(hard: np.ndarray, hit: np.ndarray, edges: Sequence[float]) -> list[RecallBucket]:
