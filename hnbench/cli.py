@@ -53,6 +53,9 @@ def _add_data_args(p: argparse.ArgumentParser, required: bool = True) -> None:
                         "is checked against the published one (a mismatch warns) and recorded; repeatable")
     g.add_argument("--allow-count-mismatch", action="store_true",
                    help="run even if a benchmark's loaded counts differ from the published ones (recorded)")
+    g.add_argument("--allow-outside-paths", action="store_true",
+                   help="let a manifest name images outside its folder (../, absolute paths); refused by default "
+                        "since a downloaded manifest could read any file")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -331,7 +334,8 @@ def _run_eval(args: argparse.Namespace, model: dict) -> int:
         output_dir=args.output, device=args.device, batch_size=args.batch_size, num_workers=args.num_workers,
         precision=args.precision, amp=args.amp, backend=args.backend, ks=tuple(args.k), ci=not args.no_ci,
         skip_invalid=model.get("skip_invalid", False), use_cache=not args.no_cache, progress=not args.quiet,
-        dataset_options={k: model[k] for k in ("split_file", "allow_count_mismatch") if model.get(k)},
+        dataset_options={k: model[k] for k in ("split_file", "allow_count_mismatch", "allow_outside_paths")
+                         if model.get(k)},
         cache_dir=args.cache_dir, search=args.search)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return 0
@@ -422,6 +426,8 @@ def _run_train(args: argparse.Namespace) -> int:
         if not sep:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         cfg[key.strip().replace("-", "_")] = _parse_value(value)
+    if args.allow_outside_paths:
+        cfg["dataset_options"] = {**cfg.get("dataset_options", {}), "allow_outside_paths": True}
     if args.resume is not None:
         cfg["resume"] = args.resume or cfg.get("output") or TrainConfig.output
     ckpt = train(TrainConfig.from_dict(cfg), progress=not args.quiet)
