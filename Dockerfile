@@ -1,9 +1,9 @@
 # hnbench on an NVIDIA GPU: CUDA torch and GPU FAISS (faiss-gpu-cu12 in place of faiss-cpu).
 #
 #   docker build -t hnbench:0.1.0 .
-#   docker run --rm --gpus all -v hnbench-cache:/cache -v "$PWD/results:/workspace/results" \
+#   docker run --rm --gpus all --shm-size 2g -v hnbench-cache:/cache -v "$PWD/results:/workspace/results" \
 #       hnbench:0.1.0 demo --device cuda --amp --output results/demo
-#   docker run --rm --gpus all --entrypoint /opt/hnbench/benchmarks/gpu_smoke.sh hnbench:0.1.0   # self-check
+#   docker run --rm --gpus all --shm-size 2g --entrypoint /opt/hnbench/benchmarks/gpu_smoke.sh hnbench:0.1.0   # self-check
 #
 # Host: an NVIDIA driver >= 580 (torch's wheels carry CUDA 13.0 libraries; faiss-gpu-cu12 carries
 # CUDA 12's, which the same driver runs) and the NVIDIA Container Toolkit. For an older driver, build a

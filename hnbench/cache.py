@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from hnbench.errors import CacheError
 from hnbench.paths import cache_dir
 from hnbench.results import atomic_write_bytes
 
@@ -238,6 +239,9 @@ class ShardStore:
             return decode_shard(path.read_bytes(), kind=self.kind, model_key=self.model_key, dim=self.dim)
         except FileNotFoundError:  # quarantined or cleared by another process meanwhile
             return None
+        except OSError as e:  # not corrupt but unreadable: moving it away could lose a good shard
+            raise CacheError(f"cache shard {path} is unreadable ({e.strerror or e}); fix its permissions, "
+                             f"remove it, or run without the cache (--no-cache)") from e
         except CorruptShardError as e:
             self.stats.corrupt_shards += 1
             self.quarantine.mkdir(parents=True, exist_ok=True)

@@ -11,10 +11,18 @@ from collections.abc import Sequence
 
 from hnbench._version import __version__
 from hnbench.errors import HnbenchError
+from hnbench.validate import PRECISIONS
 
 logger = logging.getLogger("hnbench")
 
 DEMO = {"model": "hnbench-tiny", "pretrained": "synthdense", "dataset": "synthdense", "protocol": "test"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the usage block would bury the message (``--help`` shows it)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -51,10 +59,13 @@ def _add_validity_args(g: argparse._ActionsContainer) -> None:
     g.add_argument("--allow-count-mismatch", action="store_true",
                    help="run even if a benchmark's loaded counts (after skipping) differ from the published "
                         "ones (recorded)")
+    g.add_argument("--allow-outside-paths", action="store_true",
+                   help="let a manifest name images outside its folder (../, absolute paths); refused by default "
+                        "since a downloaded manifest could read any file")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hnbench", description=__doc__)
+    parser = _Parser(prog="hnbench", description=__doc__)
     parser.add_argument("--version", action="version", version=f"hnbench {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -303,9 +314,12 @@ def _run_cache(args: argparse.Namespace) -> int:
 def _add_eval_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("evaluation")
     g.add_argument("--batch-size", type=int, default=64)
-    g.add_argument("--num-workers", type=int, help="image decoding workers (default: CPU count, at most 8)")
+    g.add_argument("--num-workers", type=int, help="image decoding and tokenizing workers (default: CPU count, at "
+                                                   "most 8); 0 decodes in the main process and needs no shared "
+                                                   "memory")
     g.add_argument("--backend", default="auto", choices=["auto", "torch", "faiss"], help="exact search backend")
-    g.add_argument("--precision", default="fp32", help="model weights precision (fp32, fp16, bf16)")
+    g.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="model weights precision; the images are cast to it (all three run on CPU and CUDA)")
     g.add_argument("--amp", action="store_true", help="autocast the encoders (CUDA only)")
     g.add_argument("--k", type=int, nargs="+", default=[1, 5, 10], help="recall cut-offs")
     g.add_argument("--no-ci", action="store_true", help="skip bootstrap confidence intervals")
@@ -332,7 +346,8 @@ def _run_eval(args: argparse.Namespace, model: dict) -> int:
         output_dir=args.output, device=args.device, batch_size=args.batch_size, num_workers=args.num_workers,
         precision=args.precision, amp=args.amp, backend=args.backend, ks=tuple(args.k), ci=not args.no_ci,
         skip_invalid=model.get("skip_invalid", False), use_cache=not args.no_cache, progress=not args.quiet,
-        dataset_options={k: model[k] for k in ("split_file", "allow_count_mismatch") if model.get(k)},
+        dataset_options={k: model[k] for k in ("split_file", "allow_count_mismatch", "allow_outside_paths")
+                         if model.get(k)},
         cache_dir=args.cache_dir, search=args.search, overwrite=args.overwrite)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return 0
@@ -341,7 +356,7 @@ def _run_eval(args: argparse.Namespace, model: dict) -> int:
         return 0
     ds, m = result.dataset, result.model
     print(f"{m['arch']} ({m['pretrained'] or 'random init'}, ctx {m['context_length']}) on "
-          f"{ds['name']}/{ds['protocol']}: {ds['n_images']} images, {ds['n_captions']} captions, "
+          f"{ds['name']}/{ds['protocol'] or 'default'}: {ds['n_images']} images, {ds['n_captions']} captions, "
           f"{result.tokens['n_truncated']} truncated")
     print(result.table())
     print(f"wrote {result.path}")
@@ -425,6 +440,8 @@ def _run_train(args: argparse.Namespace) -> int:
         if not sep:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         cfg[key.strip().replace("-", "_")] = _parse_value(value)
+    if args.allow_outside_paths:
+        cfg["dataset_options"] = {**cfg.get("dataset_options", {}), "allow_outside_paths": True}
     if args.resume is not None:
         cfg["resume"] = args.resume or cfg.get("output") or TrainConfig.output
     ckpt = train(TrainConfig.from_dict(cfg), progress=not args.quiet)
@@ -453,10 +470,22 @@ def _run_train_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_logging(verbose: bool, quiet: bool) -> None:
+    """hnbench's loggers at INFO (DEBUG with -v); other libraries (open_clip logs INFO on root) at WARNING."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logger.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
+    if quiet:  # also the Hugging Face download / weight-loading bars (transformers reads this flag on import)
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+        if "transformers" in sys.modules:
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
+    _configure_logging(args.verbose, args.quiet)
     try:
         if args.command == "eval":
             return _run_eval(args, vars(args))
@@ -469,6 +498,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HnbenchError as e:
         print(f"hnbench: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the encoders' cache writers flush on the way out; rerun to resume
+        print("hnbench: interrupted; embeddings encoded so far are cached, rerun to resume", file=sys.stderr)
+        return 130
     return 1
 
 

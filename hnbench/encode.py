@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing.queues
 import os
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +41,7 @@ from tqdm.auto import tqdm
 
 from hnbench.cache import KEY_DTYPE, EmbeddingCache, image_keys, text_keys
 from hnbench.data.base import ImageSource
-from hnbench.errors import ImageLoadError
+from hnbench.errors import ImageLoadError, WorkerError
 from hnbench.models.base import Encoder
 
 logger = logging.getLogger(__name__)
@@ -110,6 +112,46 @@ def _collate(batch: list) -> tuple[list[int], torch.Tensor | None, list[tuple[in
 
 def default_num_workers() -> int:
     return max(0, min(8, (os.cpu_count() or 1)))
+
+
+# A batch that takes longer than this to decode means a worker is stuck (the main process would
+# otherwise wait forever); a dead worker is noticed at once, through SIGCHLD, well before.
+WORKER_TIMEOUT_S = 300.0
+_WORKER_EXIT = 75  # a worker whose result could not be sent (see _die_on_send_error)
+_WORKER_FAILURES = ("DataLoader worker", "DataLoader timed out", "shared memory", "shm", "ancdata",
+                    "unable to write to file", "unable to mmap", "unable to open shared memory")
+
+
+def _die_on_send_error(e: BaseException, obj: object) -> None:
+    """Worker side: a batch that cannot be put in shared memory (full /dev/shm, ``ulimit -f``) is lost
+    by multiprocessing's feeder thread, and the main process would wait for it forever; exit instead,
+    so that the main process sees the worker die."""
+    print(f"hnbench worker: cannot send a batch to the main process ({type(e).__name__}: {e})", file=sys.stderr)
+    os._exit(_WORKER_EXIT)
+
+
+def _worker_init(_: int) -> None:
+    multiprocessing.queues.Queue._on_queue_feeder_error = staticmethod(_die_on_send_error)
+
+
+def _loader(dataset: torch.utils.data.Dataset, num_workers: int, **kwargs: Any) -> torch.utils.data.DataLoader:
+    """A DataLoader whose workers cannot hang the run: they exit on a failed send, and a batch times out."""
+    extra = {"timeout": WORKER_TIMEOUT_S, "worker_init_fn": _worker_init} if num_workers > 0 else {}
+    return torch.utils.data.DataLoader(dataset, num_workers=num_workers, **extra, **kwargs)
+
+
+@contextlib.contextmanager
+def _worker_errors() -> Iterator[None]:
+    """A dead or stuck DataLoader worker becomes one :class:`WorkerError` naming the cause and the fix."""
+    try:
+        yield
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if not any(marker in str(e) for marker in _WORKER_FAILURES):
+            raise
+        raise WorkerError(f"a data-loading worker failed ({first.rstrip('.')}). The usual cause is shared memory "
+                          f"(/dev/shm) running out, or a file-size limit (ulimit -f); rerun with --num-workers 0, "
+                          f"or in Docker give the container more with --shm-size (e.g. --shm-size 2g)") from None
 
 
 def _autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager:
@@ -195,11 +237,9 @@ def encode_images(
     if todo:
         workers = default_num_workers() if num_workers is None else num_workers
         workers = min(workers, max(0, len(todo) // max(1, batch_size)))  # no pool for one batch
-        loader = torch.utils.data.DataLoader(
-            _ImageItems(source, encoder.image_transform, todo), batch_size=batch_size, shuffle=False,
-            num_workers=workers, collate_fn=_collate, pin_memory=encoder.device.type == "cuda",
-            persistent_workers=False,
-        )
+        loader = _loader(_ImageItems(source, encoder.image_transform, todo), workers, batch_size=batch_size,
+                         shuffle=False, collate_fn=_collate, pin_memory=encoder.device.type == "cuda",
+                         persistent_workers=False)
         writer = cache.image_writer() if cache is not None else contextlib.nullcontext()
         pending: tuple[list[int], torch.Tensor] | None = None
 
@@ -214,8 +254,8 @@ def encode_images(
                 keep = ok[idx]
                 writer.add(keys[idx][keep], feats[keep])
 
-        with writer, tqdm(total=len(positions), initial=n_cached, desc="encode images", unit="img",
-                          disable=not progress) as bar:
+        with writer, _worker_errors(), tqdm(total=len(positions), initial=n_cached, desc="encode images",
+                                            unit="img", disable=not progress) as bar:
             try:
                 for idx, pixels, errors in loader:
                     for i, reason in errors:
@@ -280,11 +320,10 @@ def encode_texts(
         todo_texts = [texts[j] for j in todo] if todo.size < n else texts
         n_batches = -(-todo.size // batch_size)
         workers = default_num_workers() if num_workers is None else num_workers
-        loader = torch.utils.data.DataLoader(
-            _TextBatches(encoder.tokenize, todo_texts, batch_size), batch_size=None, shuffle=False,
-            num_workers=min(workers, n_batches - 1), pin_memory=encoder.device.type == "cuda")
+        loader = _loader(_TextBatches(encoder.tokenize, todo_texts, batch_size), min(workers, n_batches - 1),
+                         batch_size=None, shuffle=False, pin_memory=encoder.device.type == "cuda")
         writer = cache.text_writer() if cache is not None else contextlib.nullcontext()
-        with writer:
+        with writer, _worker_errors():
             for b, (tokens, batch_lengths) in enumerate(tqdm(loader, desc="encode texts", unit="batch",
                                                               disable=not progress)):
                 with _autocast(encoder.device, amp):

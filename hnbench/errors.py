@@ -25,3 +25,11 @@ class CheckpointError(HnbenchError):
 
 class ConfigError(HnbenchError):
     """An unknown name or inconsistent option."""
+
+
+class CacheError(HnbenchError):
+    """An embedding cache file cannot be read (permissions, a directory in its place, I/O error)."""
+
+
+class WorkerError(HnbenchError):
+    """A DataLoader worker died or stopped answering (most often: shared memory ran out)."""

@@ -21,11 +21,11 @@ from hnbench.cache import EmbeddingCache, default_root
 from hnbench.data import ImageTextDataset, load_dataset
 from hnbench.data.benchmarks.spec import recheck_counts
 from hnbench.encode import encode_images, encode_texts
-from hnbench.errors import ConfigError
 from hnbench.metrics import csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
 from hnbench.results import EvalResult, check_target, write_result_pair
 from hnbench.search import RetrievalOutput, resolve_backend, retrieve, retrieve_approximate
+from hnbench.validate import check_eval
 
 logger = logging.getLogger(__name__)
 
@@ -144,8 +144,8 @@ def evaluate(
     The result file is named by model, data and result-changing settings: a rerun of the same replaces
     its own file; replacing any other file (unreadable, or another result of that name) needs ``overwrite``.
     """
-    if search not in ("exact", "approximate"):
-        raise ConfigError(f"search must be 'exact' or 'approximate', got {search!r}")
+    check_eval(ks=ks, batch_size=batch_size, text_batch_size=text_batch_size, num_workers=num_workers,
+               device=device, precision=precision, output_dir=output_dir, search=search, backend=backend)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     ctx = dist.from_env(device) if dist.wanted(distributed) else dist.DistContext()
@@ -259,6 +259,7 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
                   "tie_rule": "pessimistic: rank = 1 + #non-positives scoring >= the best positive",
                   "similarity": "cosine, fp32", "cache": bool(persistent_cache and cache is not None),
                   "encoding": encoding,
+                  **({"init_seed": encoder.info.extra["init_seed"]} if "init_seed" in encoder.info.extra else {}),
                   **({"approximate": {d: o.recall_vs_exact for d, o in outs.items()}} if search == "approximate"
                      else {})},
         timings={k: round(v, 4) for k, v in timings.items()},

@@ -96,7 +96,6 @@ def test_missing_image_and_empty_caption_error_or_skip(tmp_path):
     write_jsonl(m, rows)
     ds = load_dataset(str(m), skip_invalid=True)
     assert ds.n_images == 2 and ds.skipped == {"empty caption": ["images/img_002.png"],
-                                               "image without caption": ["images/img_002.png"],
                                                "missing image": ["images/does_not_exist.png"]}
 
 

@@ -20,6 +20,7 @@ def load_dataset(
     image_column: str | None = None,
     caption_column: str | None = None,
     skip_invalid: bool = False,
+    allow_outside_paths: bool = False,
     **kwargs: Any,
 ) -> ImageTextDataset:
     """Load a registered benchmark by name, or a local manifest / image folder / HF dataset by path.
@@ -27,7 +28,8 @@ def load_dataset(
     Resolution order: a registered name (``synthdense``, …); an existing ``.jsonl``/``.csv`` manifest;
     a directory with ``metadata.jsonl``/``.csv`` (image folder); a directory or file that
     ``datasets`` can read (``save_to_disk`` output, parquet); otherwise a Hugging Face hub id
-    written ``hf:ORG/NAME`` (or ``ORG/NAME``).
+    written ``hf:ORG/NAME`` (or ``ORG/NAME``). A manifest's image paths must stay inside its folder
+    unless ``allow_outside_paths``.
     """
     from hnbench.data import local
     from hnbench.registry import DATASETS
@@ -38,9 +40,10 @@ def load_dataset(
         return loader(data_root=data_root, protocol=protocol, split=split, skip_invalid=skip_invalid, **kwargs)
     p = Path(name_or_path)
     if p.is_file() and p.suffix in (".jsonl", ".csv"):
-        return local.load_manifest(p, skip_invalid=skip_invalid, **columns)
+        return local.load_manifest(p, skip_invalid=skip_invalid, allow_outside_paths=allow_outside_paths, **columns)
     if p.is_dir() and ((p / "metadata.jsonl").is_file() or (p / "metadata.csv").is_file()):
-        return local.load_imagefolder(p, skip_invalid=skip_invalid, **columns)
+        return local.load_imagefolder(p, skip_invalid=skip_invalid, allow_outside_paths=allow_outside_paths,
+                                      **columns)
     if p.exists():
         return local.load_hf(str(p), split=split, skip_invalid=skip_invalid, **columns)
     if name_or_path.startswith("hf:") or ("/" in name_or_path and not name_or_path.startswith((".", "/"))):

@@ -224,6 +224,15 @@ def _first_duplicate(items: Sequence[str]) -> str:
     return ""
 
 
+def _caption_problem(text: object) -> str | None:
+    """Why ``text`` is not a usable caption, or None. A number is not text (a wrong column, most often)."""
+    if isinstance(text, str):
+        return None if text.strip() else "empty caption"
+    if text is None:
+        return "empty caption"
+    return f"non-text caption ({type(text).__name__} {str(text)[:40]!r}; captions must be strings)"
+
+
 def build_dataset(
     name: str,
     records: Sequence[tuple[str, str, list[str]]],
@@ -237,11 +246,11 @@ def build_dataset(
 ) -> ImageTextDataset:
     """Group ``(image_id, image_ref, captions)`` records into a dataset, validating as it goes.
 
-    Records with the same image id are merged (their captions concatenated, in order). An empty
-    caption or a missing image file is an error naming the item, or — with ``skip_invalid`` — the
-    item is dropped and counted in ``dataset.skipped``; ``keep_empty`` keeps empty captions (a
-    benchmark protocol whose reference loader queries with them). ``make_source(refs, ids)`` builds
-    the :class:`ImageSource` for the surviving images.
+    Records with the same image id are merged (their captions concatenated, in order). An empty or
+    non-text (e.g. numeric) caption or a missing image file is an error naming the item, or — with
+    ``skip_invalid`` — the item is dropped and counted once in ``dataset.skipped``; ``keep_empty``
+    keeps empty captions (a benchmark protocol whose reference loader queries with them).
+    ``make_source(refs, ids)`` builds the :class:`ImageSource` for the surviving images.
     """
     order: list[str] = []
     refs: dict[str, str] = {}
@@ -255,15 +264,21 @@ def build_dataset(
             refs[image_id] = ref
             caps[image_id] = []
         for text in texts:
-            if not isinstance(text, str) or (not keep_empty and not text.strip()):
+            problem = _caption_problem(text)
+            if problem == "empty caption" and keep_empty and isinstance(text, str):
+                problem = None
+            if problem:
                 if skip_invalid:
-                    skipped.setdefault("empty caption", []).append(image_id)
+                    skipped.setdefault(problem.split(" (")[0], []).append(image_id)
                     continue
-                raise DataError(f"{name}: empty caption for image {image_id!r} (pass --skip-invalid to drop it)")
+                raise DataError(f"{name}: {problem} for image {image_id!r} (pass --skip-invalid to drop it)")
             caps[image_id].append(text)
+    counted = {i for ids in skipped.values() for i in ids}
     kept = []
     for image_id in order:
         if not caps[image_id]:
+            if image_id in counted:  # its only captions were dropped and counted above: count it once
+                continue
             if skip_invalid:
                 skipped.setdefault("image without caption", []).append(image_id)
                 continue

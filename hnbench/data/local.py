@@ -15,8 +15,10 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,29 +44,69 @@ def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], w
                     f"Name it with {flag}.")
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
+def _read_text(path: Path) -> str:
+    """The manifest as text: UTF-8, with or without the byte-order mark Excel writes."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise DataError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x} at column {column}); "
+                        f"save the manifest as UTF-8") from None
+
+
+def _read_rows(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The manifest's rows and the line number of each."""
+    text = _read_text(path)
     if path.suffix == ".csv":
-        with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            rows = list(reader)
-            for n, row in enumerate(rows, start=2):
-                if None in row or any(v is None for v in row.values()):
-                    raise DataError(f"{path}:{n}: row has a different number of fields than the header "
-                                    f"{reader.fieldnames}")
-            return rows
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{n}: not valid JSON ({e.msg})") from e
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        rows, lines = [], []
+        for row in reader:
+            n = reader.line_num
+            if None in row or any(v is None for v in row.values()):
+                raise DataError(f"{path}:{n}: row has a different number of fields than the header "
+                                f"{reader.fieldnames}")
             rows.append(row)
-    return rows
+            lines.append(n)
+        return rows, lines
+    rows, lines = [], []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{n}: not valid JSON ({e.msg})") from e
+        if not isinstance(row, dict):
+            raise DataError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+        lines.append(n)
+    return rows, lines
+
+
+def _inside(base: Path, ref: str) -> bool:
+    """``ref`` names a file under ``base`` (lexically: ``..`` and absolute paths leave it; symlinks are the
+    folder owner's choice and are followed)."""
+    joined = os.path.normpath(os.path.join(os.path.abspath(base), ref))
+    return os.path.commonpath([joined, os.path.abspath(base)]) == os.path.abspath(base)
+
+
+def _warn_duplicates(path: Path, rows: list[dict[str, Any]], lines: list[int]) -> None:
+    """Rows that repeat an earlier row exactly become extra captions of their image: say so, with the count."""
+    seen: dict[str, int] = {}
+    repeats = []
+    for row, n in zip(rows, lines):
+        key = json.dumps(row, sort_keys=True, default=str)
+        if key in seen:
+            repeats.append((n, seen[key]))
+        else:
+            seen[key] = n
+    if repeats:
+        n, first = repeats[0]
+        logger.warning("%s: %d rows repeat an earlier row exactly (e.g. line %d = line %d); each is kept as one "
+                       "more caption of its image; remove them if they are accidental", path, len(repeats), n,
+                       first)
 
 
 def load_manifest(
@@ -75,23 +117,32 @@ def load_manifest(
     name: str | None = None,
     skip_invalid: bool = False,
     base_dir: str | Path | None = None,
+    allow_outside_paths: bool = False,
 ) -> ImageTextDataset:
-    """Load a JSONL/CSV manifest; image paths are relative to ``base_dir`` (default: the manifest's folder)."""
+    """Load a JSONL/CSV manifest; image paths are relative to ``base_dir`` (default: the manifest's folder).
+
+    An image path that leaves that folder (``../``, or absolute elsewhere) is refused unless
+    ``allow_outside_paths``: manifests are often downloaded, and one could read any file.
+    """
     path = Path(path)
     if not path.is_file():
         raise DataError(f"manifest not found: {path}")
-    rows = _read_rows(path)
+    rows, lines = _read_rows(path)
     if not rows:
         raise DataError(f"{path}: manifest has no rows")
     columns = sorted(set().union(*(r.keys() for r in rows)))
     img_col = _pick(columns, image_column, IMAGE_COLUMNS, "image", str(path))
     cap_col = _pick(columns, caption_column, CAPTION_COLUMNS, "caption", str(path))
     base = Path(base_dir) if base_dir is not None else path.parent
+    _warn_duplicates(path, rows, lines)
     records = []
-    for n, row in enumerate(rows, start=1):
+    for n, row in zip(lines, rows):
         ref = row.get(img_col)
         if not isinstance(ref, str) or not ref:
-            raise DataError(f"{path}: row {n} has no {img_col!r} value")
+            raise DataError(f"{path}:{n}: row has no {img_col!r} value")
+        if not allow_outside_paths and not _inside(base, ref):
+            raise DataError(f"{path}:{n}: image path {ref!r} points outside {base}; pass --allow-outside-paths "
+                            f"if you trust this manifest")
         texts = row.get(cap_col)
         texts = texts if isinstance(texts, list) else [texts if texts is not None else ""]
         image_id = str(row["id"]) if row.get("id") not in (None, "") else ref

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hnbench.errors import ConfigError
 from hnbench.hardness.schema import RecallBucket, RecallByHardness, WrongQuery
 from hnbench.hardness.stats import bucket_index, bucket_labels, check_edges
 from hnbench.results import read_per_query, read_result
@@ -29,7 +30,7 @@ def load_per_query(result_path: str | Path) -> tuple[Any, Any]:
     """``(EvalResult, per-query DataFrame)`` of a result JSON (the parquet lies beside it, checked against it)."""
     result = read_result(result_path)
     if not result.per_query:
-        raise ValueError(f"{result_path}: the result has no per-query file (evaluate with an output_dir)")
+        raise ConfigError(f"{result_path}: the result has no per-query file (evaluate with an output_dir)")
     return result, read_per_query(result)
 
 

@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 
 from hnbench.data.base import ImageSource, ImageTextDataset
-from hnbench.errors import DataError
+from hnbench.errors import ConfigError, DataError
 from hnbench.hardness.analyze import analyze
 from hnbench.hardness.outputs import compare, write_outputs
 from hnbench.hardness.schema import HardnessReport, write_report
 from hnbench.hardness.stats import DEFAULT_EDGES
+from hnbench.validate import check_device, check_num_workers, check_output_dir, check_positive
 
 logger = logging.getLogger(__name__)
 
@@ -211,6 +212,12 @@ def hardness(
     """
     from hnbench import encode
 
+    for name, value in (("--batch-size", batch_size), ("--n-batches", n_batches),
+                        ("--encode-batch-size", encode_batch_size)):
+        check_positive(name, value, allow_none=False)
+    check_num_workers(num_workers)
+    check_device(device)
+    check_output_dir(output_dir)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     if isinstance(data, str) and Path(data).suffix == ".txt":
@@ -226,6 +233,11 @@ def hardness(
                           fingerprint=_text_fingerprint(captions), kind="captions")
     cs = from_dataset(data, label_field) if isinstance(data, ImageTextDataset) else data
     timings["load_data"] = time.perf_counter() - t0
+    from hnbench.hardness.recall import load_per_query, recall_by_hardness
+
+    scored = [(path, *load_per_query(path)) for path in results]  # checked before the model loads
+    for path, res, frame in scored:
+        _check_result_matches(path, res, frame, cs)
     t = time.perf_counter()
     encoder = _load_encoder(model, pretrained, model_config, context_length, device)
     timings["load_model"] = time.perf_counter() - t
@@ -254,11 +266,8 @@ def hardness(
                                           "images_cached": getattr(img, "n_cached", 0) if img is not None else 0}
     report.timings = {**{k: round(v, 4) for k, v in timings.items()}, **report.timings}
 
-    from hnbench.hardness.recall import load_per_query, recall_by_hardness
-
     all_errors = []
-    for path in results:
-        res, frame = load_per_query(path)
+    for path, res, frame in scored:
         if res.dataset.get("fingerprint") not in (None, cs.fingerprint):
             logger.warning("%s was scored on dataset fingerprint %s, this caption set is %s; joining on ids",
                            path, res.dataset.get("fingerprint"), cs.fingerprint)
@@ -276,6 +285,18 @@ def hardness(
     if output_dir is not None:
         write_report(report, output_dir)
     return report
+
+
+def _check_result_matches(path: str | Path, res: Any, frame: Any, cs: CaptionSet) -> None:
+    """A result of another caption set cannot be joined: refuse it (one that skipped items may be)."""
+    if res.dataset.get("fingerprint") in (None, cs.fingerprint):
+        return
+    ids = frame.loc[frame["direction"] == "t2i", "query_id"].astype(str)
+    unknown = int((~ids.isin(set(cs.caption_ids))).sum())
+    if unknown:
+        raise ConfigError(f"--results {path} was scored on {res.dataset.get('name')!r} (fingerprint "
+                          f"{res.dataset.get('fingerprint')}), not on this caption set {cs.name!r} (fingerprint "
+                          f"{cs.fingerprint}): {unknown} of its {len(ids)} caption ids are not in it")
 
 
 def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir: str | Path,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
+from hnbench.errors import CheckpointError
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
 
 __all__ = ["Encoder", "ModelInfo", "TokenizedTexts", "load_model"]
@@ -17,6 +19,7 @@ def load_model(
     context_length: int | None = None,
     device: str = "cpu",
     precision: str = "fp32",
+    init_seed: int | None = 0,
 ) -> Encoder:
     """Load a model by open_clip name (``ViT-B-32``, ``hf-hub:…``, ``local-dir:…``) or HF CLIP (``hf:ORG/NAME``).
 
@@ -24,8 +27,26 @@ def load_model(
     (``hnbench-tiny`` / ``synthdense``) or a local checkpoint file (``.safetensors`` preferred;
     ``.pt``/``.bin`` are read with ``weights_only=True``), or a LoRA/DoRA adapter directory written by
     ``hnbench train`` (base weights named in it; merged on load). Released Long-CLIP checkpoints load
-    into the open_clip architecture with their 248 positions.
+    into the open_clip architecture with their 248 positions. An open_clip model without weights is
+    initialised from ``init_seed`` (``None``: torch's global RNG, as the trainer seeds it itself).
     """
+    try:
+        return _load(model, pretrained, model_config=model_config, context_length=context_length, device=device,
+                     precision=precision, init_seed=init_seed)
+    except pickle.UnpicklingError as e:  # torch.load(weights_only=True) inside open_clip / transformers / peft
+        where = pretrained if pretrained and Path(pretrained).is_dir() else model
+        raise CheckpointError(f"{where}: refused to unpickle a weights file: it holds objects other than tensors "
+                              f"({_first_reason(e)}). Convert it to safetensors from a trusted environment.") from e
+
+
+def _first_reason(e: Exception) -> str:
+    """The line of a weights-only load error that names the refused global."""
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    return next((x for x in lines if "GLOBAL" in x), lines[0] if lines else type(e).__name__)[:200]
+
+
+def _load(model: str, pretrained: str | None, *, model_config: str | Path | None, context_length: int | None,
+          device: str, precision: str, init_seed: int | None) -> Encoder:
     from hnbench.models.peft_loading import is_adapter_dir
 
     if is_adapter_dir(pretrained):
@@ -36,8 +57,9 @@ def load_model(
     if model.startswith("hf:") or (Path(model).is_dir() and (Path(model) / "config.json").is_file()):
         from hnbench.models.hf import load_hf_clip
 
-        return load_hf_clip(model, context_length=context_length, device=device, revision=pretrained)
+        return load_hf_clip(model, context_length=context_length, device=device, revision=pretrained,
+                            precision=precision)
     from hnbench.models.openclip import load_openclip
 
     return load_openclip(model, pretrained, model_config=model_config, context_length=context_length,
-                         device=device, precision=precision)
+                         device=device, precision=precision, init_seed=init_seed)

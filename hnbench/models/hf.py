@@ -61,7 +61,8 @@ class HFCLIPEncoder:
 
     @torch.inference_mode()
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
-        f = _features(self.model.get_image_features(pixel_values=pixels.to(self.device, non_blocking=True)))
+        pixels = pixels.to(device=self.device, dtype=self.model.dtype, non_blocking=True)  # fp16/bf16 weights
+        f = _features(self.model.get_image_features(pixel_values=pixels))
         return torch.nn.functional.normalize(f.float(), dim=-1)
 
     @torch.inference_mode()
@@ -75,8 +76,11 @@ class HFCLIPEncoder:
         return torch.nn.functional.normalize(f.float(), dim=-1)
 
 
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
 def load_hf_clip(name: str, *, context_length: int | None = None, device: str = "cpu",
-                 revision: str | None = None) -> HFCLIPEncoder:
+                 revision: str | None = None, precision: str = "fp32") -> HFCLIPEncoder:
     """Load ``hf:ORG/NAME`` (hub, needs the internet) or a local ``save_pretrained`` directory."""
     try:
         from transformers import AutoTokenizer, CLIPImageProcessor, CLIPModel
@@ -91,6 +95,9 @@ def load_hf_clip(name: str, *, context_length: int | None = None, device: str = 
         processor = CLIPImageProcessor.from_pretrained(path, revision=revision)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"could not load HF CLIP model {name}: {str(e).splitlines()[0]}") from e
+    if precision not in _DTYPES:
+        raise ConfigError(f"--precision must be one of {', '.join(_DTYPES)}, got {precision!r}")
+    model = model.to(_DTYPES[precision])
     max_pos = int(model.config.text_config.max_position_embeddings)
     ctx = context_length or max_pos
     if ctx > max_pos:
@@ -98,5 +105,6 @@ def load_hf_clip(name: str, *, context_length: int | None = None, device: str = 
     info = ModelInfo(arch=f"hf:{path}" if not name.startswith("hf:") else name, pretrained=revision or "main",
                      fingerprint=state_dict_fingerprint(model.state_dict()), context_length=ctx,
                      n_params=sum(p.numel() for p in model.parameters()),
-                     embed_dim=int(model.config.projection_dim), framework="transformers")
+                     embed_dim=int(model.config.projection_dim), framework="transformers",
+                     extra={"precision": precision})
     return HFCLIPEncoder(model.to(device), tokenizer, processor, info)

@@ -65,11 +65,15 @@ class OpenCLIPEncoder:
     """An open_clip CLIP model behind the :class:`~hnbench.models.base.Encoder` protocol."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, image_transform: Callable, info: ModelInfo):
+        import open_clip
+
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.image_transform = image_transform
         self.info = info
         self.device = next(model.parameters()).device
+        # fp16/bf16 weights need pixels of the same dtype (the transform yields fp32)
+        self.input_dtype = open_clip.get_input_dtype(info.extra.get("precision", "fp32"))
 
     def to(self, device: str | torch.device) -> OpenCLIPEncoder:
         self.model.to(device)
@@ -102,7 +106,8 @@ class OpenCLIPEncoder:
 
     @torch.inference_mode()
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
-        return self.model.encode_image(pixels.to(self.device, non_blocking=True), normalize=True).float()
+        pixels = pixels.to(device=self.device, dtype=self.input_dtype or pixels.dtype, non_blocking=True)
+        return self.model.encode_image(pixels, normalize=True).float()
 
     @torch.inference_mode()
     def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -127,6 +132,17 @@ def _quiet_random_init(enabled: bool) -> Iterator[None]:
         root.removeFilter(flt)
 
 
+@contextlib.contextmanager
+def _seeded(seed: int | None) -> Iterator[None]:
+    """Draw a random initialisation from ``seed`` without touching the caller's RNG (None: the caller's RNG)."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):  # the model is built on the CPU
+        torch.manual_seed(seed)
+        yield
+
+
 def _resolve_pretrained(arch: str, pretrained: str | None) -> tuple[str | None, str | None]:
     """Return ``(local_file, open_clip_tag)``: at most one is set."""
     if not pretrained:
@@ -148,8 +164,12 @@ def load_openclip(
     context_length: int | None = None,
     device: str = "cpu",
     precision: str = "fp32",
+    init_seed: int | None = 0,
 ) -> OpenCLIPEncoder:
-    """Build an open_clip model and its eval transform; weights come from a tag, a file or a schema."""
+    """Build an open_clip model and its eval transform; weights come from a tag, a file or a schema.
+
+    Without weights the model is initialised randomly from ``init_seed`` (recorded in ``info.extra``),
+    so two runs share a fingerprint and a cache entry; ``None`` draws from torch's global RNG."""
     import open_clip
 
     register_builtin_configs()
@@ -173,8 +193,9 @@ def load_openclip(
     kwargs: dict[str, Any] = {"precision": precision, "device": "cpu", "weights_only": True}
     if context_length is not None:
         kwargs["force_context_length"] = context_length
+    seed = init_seed if not (schema or local_file or tag) else None
     try:
-        with _quiet_random_init(enabled=bool(local_file)):
+        with _quiet_random_init(enabled=bool(local_file) or seed is not None), _seeded(seed):
             model, _, preprocess = open_clip.create_model_and_transforms(
                 arch, pretrained=tag, pretrained_text=False, **kwargs)
     except RuntimeError as e:
@@ -199,8 +220,10 @@ def load_openclip(
         arch=arch, pretrained=pretrained if not schema else arch, fingerprint=state_dict_fingerprint(sd),
         context_length=ctx, n_params=sum(p.numel() for p in model.parameters()),
         embed_dim=_embed_dim(arch, model),
-        framework="open_clip", extra={"precision": precision},
+        framework="open_clip", extra={"precision": precision, **({"init_seed": seed} if seed is not None else {})},
     )
+    if seed is not None:
+        logger.info("%s: no weights given, random initialisation with seed %d", arch, seed)
     tokenizer = open_clip.get_tokenizer(arch, context_length=ctx)
     return OpenCLIPEncoder(model.to(device), tokenizer, preprocess, info)
 

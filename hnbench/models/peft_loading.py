@@ -55,7 +55,7 @@ def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_confi
         from hnbench.models.hf import load_hf_clip
 
         encoder = load_hf_clip(arch, context_length=context_length or base.get("context_length"), device="cpu",
-                               revision=base.get("revision"))
+                               revision=base.get("revision"), precision=precision)
     else:
         from hnbench.models.openclip import load_openclip
 

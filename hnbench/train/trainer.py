@@ -250,7 +250,7 @@ class _Run:
         self.out_dir = Path(c.output)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.encoder = load_model(c.model, c.pretrained, model_config=c.model_config,
-                                  context_length=c.context_length, device=device)
+                                  context_length=c.context_length, device=device, init_seed=None)  # seeded above
         framework = self.encoder.info.framework
         if c.stretch_context and self.encoder.info.context_length != c.stretch_context:
             if framework != "open_clip":

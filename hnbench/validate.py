@@ -1,0 +1,106 @@
+"""Argument checks shared by the CLI and the Python API, run before any model or data is loaded.
+
+Each check raises :class:`~hnbench.errors.ConfigError` with one line naming the option, so a bad
+value costs nothing: no download, no encoding, nothing written.
+"""
+
+from __future__ import annotations
+
+import numbers
+import re
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from hnbench.errors import ConfigError
+
+# Weight precisions an evaluation accepts (open_clip's names; the pixels are cast to match).
+PRECISIONS = ("fp32", "fp16", "bf16")
+_DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_positive(name: str, value: int | None, *, allow_none: bool = True) -> None:
+    """``value`` is an integer >= 1 (or None where the option has a default)."""
+    if value is None and allow_none:
+        return
+    if not _is_int(value) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_num_workers(value: int | None) -> None:
+    if value is not None and (not _is_int(value) or value < 0):
+        raise ConfigError(f"--num-workers must be 0 or more, got {value!r}")
+
+
+def check_ks(ks: Sequence[int]) -> None:
+    """Recall cut-offs: at least one, each a positive integer."""
+    if not len(ks):
+        raise ConfigError("--k needs at least one recall cut-off")
+    for k in ks:
+        if not _is_int(k) or k < 1:
+            raise ConfigError(f"--k values must be positive integers (R@K needs K >= 1), got {k!r}")
+
+
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+
+
+def check_device(device: str) -> None:
+    """cpu, cuda, cuda:N or mps, and the accelerator must be there."""
+    if not isinstance(device, str) or not _DEVICE.match(device):
+        raise ConfigError(f"--device must be cpu, cuda, cuda:N or mps, got {device!r}")
+    if device == "cpu":
+        return
+    import torch
+
+    if device == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError("--device mps: no Apple MPS device is available; use --device cpu")
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError(f"--device {device}: no CUDA GPU is visible to torch "
+                          f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); use --device cpu")
+    index = int(device.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        raise ConfigError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+
+
+def check_output_dir(path: str | Path | None, option: str = "--output") -> None:
+    """``path`` is (or can become) a directory we can write in; probes with a nameless temporary file."""
+    if path is None:
+        return
+    path = Path(path)
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is a file" if existing == path else f"lies under {existing}, which is a file"
+        raise ConfigError(f"{option} {path}: {what}, not a directory")
+    try:
+        with tempfile.TemporaryFile(dir=existing):  # unlinked at once: nothing is left behind
+            pass
+    except OSError as e:
+        raise ConfigError(f"{option} {path}: cannot write in {existing} ({e.strerror or e})") from e
+
+
+def check_eval(*, ks: Sequence[int], batch_size: int, text_batch_size: int | None, num_workers: int | None,
+               device: str, precision: str, output_dir: str | Path | None, search: str, backend: str) -> None:
+    """Every evaluation setting, before anything is loaded (called by the CLI through ``evaluate``)."""
+    check_ks(ks)
+    check_positive("--batch-size", batch_size, allow_none=False)
+    check_positive("text_batch_size", text_batch_size)
+    check_num_workers(num_workers)
+    check_precision(precision)
+    if search not in ("exact", "approximate"):
+        raise ConfigError(f"--search must be 'exact' or 'approximate', got {search!r}")
+    if backend not in ("auto", "torch", "faiss"):
+        raise ConfigError(f"--backend must be auto, torch or faiss, got {backend!r}")
+    check_device(device)
+    check_output_dir(output_dir)
