@@ -54,5 +54,5 @@ def load_long_dci(**kwargs: Any) -> ImageTextDataset:
 
 
 def load_urban1k(**kwargs: Any) -> ImageTextDataset:
-    """Urban-1K: protocol ``test`` (1,000)."""
+    """Urban-1K: protocols ``test`` (1,000, first non-blank line; default) and ``longclip`` (Long-CLIP's reading)."""
     return load("urban1k", **kwargs)

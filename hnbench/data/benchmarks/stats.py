@@ -47,7 +47,8 @@ def spec_info(spec: BenchmarkSpec) -> dict[str, Any]:
                        "aliases": list(p.aliases), "needs": [f"{s.filename} ({s.where})" for s in p.lists]}
                       for p in spec.protocols],
         "files": [{"file": r.filename, "source": r.url or (r.hf_repo and f"huggingface.co/datasets/{r.hf_repo}")
-                   or "by hand", "sha256": r.sha256, "optional": r.optional, "manual": r.manual}
+                   or "by hand", "sha256": r.sha256, "superseded_sha256": [h for h, _ in r.superseded],
+                   "optional": r.optional, "manual": r.manual}
                   for r in spec.resources],
     }
 
