@@ -44,7 +44,7 @@ from hnbench.errors import ConfigError, HnbenchError
 logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-KNOWN_SCHEMA_VERSIONS = (0, 1)  # 0: before settings.search and ci95 were recorded
+KNOWN_SCHEMA_VERSIONS = tuple(range(SCHEMA_VERSION + 1))  # 0: before settings.search and ci95 were recorded
 
 
 class ResultFormatError(HnbenchError):
