@@ -499,7 +499,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hnbench: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # the encoders' cache writers flush on the way out; rerun to resume
-        print("hnbench: interrupted; embeddings encoded so far are cached, rerun to resume", file=sys.stderr)
+        encodes = args.command in ("eval", "demo", "hardness") and not getattr(args, "no_cache", False)
+        print("hnbench: interrupted" + ("; the embeddings encoded so far are cached: rerun to resume" if encodes
+                                        else ""), file=sys.stderr)
         return 130
     return 1
 

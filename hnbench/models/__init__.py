@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hnbench.errors import CheckpointError
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
+from hnbench.validate import check_precision
 
 __all__ = ["Encoder", "ModelInfo", "TokenizedTexts", "load_model"]
 
@@ -30,6 +31,7 @@ def load_model(
     into the open_clip architecture with their 248 positions. An open_clip model without weights is
     initialised from ``init_seed`` (``None``: torch's global RNG, as the trainer seeds it itself).
     """
+    check_precision(precision)
     try:
         return _load(model, pretrained, model_config=model_config, context_length=context_length, device=device,
                      precision=precision, init_seed=init_seed)
