@@ -1,0 +1,178 @@
+"""Paired comparison of stored results: statistics against scipy, refusals, per-query schema v1/v2, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import make_pairs, write_jsonl
+
+import hnbench
+from hnbench.cli import main
+from hnbench.comparison import compare
+from hnbench.errors import ConfigError
+from hnbench.results import PER_QUERY_SCHEMA_VERSION, ResultFormatError, read_per_query, read_result
+from hnbench.significance import holm, mcnemar_exact, paired_bootstrap, paired_test
+
+stats = pytest.importorskip("scipy.stats", reason="scipy is the independent reference (dev extra)")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("b,c", [(0, 0), (0, 1), (0, 5), (3, 17), (10, 10), (11, 10), (50, 70), (400, 452)])
+def test_mcnemar_matches_scipy_binomtest(b, c):
+    expected = 1.0 if b + c == 0 else stats.binomtest(min(b, c), b + c, 0.5, alternative="two-sided").pvalue
+    assert mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert mcnemar_exact(c, b) == mcnemar_exact(b, c)
+
+
+def _crafted(n_both: int, n_a: int, n_b: int, n_none: int) -> tuple[np.ndarray, np.ndarray]:
+    a = np.array([1] * n_both + [1] * n_a + [0] * n_b + [0] * n_none, dtype=bool)
+    b = np.array([1] * n_both + [0] * n_a + [1] * n_b + [0] * n_none, dtype=bool)
+    perm = np.random.default_rng(1).permutation(a.size)
+    return a[perm], b[perm]
+
+
+def test_paired_test_on_crafted_hits():
+    a, b = _crafted(300, 12, 30, 158)  # N = 500
+    t = paired_test(a, b, n_boot=2000, seed=3)
+    assert (t.n_a_only, t.n_b_only, t.n) == (12, 30, 500)
+    assert t.r_a == pytest.approx(100 * 312 / 500) and t.r_b == pytest.approx(100 * 330 / 500)
+    assert t.delta == pytest.approx(100 * 18 / 500)
+    assert t.p_mcnemar == pytest.approx(stats.binomtest(12, 42, 0.5).pvalue)
+    # the paired interval is near Δ ± 1.96·sd(d)/√N (normal approximation, independent of the resampling)
+    d = b.astype(float) - a.astype(float)
+    half = 100 * 1.96 * d.std() / np.sqrt(d.size)
+    lo, hi = t.ci95
+    assert lo < t.delta < hi
+    assert (hi - lo) / 2 == pytest.approx(half, rel=0.15)
+    assert t.excludes_zero  # Δ = 3.6 points with sd-based half-width ≈ 1.1
+    # seeded: the same seed gives the same interval, another seed another one
+    assert paired_bootstrap(a, b, n_boot=500, seed=7) == paired_bootstrap(a, b, n_boot=500, seed=7)
+    assert paired_bootstrap(a, b, n_boot=500, seed=7) != paired_bootstrap(a, b, n_boot=500, seed=8)
+
+
+def test_degenerate_cases():
+    a, _ = _crafted(40, 10, 0, 50)
+    same = paired_test(a, a.copy())  # identical models: nothing discordant
+    assert (same.delta, same.ci95, same.p_mcnemar, same.n_a_only, same.n_b_only) == (0.0, (0.0, 0.0), 1.0, 0, 0)
+    assert not same.excludes_zero
+    ones = np.ones(30, bool)
+    t = paired_test(ones, ones)
+    assert (t.r_a, t.r_b, t.p_mcnemar) == (100.0, 100.0, 1.0)
+    one_sided = paired_test(np.zeros(20, bool), np.r_[np.ones(6, bool), np.zeros(14, bool)])
+    assert one_sided.p_mcnemar == pytest.approx(stats.binomtest(0, 6, 0.5).pvalue)  # = 2 / 2^6
+    assert one_sided.p_mcnemar == pytest.approx(2 / 64)
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_bootstrap(np.ones(3, bool), np.ones(4, bool))
+
+
+def test_holm_by_hand():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5]
+    assert holm([0.2, 0.9]) == pytest.approx([0.4, 0.9])
+
+
+# --- real results ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, micro_config) -> dict[str, Path]:
+    """Three micro-model results (context 8, 16, 32: different hits) on one manifest, one on another."""
+    root = tmp_path_factory.mktemp("cmp")
+    data = write_jsonl(root / "m.jsonl", [{"image": p, "caption": c} for p, c in make_pairs(root, n=16)])
+    other_root = root / "other"
+    other = write_jsonl(other_root / "m.jsonl", [{"image": p, "caption": c} for p, c in make_pairs(other_root, n=8)])
+    out = {}
+    for name, ds, ctx in (("a", data, 8), ("b", data, 16), ("c", data, 32), ("x", other, 16)):
+        assert main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset", str(ds),
+                     "--output", str(root / name), "--num-workers", "0", "--context-length", str(ctx),
+                     "--no-cache", "--no-ci"]) == 0
+        (out[name],) = (root / name).glob("*.json")
+    return out
+
+
+def _reference(pa: Path, pb: Path, direction: str, k: int) -> tuple[int, int, float]:
+    """Discordant counts and p-value computed straight from the two parquets (pandas + scipy)."""
+    fa, fb = (pd.read_parquet(p.with_suffix(".queries.parquet")) for p in (pa, pb))
+    m = fa[fa.direction == direction].merge(fb[fb.direction == direction], on="query_id", suffixes=("_a", "_b"))
+    ha, hb = m.rank_a <= k, m.rank_b <= k
+    n_a, n_b = int((ha & ~hb).sum()), int((~ha & hb).sum())
+    p = 1.0 if n_a + n_b == 0 else stats.binomtest(min(n_a, n_b), n_a + n_b, 0.5).pvalue
+    return n_a, n_b, p
+
+
+def test_per_query_file_holds_top10(results):
+    frame = read_per_query(results["b"])
+    assert frame.attrs["schema_version"] == PER_QUERY_SCHEMA_VERSION == 2
+    t2i = frame[frame.direction == "t2i"]
+    assert all(len(x) == 10 for x in t2i.topk_index) and all(len(x) == 10 for x in t2i.topk_id)
+    for r in t2i.itertuples():
+        assert list(r.topk_score) == sorted(r.topk_score, reverse=True)
+        assert (r.rank == 1) == (int(r.topk_index[0]) == r.gt_index and not r.tied)
+        assert r.topk_id[int(np.where(r.topk_index == r.gt_index)[0][0])] == r.gt_id if r.rank <= 10 else True
+
+
+def test_old_per_query_schema_is_read(results, tmp_path):
+    """A version-1 parquet (no top-k columns) reads with empty top-k lists, and compare works on it."""
+    res = read_result(results["a"])
+    frame = pd.read_parquet(results["a"].with_suffix(".queries.parquet"))
+    old = frame.drop(columns=["topk_index", "topk_id", "topk_score"])
+    old.attrs = {}
+    old.to_parquet(tmp_path / res.per_query, index=False)
+    (tmp_path / results["a"].name).write_text(results["a"].read_text())
+    v1 = read_per_query(tmp_path / results["a"].name)
+    assert v1.attrs["schema_version"] == 1 and all(len(x) == 0 for x in v1.topk_index)
+    out = compare([tmp_path / results["a"].name, results["b"]], ks=[1])
+    assert out.models[0]["per_query_schema"] == 1 and out.models[1]["per_query_schema"] == 2
+    for stored in sorted((REPO / "leaderboards" / "results").rglob("*.json")):
+        assert read_per_query(stored).attrs["schema_version"] in (1, 2)
+
+
+def test_compare_against_independent_computation(results, tmp_path):
+    out = hnbench.compare([results["a"], results["b"], results["c"]], ks=[1, 5], output_dir=tmp_path, seed=11)
+    saved = json.loads((tmp_path / "compare.json").read_text())
+    assert saved["schema_version"] == 1 and saved["kind"] == "hnbench.compare"
+    assert saved["settings"]["seed"] == 11 and saved["settings"]["correction"] == "holm"
+    assert len(saved["rows"]) == 2 * 2 * 2  # two models × two directions × two Ks
+    for direction in ("t2i", "i2t"):
+        for k in (1, 5):
+            rows = [r for r in saved["rows"] if (r["direction"], r["k"]) == (direction, k)]
+            refs = [_reference(results["a"], results[m], direction, k) for m in ("b", "c")]
+            for r, (n_a, n_b, p) in zip(rows, refs):
+                assert (r["n_baseline_only"], r["n_model_only"]) == (n_a, n_b)
+                assert r["p_mcnemar"] == pytest.approx(p)
+                assert r["ci95"][0] <= r["delta"] <= r["ci95"][1]
+                assert r["excludes_zero"] == (r["ci95"][0] > 0 or r["ci95"][1] < 0)
+            assert [r["p_holm"] for r in rows] == pytest.approx(holm([p for _, _, p in refs]))
+    md = (tmp_path / "compare.md").read_text()
+    assert "p (Holm)" in md and "Holm-corrected" in md and out.markdown() == md
+    # identical results: every Δ is zero, every p is 1
+    same = compare([results["b"], results["b"]], ks=[1])
+    assert all(r["delta"] == 0 and r["p_mcnemar"] == 1 and r["ci95"] == [0, 0] for r in same.rows)
+
+
+def test_cli_refuses_mismatched_datasets(results, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["-q", "compare", str(results["a"]), str(results["x"]), "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(results["a"]) in err and str(results["x"]) in err
+    assert "fingerprint" in err or "name" in err
+    assert not out.exists()
+    d = json.loads(results["b"].read_text())
+    d["dataset"]["protocol"] = "other"
+    (tmp_path / results["b"].name).write_text(json.dumps(d))
+    assert main(["-q", "compare", str(results["a"]), str(tmp_path / results["b"].name)]) == 2
+    assert "protocol differs" in capsys.readouterr().err
+    with pytest.raises(ResultFormatError, match="per-query"):  # the parquet is not beside the copied JSON
+        compare([tmp_path / results["b"].name, tmp_path / results["b"].name])
+    with pytest.raises(ConfigError, match="at least two"):
+        compare([results["a"]])
+
+
+def test_cli_prints_and_writes(results, tmp_path, capsys):
+    assert main(["-q", "compare", str(results["a"]), str(results["b"]), "--k", "1", "10", "--output",
+                 str(tmp_path), "--seed", "5"]) == 0
+    text = capsys.readouterr().out
+    assert "| model" in text and "95% paired CI" in text and "p (Holm)" not in text
+    assert json.loads((tmp_path / "compare.json").read_text())["settings"]["ks"] == [1, 10]
