@@ -23,6 +23,11 @@ def _split(text: str) -> tuple[list[str], list[str]]:
     return pieces, pieces[1::2]
 
 
+def words(text: str) -> list[str]:
+    """The words of ``text`` as the diff sees them (punctuation and spacing dropped)."""
+    return _split(text)[1]
+
+
 def opcodes(a: str, b: str) -> list[tuple[str, int, int, int, int]]:
     """difflib opcodes over the (lower-cased) words of ``a`` and ``b``."""
     wa, wb = (_split(t)[1] for t in (a, b))
