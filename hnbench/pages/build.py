@@ -150,9 +150,9 @@ def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | 
             a1, b1 = f["rank"].to_numpy() == 1, other_rank == 1
             status[a1 & ~b1], status[~a1 & b1] = "baseline only", "other only"
             shown = set(keep.tolist())
-            keep = np.concatenate([keep, [i for i in order if status[i] and i not in shown]])
+            keep = np.concatenate([keep, np.asarray([i for i in order if status[i] and i not in shown], np.int64)])
         counts[direction] = len(f)
-        part = _rows(f, ds, direction, top, keep.astype(np.int64), hard)
+        part = _rows(f, ds, direction, top, keep, hard)
         for row, i in zip(part, keep.tolist()):
             row.status = status[i]
             row.other_rank = None if other_rank is None else int(other_rank[i])
