@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from hnbench._version import __version__
-from hnbench.errors import ConfigError
+from hnbench.errors import ConfigError, HnbenchError
 from hnbench.results import EvalResult, atomic_write_bytes, read_per_query, read_result
 from hnbench.significance import PairedTest, holm, paired_test
 
@@ -87,6 +87,27 @@ def paired_tests(a: EvalResult, b: EvalResult, ks: Sequence[int], *, frames: tup
         for j, k in enumerate(ks):
             out[(direction, int(k))] = paired_test(ha[:, j], hb[:, j], n_boot=n_boot, seed=seed)
     return out
+
+
+def tests_against(base: str | Path, others: Sequence[str | Path], ks: Sequence[int], *, n_boot: int = 1000,
+                  seed: int = 0) -> tuple[dict[str, dict], dict[str, str]]:
+    """Paired tests of each result in ``others`` against ``base``: ``(tests by path, why not, by path)``.
+
+    A result without a readable per-query file, or on other data, is left untested with the reason."""
+    try:
+        a = read_result(base)
+        fa = read_per_query(a)
+    except HnbenchError as e:
+        return {}, {str(p): f"baseline untestable: {e}" for p in others}
+    tests, why = {}, {}
+    for p in others:
+        try:
+            b = read_result(p)
+            check_comparable([a, b])
+            tests[str(p)] = paired_tests(a, b, ks, frames=(fa, read_per_query(b)), n_boot=n_boot, seed=seed)
+        except HnbenchError as e:
+            why[str(p)] = str(e).removeprefix(f"{p}: ")
+    return tests, why
 
 
 @dataclass

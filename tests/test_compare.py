@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +179,43 @@ def test_cli_prints_and_writes(results, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "| model" in text and "95% paired CI" in text and "p (Holm)" not in text
     assert json.loads((tmp_path / "compare.json").read_text())["settings"]["ks"] == [1, 10]
+
+
+def test_leaderboard_marks_deltas_whose_paired_interval_excludes_zero(tmp_path):
+    """On the stored synthdense results (per-query schema 1): * exactly where compare's interval excludes zero."""
+    from hnbench.leaderboard import leaderboard
+
+    stored = REPO / "leaderboards" / "results" / "synthdense"
+    files = sorted(stored.glob("*.json"))
+    if len(files) < 2:
+        pytest.skip("leaderboards/results/synthdense not present")
+    for f in files:  # copies, one of them without its per-query file
+        shutil.copy(f, tmp_path / f.name)
+        if "synthdense-4e3c" not in f.name:
+            shutil.copy(f.with_suffix(".queries.parquet"), tmp_path / f.with_suffix(".queries.parquet").name)
+    base = next(f for f in files if "8f9c6681" in f.name)  # the InfoNCE fine-tune
+    md = leaderboard([tmp_path], baseline="hnbench-tiny (tiny-infonce/checkpoint)", ci=True)
+    assert "A * after a delta: its paired 95% bootstrap interval" in md
+    assert "Note: no paired test, so no * mark, for: hnbench-tiny (synthdense) (" in md
+    (table,) = [t for t in _md_tables(md)]
+    hn = table[table["model"] == "hnbench-tiny (tiny-hn/checkpoint)"].iloc[0]
+    untested = table[table["model"] == "hnbench-tiny (synthdense)"].iloc[0]
+    ref = compare([base, next(f for f in files if "f067700b" in f.name)], ks=[1, 5, 10])
+    for r in ref.rows:
+        cell = hn[f"{r['direction']} R@{r['k']}"]
+        lo, hi = (f"{x:+.2f}".replace("-", "\u2212") for x in r["ci95"])
+        marked = re.compile(r"\([+\u2212]\d+\.\d\d\*")  # "(+3.60*": a * right after the delta
+        assert bool(marked.search(cell)) == r["excludes_zero"] and f"[{lo}, {hi}]" in cell
+        assert not marked.search(untested[f"{r['direction']} R@{r['k']}"])
+    assert any(r["excludes_zero"] for r in ref.rows)  # t2i R@5: +3.6 points, interval above zero
+
+
+def _md_tables(md: str) -> list[pd.DataFrame]:
+    out = []
+    for block in md.split("\n\n"):
+        if block.startswith("|"):
+            df = pd.read_csv(io.StringIO(block), sep="|", dtype=str, skipinitialspace=True)
+            df = df.drop(columns=[df.columns[0], df.columns[-1]]).iloc[1:]
+            df.columns = [c.strip() for c in df.columns]
+            out.append(df.map(lambda s: s.strip() if isinstance(s, str) else s))
+    return out
