@@ -175,8 +175,12 @@ def browse(result: str | Path, output_dir: str | Path, *, compare: str | Path | 
         raise ConfigError(f"--limit must be >= 0 (0: all queries), got {limit}")
     if not 1 <= top <= PER_QUERY_TOP:
         raise ConfigError(f"--top must be between 1 and {PER_QUERY_TOP}, got {top}")
-    if hardness is not None and not Path(hardness).is_file():
-        raise ConfigError(f"{hardness}: no such hardness file")
+    if hardness is not None:
+        from hnbench.hardness.schema import read_report
+
+        if not Path(hardness).is_file():
+            raise ConfigError(f"{hardness}: no such hardness file")
+        read_report(hardness)  # a corrupt or newer file fails before any data is loaded
     res = read_result(result)
     other = read_result(compare) if compare is not None else None
     if other is not None:
