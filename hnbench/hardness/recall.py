@@ -20,19 +20,17 @@ import numpy as np
 
 from hnbench.hardness.schema import RecallBucket, RecallByHardness, WrongQuery
 from hnbench.hardness.stats import bucket_index, bucket_labels, check_edges
-from hnbench.results import read_result
+from hnbench.results import read_per_query, read_result
 
 logger = logging.getLogger(__name__)
 
 
 def load_per_query(result_path: str | Path) -> tuple[Any, Any]:
     """``(EvalResult, per-query DataFrame)`` of a result JSON (the parquet lies beside it)."""
-    import pandas as pd
-
     result = read_result(result_path)
     if not result.per_query:
         raise ValueError(f"{result_path}: the result has no per-query file (evaluate with an output_dir)")
-    return result, pd.read_parquet(Path(result_path).parent / result.per_query)
+    return result, read_per_query(result)
 
 
 def _buckets(hard: np.ndarray, hit: np.ndarray, edges: Sequence[float]) -> list[RecallBucket]:
