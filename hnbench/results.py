@@ -24,7 +24,7 @@ attrs ``hnbench_per_query_schema``), one row per query and direction::
     2  + topk_index, topk_id, topk_score: the top :data:`PER_QUERY_TOP` gallery items (lists,
        descending score, ties by lower index; positives included)
 
-:func:`read_per_query` reads both; a version-1 file gets empty top-k lists.
+:func:`read_per_query` reads both and records the version in ``frame.attrs["schema_version"]``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ SCHEMA_VERSION = 1
 PER_QUERY_SCHEMA_VERSION = 2
 PER_QUERY_TOP = 10  # gallery items stored per query (what `hnbench browse` shows)
 _PER_QUERY_KEY = "hnbench_per_query_schema"
-_TOPK_COLUMNS = ("topk_index", "topk_id", "topk_score")
 
 
 class ResultFormatError(HnbenchError):
@@ -158,31 +157,28 @@ def per_query_path(result: EvalResult) -> Path:
     return Path(result.path).parent / result.per_query
 
 
-def read_per_query(result: EvalResult | str | Path) -> Any:
-    """The per-query DataFrame of a result (or of its JSON path), any per-query schema version.
+def per_query_version(frame: Any, where: str | Path) -> int:
+    """The per-query schema version of a frame read from a parquet (pandas attrs, else its columns);
+    a newer one than this hnbench reads is refused by name."""
+    version = frame.attrs.get(_PER_QUERY_KEY) or (2 if "topk_index" in frame else 1)
+    if not isinstance(version, int) or version > PER_QUERY_SCHEMA_VERSION:
+        raise ResultFormatError(f"{where}: per-query schema version {version!r} is newer than this hnbench reads "
+                                f"({PER_QUERY_SCHEMA_VERSION}); upgrade hnbench")
+    missing = {"direction", "query_index", "query_id", "rank"} - set(frame.columns)
+    if missing:
+        raise ResultFormatError(f"{where}: per-query file lacks columns {sorted(missing)}")
+    return version
 
-    ``frame.attrs["schema_version"]`` holds the file's version; version-1 files get the top-k columns
-    as empty lists, so callers can test ``len(row.topk_index)``.
-    """
-    import numpy as np
+
+def read_per_query(result: EvalResult) -> Any:
+    """The per-query DataFrame of a result, any per-query schema version (``frame.attrs["schema_version"]``;
+    version-1 files have no ``topk_*`` columns)."""
     import pandas as pd
 
-    result = result if isinstance(result, EvalResult) else read_result(result)
     path = per_query_path(result)
     try:
         frame = pd.read_parquet(path)
     except (OSError, ValueError) as e:
         raise ResultFormatError(f"{path}: not a readable per-query file ({e})") from e
-    version = frame.attrs.get(_PER_QUERY_KEY) or (2 if "topk_index" in frame else 1)
-    if not isinstance(version, int) or version > PER_QUERY_SCHEMA_VERSION:
-        raise ResultFormatError(f"{path}: per-query schema version {version!r} is newer than this hnbench reads "
-                                f"({PER_QUERY_SCHEMA_VERSION}); upgrade hnbench")
-    missing = {"direction", "query_index", "query_id", "rank"} - set(frame.columns)
-    if missing:
-        raise ResultFormatError(f"{path}: per-query file lacks columns {sorted(missing)}")
-    empty = [np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.float32)]
-    for col, e in zip(_TOPK_COLUMNS, empty):
-        if col not in frame:
-            frame[col] = [e] * len(frame)
-    frame.attrs = {"schema_version": version}
+    frame.attrs = {"schema_version": per_query_version(frame, path)}
     return frame

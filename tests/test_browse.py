@@ -9,9 +9,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
-from conftest import make_pairs, write_jsonl
+from conftest import make_pairs, write_jsonl, write_v1_copy
 from PIL import Image
 
 from hnbench.cli import main
@@ -122,7 +121,7 @@ def test_page_in_headless_chromium(evaluated, tmp_path):
     assert len(dom.images) == n["t2i"] * (1 + top) + n["i2t"]
     assert all(src.startswith("data:image/jpeg;base64,") for src in dom.images)
     # every disagreement at K=1 is there, labelled with the model that is right
-    frames = [read_per_query(evaluated[k]) for k in ("a", "b")]
+    frames = [read_per_query(read_result(evaluated[k])) for k in ("a", "b")]
     for d in ("t2i", "i2t"):
         a1, b1 = ((f[f.direction == d].sort_values("query_index")["rank"] == 1).to_numpy() for f in frames)
         statuses = [r["status"] for r in dom.rows if r["direction"] == d]
@@ -159,13 +158,7 @@ def test_page_marks_the_differing_words_of_a_crafted_pair(micro_config, tmp_path
 
 def test_old_per_query_schema_and_refusals(evaluated, tmp_path, capsys):
     """A version-1 per-query file still browses (best wrong item only, with a note); bad input exits 2."""
-    res = read_result(evaluated["a"])
-    old = pd.read_parquet(evaluated["a"].with_suffix(".queries.parquet")).drop(columns=["topk_index", "topk_id",
-                                                                                         "topk_score"])
-    old.attrs = {}
-    old.to_parquet(tmp_path / res.per_query, index=False)
-    copy = tmp_path / evaluated["a"].name
-    copy.write_text(evaluated["a"].read_text())
+    copy = write_v1_copy(evaluated["a"], tmp_path / "v1")
     html = browse(copy, tmp_path / "old", limit=0, progress=False).read_text()
     assert "per-query schema 1" in html and html.count('class="query"') == 18
     assert html.count('class="item') == 9  # each t2i row: its best wrong image only
@@ -177,7 +170,7 @@ def test_old_per_query_schema_and_refusals(evaluated, tmp_path, capsys):
     d["dataset"]["fingerprint"] = "0" * 16
     (tmp_path / "fp" / evaluated["a"].name).parent.mkdir()
     (tmp_path / "fp" / evaluated["a"].name).write_text(json.dumps(d))
-    shutil.copy(evaluated["a"].with_suffix(".queries.parquet"), tmp_path / "fp")
+    shutil.copy(evaluated["a"].parent / d["per_query"], tmp_path / "fp")
     assert main(["-q", "browse", str(tmp_path / "fp" / evaluated["a"].name), "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "0000000000000000" in err and "fingerprint" in err

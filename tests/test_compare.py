@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_pairs, write_jsonl
+from conftest import make_pairs, write_jsonl, write_v1_copy
 
 import hnbench
 from hnbench.cli import main
@@ -97,7 +97,7 @@ def results(tmp_path_factory, micro_config) -> dict[str, Path]:
 
 def _reference(pa: Path, pb: Path, direction: str, k: int) -> tuple[int, int, float]:
     """Discordant counts and p-value computed straight from the two parquets (pandas + scipy)."""
-    fa, fb = (pd.read_parquet(p.with_suffix(".queries.parquet")) for p in (pa, pb))
+    fa, fb = (pd.read_parquet(p.parent / read_result(p).per_query) for p in (pa, pb))
     m = fa[fa.direction == direction].merge(fb[fb.direction == direction], on="query_id", suffixes=("_a", "_b"))
     ha, hb = m.rank_a <= k, m.rank_b <= k
     n_a, n_b = int((ha & ~hb).sum()), int((~ha & hb).sum())
@@ -106,7 +106,7 @@ def _reference(pa: Path, pb: Path, direction: str, k: int) -> tuple[int, int, fl
 
 
 def test_per_query_file_holds_top10(results):
-    frame = read_per_query(results["b"])
+    frame = read_per_query(read_result(results["b"]))
     assert frame.attrs["schema_version"] == PER_QUERY_SCHEMA_VERSION == 2
     t2i = frame[frame.direction == "t2i"]
     assert all(len(x) == 10 for x in t2i.topk_index) and all(len(x) == 10 for x in t2i.topk_id)
@@ -118,19 +118,15 @@ def test_per_query_file_holds_top10(results):
 
 
 def test_old_per_query_schema_is_read(results, tmp_path):
-    """A version-1 parquet (no top-k columns) reads with empty top-k lists, and compare works on it."""
-    res = read_result(results["a"])
-    frame = pd.read_parquet(results["a"].with_suffix(".queries.parquet"))
-    old = frame.drop(columns=["topk_index", "topk_id", "topk_score"])
-    old.attrs = {}
-    old.to_parquet(tmp_path / res.per_query, index=False)
-    (tmp_path / results["a"].name).write_text(results["a"].read_text())
-    v1 = read_per_query(tmp_path / results["a"].name)
-    assert v1.attrs["schema_version"] == 1 and all(len(x) == 0 for x in v1.topk_index)
-    out = compare([tmp_path / results["a"].name, results["b"]], ks=[1])
+    """A version-1 parquet (no top-k columns) is read, and compare works on it."""
+    copy = write_v1_copy(results["a"], tmp_path)
+    v1 = read_per_query(read_result(copy))
+    assert v1.attrs["schema_version"] == 1 and "topk_index" not in v1
+    out = compare([copy, results["b"]], ks=[1])
     assert out.models[0]["per_query_schema"] == 1 and out.models[1]["per_query_schema"] == 2
+    assert out.rows == compare([results["a"], results["b"]], ks=[1]).rows
     for stored in sorted((REPO / "leaderboards" / "results").rglob("*.json")):
-        assert read_per_query(stored).attrs["schema_version"] in (1, 2)
+        assert read_per_query(read_result(stored)).attrs["schema_version"] in (1, 2)
 
 
 def test_compare_against_independent_computation(results, tmp_path):
@@ -193,7 +189,7 @@ def test_leaderboard_marks_deltas_whose_paired_interval_excludes_zero(tmp_path):
     for f in files:  # copies, one of them without its per-query file
         shutil.copy(f, tmp_path / f.name)
         if "synthdense-4e3c" not in f.name:
-            shutil.copy(f.with_suffix(".queries.parquet"), tmp_path / f.with_suffix(".queries.parquet").name)
+            shutil.copy(f.parent / read_result(f).per_query, tmp_path)
     base = next(f for f in files if "8f9c6681" in f.name)  # the InfoNCE fine-tune
     md = leaderboard([tmp_path], baseline="hnbench-tiny (tiny-infonce/checkpoint)", ci=True)
     assert "A * after a delta: its paired 95% bootstrap interval" in md

@@ -83,16 +83,16 @@ def _rows(frame: Any, ds: ImageTextDataset, direction: str, top: int, keep: np.n
         if direction == "t2i":
             positives = {int(ds.caption_image[qi])}
             query_text, query_image, gt_image = ds.captions[qi], None, ds.image_ids[int(r.gt_index)]
-            ids = list(r.topk_index[:top]) or ([r.best_wrong_index] if r.best_wrong_index >= 0 else [])
+            ids = list(getattr(r, "topk_index", ())[:top]) or ([r.best_wrong_index] if r.best_wrong_index >= 0 else [])
             items = [{"id": ds.image_ids[int(g)], "image": ds.image_ids[int(g)], "positive": int(g) in positives,
                       "text": ds.captions[first_caption[int(g)]]} for g in ids]
         else:
             positives = set(by_image[qi].tolist())
             query_text, query_image, gt_image = ds.captions[int(r.gt_index)], ds.image_ids[qi], None
-            ids = list(r.topk_index[:top]) or ([r.best_wrong_index] if r.best_wrong_index >= 0 else [])
+            ids = list(getattr(r, "topk_index", ())[:top]) or ([r.best_wrong_index] if r.best_wrong_index >= 0 else [])
             items = [{"id": ds.caption_ids[int(g)], "image": None, "positive": int(g) in positives,
                       "text": ds.captions[int(g)]} for g in ids]
-        scores = list(r.topk_score[:top]) or [r.best_wrong_score] * len(items)
+        scores = list(getattr(r, "topk_score", ())[:top]) or [r.best_wrong_score] * len(items)
         for it, s in zip(items, scores):
             it["score"] = float(s)
         wrong = int(r.best_wrong_index)
