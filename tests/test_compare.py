@@ -205,6 +205,12 @@ def test_leaderboard_marks_deltas_whose_paired_interval_excludes_zero(tmp_path):
         assert bool(marked.search(cell)) == r["excludes_zero"] and f"[{lo}, {hi}]" in cell
         assert not marked.search(untested[f"{r['direction']} R@{r['k']}"])
     assert any(r["excludes_zero"] for r in ref.rows)  # t2i R@5: +3.6 points, interval above zero
+    csv = pd.read_csv(io.StringIO(leaderboard([tmp_path], baseline="hnbench-tiny (tiny-infonce/checkpoint)",
+                                              fmt="csv")))
+    row5 = next(r for r in ref.rows if (r["direction"], r["k"]) == ("t2i", 5))
+    got = csv[csv["model"] == "hnbench-tiny (tiny-hn/checkpoint)"].iloc[0]
+    assert (got["delta t2i R@5 lo"], got["delta t2i R@5 hi"]) == tuple(round(x, 2) for x in row5["ci95"])
+    assert csv[csv["model"] == "hnbench-tiny (synthdense)"]["delta t2i R@5 lo"].isna().all()  # untested
 
 
 def _md_tables(md: str) -> list[pd.DataFrame]:
