@@ -16,6 +16,10 @@ Rules (also in ``leaderboards/README.md``):
 - Duplicates: the same model (arch, pretrained, fingerprint) scored twice on the same benchmark,
   protocol, context length and search mode keeps the result with the newest ``created``; the
   others are named in a note under the table.
+- Significance (with a baseline): a delta gets a * when the paired 95% bootstrap interval of the
+  difference (:func:`hnbench.comparison.paired_tests`: both results' per-query hits, queries
+  resampled jointly, 1000 draws, seed 0) excludes zero. Rows without a per-query file, reported rows
+  and mean R@1 are not tested and carry no mark; a note under the table names the untested rows.
 - Reported rows (the packaged published numbers) carry a † and a ``reported: SOURCE`` cell; beside
   measured results they join only tables of a (benchmark, protocol) that was measured.
 - Unreadable, corrupt, newer- or unknown-schema files and files with impossible values (an R@K that
@@ -40,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from hnbench._version import __version__
+from hnbench.comparison import tests_against
 from hnbench.errors import ConfigError
 from hnbench.reported import KS, families_of, mapped_families, reported_rows
 from hnbench.results import EvalResult, ResultFormatError, metric_values, read_result
@@ -186,7 +191,8 @@ def _signed(x: float) -> str:
     return f"{x:+.2f}".replace("-", "\u2212")
 
 
-def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_base: Path) -> pd.DataFrame:
+def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_base: Path,
+           sig: dict[str, dict] | None = None) -> pd.DataFrame:
     """Display cells of one ranked table: marks, deltas, intervals, metadata, links."""
     out = pd.DataFrame({"#": [str(int(r)) if r == r else "—" for r in t["rank"]],
                         "model": [mk.text(m) + (" †" if k == "reported" else "") for m, k in zip(t["model"], t["kind"])]})
@@ -202,7 +208,7 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
             s = mk.bold(s) if distinct and shown[i] == distinct[0] else \
                 f"<u>{s}</u>" if len(distinct) > 1 and shown[i] == distinct[1] else s
             if base is not None and base[col] == base[col] and t["identity"][i] != base["identity"]:
-                s += f" ({_signed(v - base[col])})"
+                s += f" ({_delta(v - base[col], (sig or {}).get(t['identity'][i], {}).get(_test_key(col)), ci)})"
             if ci and col != "mean R@1" and t[f"{col} lo"][i] == t[f"{col} lo"][i]:
                 s += f" [{t[f'{col} lo'][i]:.2f}, {t[f'{col} hi'][i]:.2f}]"
             cells.append(s)
@@ -215,6 +221,32 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
                      if k == "measured" else mk.text(f"reported: {s}" + (f" ({n})" if n else ""))
                      for k, p, s, n in zip(t["kind"], t["path"], t["source"], t["note"])]
     return out.drop(columns=[c for c in ("fingerprint", "hnbench") if not any(out[c])])
+
+
+def _test_key(col: str) -> tuple[str, int] | None:
+    """``"t2i R@5"`` → ``("t2i", 5)``; None for mean R@1 (not a per-query hit rate)."""
+    direction, _, k = col.partition(" R@")
+    return (direction, int(k)) if direction in ("t2i", "i2t") else None
+
+
+def _delta(d: float, test, ci: bool) -> str:
+    """``+1.20``, ``+1.20*`` when the paired interval excludes zero, and with ``ci`` the interval itself."""
+    if test is None:
+        return _signed(d)
+    return _signed(d) + "*" * test.excludes_zero + (f" [{_signed(test.ci95[0])}, {_signed(test.ci95[1])}]" if ci else "")
+
+
+def _significance(t: pd.DataFrame, base: pd.Series) -> tuple[dict[str, dict], list[str]]:
+    """Paired tests of every measured row against a measured baseline, by identity, and notes on untested rows."""
+    others = t[t["identity"] != base["identity"]]
+    if base["kind"] != "measured":
+        return {}, ["the baseline is a reported row: no paired tests, no * marks"] if len(others) else []
+    measured = others[others["kind"] == "measured"]
+    tests, why = tests_against(base["path"], list(measured["path"]), KS)
+    untested = [f"{m} ({why[p]})" for m, p in zip(measured["model"], measured["path"]) if p in why]
+    untested += [f"{m} (reported numbers)" for m in others.loc[others["kind"] != "measured", "model"]]
+    notes = [f"no paired test, so no * mark, for: {'; '.join(untested)}"] if untested else []
+    return {i: tests[p] for i, p in zip(measured["identity"], measured["path"]) if p in tests}, notes
 
 
 def _borda(tables: dict[tuple, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]:
@@ -265,20 +297,22 @@ def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, base
                                      + (f" · {int(n_img[0])} images" if len(n_img) == 1 else "")
                                      + ("" if search == "exact" else f" · {search} search (not comparable "
                                                                      "with exact search)"))))
-        base, table_notes = None, list(notes.get(key, []))
+        base, table_notes, sig = None, list(notes.get(key, [])), {}
         if baseline:
             hit = t[[m == baseline or fnmatchcase(m, baseline) for m in t["model"]]]
             if len(hit) == 1:
                 base = hit.iloc[0]
+                sig, untested = _significance(t, base)
+                table_notes += untested
             elif len(hit) > 1:
                 table_notes.append(f"baseline {baseline!r} matches {len(hit)} rows here; no deltas")
         fps = t.loc[t["kind"] == "measured", "data_fingerprint"].unique()
         if len(fps) > 1:
             table_notes.append(f"measured rows were scored on {len(fps)} different data revisions "
                                f"({', '.join(sorted(str(f)[:8] for f in fps))}); compare with care")
-        blocks += [("table", _cells(t, mk, base, ci, link_base))] + [("p", "Note: " + mk.text(n)) for n in table_notes]
+        blocks += [("table", _cells(t, mk, base, ci, link_base, sig))] + [("p", "Note: " + mk.text(n)) for n in table_notes]
         if fmt == "csv":
-            flat.append(_flat(t, base, ci, link_base))
+            flat.append(_flat(t, base, ci, link_base, sig))
     if fmt == "csv":
         return pd.concat(flat).to_csv(index=False) if flat else ""
     if not tables:
@@ -308,17 +342,26 @@ def _header(frame: pd.DataFrame, mk: _Markup, command: str, sort: str, baseline:
             f"{mk.bold('Bold')}: best in the column; <u>underlined</u>: second best; † reported by the cited "
             f"source, not measured by hnbench. Rank by {sort if sort in METRICS else 'mean R@1'} "
             "(mean R@1 = (t2i R@1 + i2t R@1) / 2; ties share a rank). R@K in %."
-            + (f" Deltas in parentheses are against {mk.text(baseline)}, in the tables that have it." if baseline else "")
+            + (f" Deltas in parentheses are against {mk.text(baseline)}, in the tables that have it. A * after a "
+               "delta: its paired 95% bootstrap interval (both results' per-query hits, queries resampled jointly, "
+               "1000 draws, seed 0) excludes zero; rows without a per-query file beside their result, reported "
+               "rows and mean R@1 are not tested and carry no mark (a note names them)."
+               + (" With --ci that paired interval follows the delta inside the parentheses." if ci else "")
+               if baseline else "")
             + (" Brackets: 95% bootstrap confidence interval." if ci else ""))
 
 
-def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path) -> pd.DataFrame:
+def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, sig: dict[str, dict]) -> pd.DataFrame:
     cols = [*TABLE_KEY, "rank", "model", "kind", *METRICS]
     out = t[cols].copy()
     out[METRICS] = out[METRICS].round(2)
     if base is not None:
         for col in METRICS:
             out[f"delta {col}"] = (t[col] - base[col]).round(2)
+        for col in METRICS[:-1]:  # the paired interval of each delta (empty where untested)
+            tests = [sig.get(i, {}).get(_test_key(col)) for i in t["identity"]]
+            out[f"delta {col} lo"] = [round(x.ci95[0], 2) if x else np.nan for x in tests]
+            out[f"delta {col} hi"] = [round(x.ci95[1], 2) if x else np.nan for x in tests]
     if ci:
         for col in METRICS[:-1]:
             out[f"{col} lo"], out[f"{col} hi"] = t[f"{col} lo"].round(2), t[f"{col} hi"].round(2)

@@ -20,6 +20,16 @@ numbers, so two runs that differ in any of them never share a file. The JSON and
 written as a pair (:func:`write_result_pair`): a reader sees the old pair or the new one, never a mix.
 
 Readers accept every schema version up to :data:`SCHEMA_VERSION`; newer files are refused by name.
+
+The per-query parquet has its own version (:data:`PER_QUERY_SCHEMA_VERSION`, in the file's pandas
+attrs ``hnbench_per_query_schema``), one row per query and direction::
+
+    1  direction, query_index, query_id, rank, tied, gt_index, gt_id, gt_score,
+       best_wrong_index, best_wrong_id, best_wrong_score
+    2  + topk_index, topk_id, topk_score: the top :data:`PER_QUERY_TOP` gallery items (lists,
+       descending score, ties by lower index; positives included)
+
+:func:`read_per_query` reads both and records the version in ``frame.attrs["schema_version"]``.
 """
 
 from __future__ import annotations
@@ -45,6 +55,9 @@ logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 KNOWN_SCHEMA_VERSIONS = tuple(range(SCHEMA_VERSION + 1))  # 0: before settings.search and ci95 were recorded
+PER_QUERY_SCHEMA_VERSION = 2
+PER_QUERY_TOP = 10  # gallery items stored per query (what `hnbench browse` shows)
+_PER_QUERY_KEY = "hnbench_per_query_schema"
 
 
 class ResultFormatError(HnbenchError):
@@ -234,25 +247,6 @@ def write_result(result: EvalResult, output_dir: str | Path, *, overwrite: bool 
     return write_result_pair(result, output_dir, None, overwrite=overwrite)
 
 
-def read_per_query(result: EvalResult) -> Any:
-    """The per-query frame of a result read from disk, checked against the sha256 its JSON records."""
-    import io
-
-    import pandas as pd
-
-    if not result.per_query or not result.path:
-        raise ResultFormatError(f"{result.path}: no per-query file recorded (written without an output directory?)")
-    path = Path(result.path).parent / result.per_query
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ResultFormatError(f"{result.path}: its per-query file {path.name} is unreadable ({e})") from e
-    if result.per_query_sha256 and hashlib.sha256(data).hexdigest() != result.per_query_sha256:
-        raise ResultFormatError(f"{result.path}: its per-query file {path.name} does not match it (sha256 differs: "
-                                "the two come from different runs); rerun the evaluation")
-    return pd.read_parquet(io.BytesIO(data))
-
-
 def read_result(path: str | Path) -> EvalResult:
     """Read a result file of any schema version up to the current one."""
     path = Path(path)
@@ -306,3 +300,46 @@ def metric_values(result: EvalResult) -> list[tuple[str, Any, bool | None]]:
             else:
                 out.append((f"{direction} {key}", value, math.isfinite(value) and lo <= value <= hi))
     return out
+
+
+def per_query_path(result: EvalResult) -> Path:
+    """Where a result's per-query parquet lies (beside its JSON); refused if it has none."""
+    if not result.per_query or not result.path:
+        raise ResultFormatError(f"{result.path or 'result'}: has no per-query file (evaluate with an output dir)")
+    return Path(result.path).parent / result.per_query
+
+
+def per_query_version(frame: Any, where: str | Path) -> int:
+    """The per-query schema version of a frame read from a parquet (pandas attrs, else its columns);
+    a newer one than this hnbench reads is refused by name."""
+    version = frame.attrs.get(_PER_QUERY_KEY) or (2 if "topk_index" in frame else 1)
+    if not isinstance(version, int) or version > PER_QUERY_SCHEMA_VERSION:
+        raise ResultFormatError(f"{where}: per-query schema version {version!r} is newer than this hnbench reads "
+                                f"({PER_QUERY_SCHEMA_VERSION}); upgrade hnbench")
+    missing = {"direction", "query_index", "query_id", "rank"} - set(frame.columns)
+    if missing:
+        raise ResultFormatError(f"{where}: per-query file lacks columns {sorted(missing)}")
+    return version
+
+
+def read_per_query(result: EvalResult) -> Any:
+    """The per-query DataFrame of a result, any per-query schema version (``frame.attrs["schema_version"]``;
+    version-1 files have no ``topk_*`` columns), checked against the sha256 its JSON records."""
+    import io
+
+    import pandas as pd
+
+    path = per_query_path(result)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ResultFormatError(f"{result.path}: its per-query file {path.name} is unreadable ({e})") from e
+    if result.per_query_sha256 and hashlib.sha256(data).hexdigest() != result.per_query_sha256:
+        raise ResultFormatError(f"{result.path}: its per-query file {path.name} does not match it (sha256 differs: "
+                                "the two come from different runs); rerun the evaluation")
+    try:
+        frame = pd.read_parquet(io.BytesIO(data))
+    except (OSError, ValueError) as e:
+        raise ResultFormatError(f"{path}: not a readable per-query file ({e})") from e
+    frame.attrs = {"schema_version": per_query_version(frame, path)}
+    return frame

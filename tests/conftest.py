@@ -104,3 +104,18 @@ def pytest_collection_modifyitems(config, items):
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def write_v1_copy(result_json: Path, dest: Path) -> Path:
+    """A copy of a result whose per-query parquet is of schema 1 (no top-k columns); returns the JSON's path."""
+    import pandas as pd
+
+    d = json.loads(result_json.read_text())
+    old = pd.read_parquet(result_json.parent / d["per_query"]).drop(columns=["topk_index", "topk_id", "topk_score"])
+    old.attrs = {}
+    dest.mkdir(parents=True, exist_ok=True)
+    d["per_query"] = "v1.queries.parquet"
+    d.pop("per_query_sha256", None)  # the copy's parquet is another file
+    old.to_parquet(dest / d["per_query"], index=False)
+    (dest / result_json.name).write_text(json.dumps(d))
+    return dest / result_json.name

@@ -6,31 +6,22 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from hnbench import textdiff
 from hnbench.hardness.schema import HardnessReport, Pair, PairList
 from hnbench.hardness.stats import Distribution
 
-STOPWORDS = frozenset("""
-a an the and or but nor of in on at to for from by with without into onto over under above below near
-is are was were be been being has have had do does did it its this that these those there here
-as than then so such very also just not no yes only both each either neither all any some one
-which who whom whose what where when while how why he she they them his her their our your my we you i
-""".split())
-_WORD = re.compile(r"(\w[\w'-]*)")
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|])")
 
 
-def content_words(text: str) -> set[str]:
-    """Lower-cased words of ``text`` that are not stop words."""
-    return {w.lower() for w in _WORD.findall(text)} - STOPWORDS
+def highlight(a: str, b: str) -> tuple[str, str]:
+    """Both captions escaped for Markdown with the words that differ in bold (:mod:`hnbench.textdiff`'s
+    rule, the same as the browse page's); shared words stay plain."""
+    sa, sb = textdiff.diff_words(a, b)
+    return textdiff.render(sa, _esc, _bold), textdiff.render(sb, _esc, _bold)
 
 
-def highlight(text: str, words: set[str]) -> str:
-    """``text`` escaped for Markdown with every word in ``words`` (case-insensitive) in bold."""
-    out = []
-    for k, piece in enumerate(_WORD.split(text)):
-        esc = _MD_SPECIAL.sub(r"\\\1", piece)
-        out.append(f"**{esc}**" if k % 2 and piece.lower() in words else esc)
-    return "".join(out)
+def _bold(text: str) -> str:
+    return f"**{text}**"
 
 
 def _esc(text: str) -> str:
@@ -45,11 +36,9 @@ def _code(text: Any) -> str:
 def word_diff(a: str, b: str, max_items: int = 6) -> list[str]:
     """Where two captions differ, word by word: ``"red cross" → "red circle"`` snippets (one word of
     context each side), in order; catches swapped attributes that shared-word sets cannot."""
-    import difflib
-
-    wa, wb = a.split(), b.split()
+    wa, wb = textdiff.words(a), textdiff.words(b)
     out = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=wa, b=wb, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, j2 in textdiff.opcodes(a, b):
         if tag == "equal":
             continue
         lo_a, lo_b = max(i1 - 1, 0), max(j1 - 1, 0)
@@ -85,15 +74,14 @@ def _dist_row(name: str, d: Distribution) -> dict[str, str]:
 
 
 def pair_block(k: int, p: Pair, *, label_a: str = "", label_b: str = "") -> str:
-    """One near-duplicate pair: ids, similarity, both captions with shared content words in bold."""
-    wa, wb = content_words(p.a_text or ""), content_words(p.b_text or "")
-    shared = wa & wb
+    """One near-duplicate pair: ids, similarity, both captions with the words that differ in bold."""
     head = f"{k}. {_code(p.a)} ↔ {_code(p.b)} — similarity **{p.score:.4f}**"
     if p.other_score is not None:
         head += f" (captions {p.other_score:.4f})"
     lines = [head]
     if p.a_text is not None:
-        lines += [f"   > {label_a}{highlight(p.a_text, shared)}", "   >", f"   > {label_b}{highlight(p.b_text or '', shared)}"]
+        ha, hb = highlight(p.a_text, p.b_text or "")
+        lines += [f"   > {label_a}{ha}", "   >", f"   > {label_b}{hb}"]
         diff = word_diff(p.a_text or "", p.b_text or "")
         lines.append(f"\n   differences: {_esc('; '.join(diff)) if diff else 'none (identical text)'}")
     return "\n".join(lines)
