@@ -95,7 +95,8 @@ def test_item1_results_of_different_data_or_settings_never_share_a_file(fixed_mo
 
 
 def _pair_result(ranks: list[int]) -> tuple[EvalResult, bytes, pd.DataFrame]:
-    frame = pd.DataFrame({"direction": "t2i", "query_index": range(len(ranks)), "rank": ranks})
+    frame = pd.DataFrame({"direction": "t2i", "query_index": range(len(ranks)),
+                          "query_id": [f"q{i}" for i in range(len(ranks))], "rank": ranks})
     buf = io.BytesIO()
     frame.to_parquet(buf, index=False)
     m = {"R@1": 100.0 * sum(r == 1 for r in ranks) / len(ranks), "n_queries": len(ranks)}
