@@ -7,6 +7,8 @@ Public API (imported lazily so ``import hnbench`` stays light)::
     hnbench.load_dataset(name_or_path, ...) -> ImageTextDataset
     hnbench.read_result(path) -> EvalResult
     hnbench.hardness(data, model, ...) -> HardnessReport
+    hnbench.compare([a.json, b.json, ...], ks=...) -> Comparison
+    hnbench.browse(result.json, output_dir, ...) -> Path of index.html
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ _LAZY = {
     "TrainConfig": "hnbench.train.trainer:TrainConfig",
     "leaderboard": "hnbench.leaderboard:leaderboard",
     "hardness": "hnbench.hardness:hardness",
+    "compare": "hnbench.comparison:compare",
+    "browse": "hnbench.pages:browse",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_hardness_parser(sub)
     _add_cache_parser(sub)
     _add_train_report_parser(sub)
+    _add_compare_parser(sub)
+    _add_browse_parser(sub)
     return parser
 
 
@@ -436,6 +438,53 @@ def _run_train_report(args: argparse.Namespace) -> int:
     else:
         print(table, end="")
     print(f"wrote {png}")
+    return 0
+
+
+# --- compare, browse --------------------------------------------------------------------------------
+def _add_compare_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="paired significance of R@K differences between stored results "
+                                       "(bootstrap interval, exact McNemar, Holm against the first)")
+    p.add_argument("results", nargs="+", metavar="RESULT.json", help="result files; the first is the baseline")
+    p.add_argument("--k", type=int, nargs="+", default=[1, 5, 10], help="recall cut-offs")
+    p.add_argument("--output", help="directory for compare.md and compare.json (default: print Markdown)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (recorded)")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws (recorded)")
+    p.set_defaults(handler=_run_compare)
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    from hnbench.comparison import compare
+
+    out = compare(args.results, ks=args.k, output_dir=args.output, seed=args.seed, n_boot=args.n_boot)
+    print(out.markdown(), end="")
+    if args.output:
+        print(f"wrote {os.path.join(args.output, 'compare.md')} and compare.json")
+    return 0
+
+
+def _add_browse_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("browse", help="a static HTML page of a result's failures: worst queries with thumbnails "
+                                      "and word diffs, recall by hardness, disagreements with another model")
+    p.add_argument("result", metavar="RESULT.json")
+    p.add_argument("--compare", metavar="OTHER.json", help="another result on the same data: queries where they disagree")
+    p.add_argument("--hardness", metavar="HARDNESS.json", help="a hardness run of this dataset: recall by hardness")
+    p.add_argument("--output", required=True, help="directory for index.html")
+    p.add_argument("--dataset", help="where the result's dataset is now (default: as recorded in the result)")
+    p.add_argument("--data-root", help="data root of a registered benchmark")
+    p.add_argument("--split-file", action="append", metavar="PATH", help="the protocol's split list, as for eval")
+    p.add_argument("--limit", type=int, default=200, help="worst queries shown per direction (0: all)")
+    p.add_argument("--top", type=int, default=5, help="retrieved items shown per query (at most 10)")
+    p.set_defaults(handler=_run_browse)
+
+
+def _run_browse(args: argparse.Namespace) -> int:
+    from hnbench.pages import browse
+
+    path = browse(args.result, args.output, compare=args.compare, hardness=args.hardness, dataset=args.dataset,
+                  data_root=args.data_root, split_file=args.split_file, limit=args.limit, top=args.top,
+                  progress=not args.quiet)
+    print(f"wrote {path}")
     return 0
 
 

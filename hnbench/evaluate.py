@@ -23,7 +23,13 @@ from hnbench.encode import encode_images, encode_texts
 from hnbench.errors import ConfigError
 from hnbench.metrics import csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
-from hnbench.results import EvalResult, atomic_write_bytes, write_result
+from hnbench.results import (
+    PER_QUERY_SCHEMA_VERSION,
+    PER_QUERY_TOP,
+    EvalResult,
+    atomic_write_bytes,
+    write_result,
+)
 from hnbench.search import RetrievalOutput, resolve_backend, retrieve, retrieve_approximate
 
 logger = logging.getLogger(__name__)
@@ -57,7 +63,7 @@ def score_embeddings(
     ``search="approximate"`` uses :func:`hnbench.search.retrieve_approximate` (faiss HNSW): ranks
     are then lower bounds and each output carries its recall against exact search on a sample.
     """
-    k = max(ks)
+    k = max(*ks, PER_QUERY_TOP)  # the per-query file keeps the top PER_QUERY_TOP items whatever the Ks
     n_images = image_vectors.shape[0]
     t2i_ptr, t2i_idx = np.arange(len(caption_image) + 1, dtype=np.int64), caption_image.astype(np.int64)
     i2t_ptr, i2t_idx = csr_from_assignment(caption_image, n_images)
@@ -78,7 +84,8 @@ def score_embeddings(
 
 
 def per_query_frame(ds: ImageTextDataset, outs: dict[str, RetrievalOutput]) -> Any:
-    """One row per query and direction: rank, ground-truth and best-wrong item with their scores."""
+    """One row per query and direction: rank, ground-truth and best-wrong item with their scores, and the
+    top :data:`PER_QUERY_TOP` gallery ids and scores (per-query schema :data:`PER_QUERY_SCHEMA_VERSION`)."""
     import pandas as pd
 
     frames = []
@@ -92,8 +99,12 @@ def per_query_frame(ds: ImageTextDataset, outs: dict[str, RetrievalOutput]) -> A
             "gt_score": out.gt_score, "best_wrong_index": wrong,
             "best_wrong_id": np.where(wrong >= 0, g_ids[np.maximum(wrong, 0)], None),
             "best_wrong_score": out.best_wrong_score,
+            "topk_index": list(out.topk_index[:, :PER_QUERY_TOP]), "topk_id": list(g_ids[out.topk_index[:, :PER_QUERY_TOP]]),
+            "topk_score": list(out.topk_score[:, :PER_QUERY_TOP]),
         }))
-    return pd.concat(frames, ignore_index=True)
+    frame = pd.concat(frames, ignore_index=True)
+    frame.attrs["hnbench_per_query_schema"] = PER_QUERY_SCHEMA_VERSION  # stored by pandas in the parquet
+    return frame
 
 
 def evaluate(

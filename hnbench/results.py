@@ -15,6 +15,16 @@ Schema (version 1)::
     per_query file name of the per-query parquet written beside the JSON
 
 Readers accept every schema version up to :data:`SCHEMA_VERSION`; newer files are refused by name.
+
+The per-query parquet has its own version (:data:`PER_QUERY_SCHEMA_VERSION`, in the file's pandas
+attrs ``hnbench_per_query_schema``), one row per query and direction::
+
+    1  direction, query_index, query_id, rank, tied, gt_index, gt_id, gt_score,
+       best_wrong_index, best_wrong_id, best_wrong_score
+    2  + topk_index, topk_id, topk_score: the top :data:`PER_QUERY_TOP` gallery items (lists,
+       descending score, ties by lower index; positives included)
+
+:func:`read_per_query` reads both; a version-1 file gets empty top-k lists.
 """
 
 from __future__ import annotations
@@ -33,6 +43,10 @@ from hnbench._version import __version__
 from hnbench.errors import HnbenchError
 
 SCHEMA_VERSION = 1
+PER_QUERY_SCHEMA_VERSION = 2
+PER_QUERY_TOP = 10  # gallery items stored per query (what `hnbench browse` shows)
+_PER_QUERY_KEY = "hnbench_per_query_schema"
+_TOPK_COLUMNS = ("topk_index", "topk_id", "topk_score")
 
 
 class ResultFormatError(HnbenchError):
@@ -135,3 +149,40 @@ def read_result(path: str | Path) -> EvalResult:
             raise ResultFormatError(f"{path}: missing or malformed {key!r}")
     known = {k: d[k] for k in EvalResult.__dataclass_fields__ if k in d and k != "path"}
     return EvalResult(**known, path=str(path))
+
+
+def per_query_path(result: EvalResult) -> Path:
+    """Where a result's per-query parquet lies (beside its JSON); refused if it has none."""
+    if not result.per_query or not result.path:
+        raise ResultFormatError(f"{result.path or 'result'}: has no per-query file (evaluate with an output dir)")
+    return Path(result.path).parent / result.per_query
+
+
+def read_per_query(result: EvalResult | str | Path) -> Any:
+    """The per-query DataFrame of a result (or of its JSON path), any per-query schema version.
+
+    ``frame.attrs["schema_version"]`` holds the file's version; version-1 files get the top-k columns
+    as empty lists, so callers can test ``len(row.topk_index)``.
+    """
+    import numpy as np
+    import pandas as pd
+
+    result = result if isinstance(result, EvalResult) else read_result(result)
+    path = per_query_path(result)
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError) as e:
+        raise ResultFormatError(f"{path}: not a readable per-query file ({e})") from e
+    version = frame.attrs.get(_PER_QUERY_KEY) or (2 if "topk_index" in frame else 1)
+    if not isinstance(version, int) or version > PER_QUERY_SCHEMA_VERSION:
+        raise ResultFormatError(f"{path}: per-query schema version {version!r} is newer than this hnbench reads "
+                                f"({PER_QUERY_SCHEMA_VERSION}); upgrade hnbench")
+    missing = {"direction", "query_index", "query_id", "rank"} - set(frame.columns)
+    if missing:
+        raise ResultFormatError(f"{path}: per-query file lacks columns {sorted(missing)}")
+    empty = [np.zeros(0, np.int64), np.zeros(0, object), np.zeros(0, np.float32)]
+    for col, e in zip(_TOPK_COLUMNS, empty):
+        if col not in frame:
+            frame[col] = [e] * len(frame)
+    frame.attrs = {"schema_version": version}
+    return frame

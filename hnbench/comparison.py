@@ -1,0 +1,188 @@
+"""``hnbench compare``: paired significance of R@K differences between stored results (no encoding).
+
+For results on the same dataset fingerprint and protocol, per direction and K: both R@K, Δ = model −
+baseline with a paired bootstrap 95% interval, the exact McNemar p-value and the discordant counts
+(:mod:`hnbench.significance`). With more than two results every one is compared with the first (the
+baseline) and the p-values are Holm-corrected per (direction, K) over those comparisons.
+
+Output schema (version 1), ``compare.json``::
+
+    schema_version, kind ("hnbench.compare"), hnbench_version, created
+    dataset   {name, protocol, fingerprint, n_images, n_captions}
+    models    [{label, arch, pretrained, fingerprint, result, per_query_schema}]   models[0] is the baseline
+    settings  {ks, n_boot, seed, alpha, interval, test, correction, family}
+    rows      [{direction, k, model, r_baseline, r_model, delta, ci95 [lo, hi], excludes_zero,
+                p_mcnemar, p_holm, n_baseline_only, n_model_only, n_queries}]   (R@K, Δ, interval in %)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hnbench._version import __version__
+from hnbench.errors import ConfigError
+from hnbench.results import EvalResult, atomic_write_bytes, read_per_query, read_result
+from hnbench.significance import PairedTest, holm, paired_test
+
+SCHEMA_VERSION = 1
+KIND = "hnbench.compare"
+DIRECTIONS = ("t2i", "i2t")
+METHODS = {
+    "interval": "paired percentile bootstrap: queries resampled with replacement, jointly for both models",
+    "test": "exact McNemar (two-sided binomial sign test on the discordant queries)",
+    "correction": "holm",
+    "family": "per direction and K, over the models compared with the baseline",
+}
+
+
+def model_label(model: dict[str, Any]) -> str:
+    """``arch (weights)``, a checkpoint path shortened to ``run/stem`` (the leaderboard's label)."""
+    pretrained = model.get("pretrained")
+    weights = str(pretrained) if pretrained else "random init"
+    if pretrained and (os.sep in weights or "." in weights):  # "runs/hn/checkpoint.pt" → "hn/checkpoint"
+        weights = "/".join(filter(None, [Path(weights).parent.name, Path(weights).stem]))
+    return f"{model.get('arch', 'model')} ({weights})"
+
+
+def check_comparable(results: Sequence[EvalResult]) -> None:
+    """Refuse results of different datasets (fingerprint) or protocols, naming both files."""
+    first = results[0]
+    for other in results[1:]:
+        for key in ("name", "protocol", "fingerprint"):
+            a, b = first.dataset.get(key), other.dataset.get(key)
+            if a != b:
+                raise ConfigError(f"cannot compare {first.path} and {other.path}: dataset {key} differs "
+                                  f"({a!r} vs {b!r}); paired tests need the same queries")
+
+
+def hits(frame: Any, direction: str, ks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """``(query ids, hits (N, len(ks)) bool)`` of one direction, in query order (hit = rank ≤ K)."""
+    f = frame[frame["direction"] == direction].sort_values("query_index", kind="stable")
+    ranks = f["rank"].to_numpy()
+    return f["query_id"].astype(str).to_numpy(), ranks[:, None] <= np.asarray(ks)[None, :]
+
+
+def paired_tests(a: EvalResult, b: EvalResult, ks: Sequence[int], *, frames: tuple[Any, Any] | None = None,
+                 n_boot: int = 1000, seed: int = 0) -> dict[tuple[str, int], PairedTest]:
+    """Paired tests of ``b`` against ``a`` for every direction and K (queries matched by id)."""
+    fa, fb = frames or (read_per_query(a), read_per_query(b))
+    out = {}
+    for direction in DIRECTIONS:
+        ids_a, ha = hits(fa, direction, ks)
+        ids_b, hb = hits(fb, direction, ks)
+        if len(ids_a) == 0:
+            continue
+        if len(ids_a) != len(ids_b) or not np.array_equal(np.sort(ids_a), np.sort(ids_b)):
+            raise ConfigError(f"cannot compare {a.path} and {b.path}: their {direction} queries differ")
+        order = np.argsort(ids_b)[np.searchsorted(np.sort(ids_b), ids_a)]  # b's rows in a's query order
+        hb = hb[order]
+        for j, k in enumerate(ks):
+            out[(direction, int(k))] = paired_test(ha[:, j], hb[:, j], n_boot=n_boot, seed=seed)
+    return out
+
+
+@dataclass
+class Comparison:
+    """The paired comparison of several results on one dataset (``models[0]`` is the baseline)."""
+
+    dataset: dict[str, Any]
+    models: list[dict[str, Any]]
+    settings: dict[str, Any]
+    rows: list[dict[str, Any]]
+    schema_version: int = SCHEMA_VERSION
+    kind: str = KIND
+    hnbench_version: str = __version__
+    created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        order = ["schema_version", "kind", "hnbench_version", "created", "dataset", "models", "settings", "rows"]
+        return {k: d[k] for k in order}
+
+    def markdown(self) -> str:
+        """A Markdown report: provenance, method, and one row per model × direction × K."""
+        from tabulate import tabulate
+
+        base = self.models[0]["label"]
+        several = len(self.models) > 2
+        table = []
+        for r in self.rows:
+            row = {"model": self.models[r["model"]]["label"], "direction": r["direction"], "K": r["k"],
+                   "baseline R@K": f"{r['r_baseline']:.2f}", "model R@K": f"{r['r_model']:.2f}",
+                   "Δ": _signed(r["delta"]) + (" *" if r["excludes_zero"] else ""),
+                   "95% paired CI": f"[{_signed(r['ci95'][0])}, {_signed(r['ci95'][1])}]",
+                   "p (McNemar)": _p(r["p_mcnemar"])}
+            if several:
+                row["p (Holm)"] = _p(r["p_holm"])
+            row.update({"baseline only": r["n_baseline_only"], "model only": r["n_model_only"],
+                        "queries": r["n_queries"]})
+            table.append(row)
+        ds, st = self.dataset, self.settings
+        lines = [f"# Paired comparison on {ds['name']} · {ds['protocol'] or 'default'}", "",
+                 f"Dataset fingerprint `{ds['fingerprint']}` ({ds.get('n_images')} images, {ds.get('n_captions')} "
+                 f"captions). Baseline: **{base}**. Generated by hnbench {self.hnbench_version} from stored "
+                 "per-query results; no encoding.", "",
+                 f"Δ = model R@K − baseline R@K in points. 95% paired CI: {METHODS['interval']} "
+                 f"({st['n_boot']} draws, seed {st['seed']}); * marks a Δ whose interval excludes zero. "
+                 f"p (McNemar): {METHODS['test']}. 'baseline only' / 'model only': queries only that one gets "
+                 "right at K." + (f" p (Holm): Holm-corrected {METHODS['family']}." if several else ""), "",
+                 tabulate(table, headers="keys", tablefmt="github", disable_numparse=True), "",
+                 "Models:", ""]
+        lines += [f"- {'baseline' if i == 0 else f'model {i}'}: {m['label']} — `{m['result']}`"
+                  for i, m in enumerate(self.models)]
+        return "\n".join(lines) + "\n"
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.2f}".replace("-", "\u2212")
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def compare(results: Sequence[str | Path | EvalResult], *, ks: Sequence[int] = (1, 5, 10),
+            output_dir: str | Path | None = None, seed: int = 0, n_boot: int = 1000) -> Comparison:
+    """Compare stored results against the first; write ``compare.md`` and ``compare.json`` to ``output_dir``."""
+    if len(results) < 2:
+        raise ConfigError("compare needs at least two result files (the first is the baseline)")
+    ks = [int(k) for k in ks]
+    if not ks or min(ks) < 1:
+        raise ConfigError(f"--k must be positive integers, got {ks}")
+    if n_boot < 1:
+        raise ConfigError(f"n_boot must be >= 1, got {n_boot}")
+    loaded = [r if isinstance(r, EvalResult) else read_result(r) for r in results]
+    check_comparable(loaded)
+    frames = [read_per_query(r) for r in loaded]
+    tests = [paired_tests(loaded[0], r, ks, frames=(frames[0], f), n_boot=n_boot, seed=seed)
+             for r, f in zip(loaded[1:], frames[1:])]
+    rows = []
+    for key in tests[0]:
+        adjusted = holm([t[key].p_mcnemar for t in tests])
+        for i, (t, p_adj) in enumerate(zip(tests, adjusted), start=1):
+            x = t[key]
+            rows.append({"direction": key[0], "k": key[1], "model": i, "r_baseline": x.r_a, "r_model": x.r_b,
+                         "delta": x.delta, "ci95": list(x.ci95), "excludes_zero": x.excludes_zero,
+                         "p_mcnemar": x.p_mcnemar, "p_holm": p_adj, "n_baseline_only": x.n_a_only,
+                         "n_model_only": x.n_b_only, "n_queries": x.n})
+    rows.sort(key=lambda r: (r["model"], DIRECTIONS.index(r["direction"]), r["k"]))
+    d = loaded[0].dataset
+    out = Comparison(
+        dataset={k: d.get(k) for k in ("name", "protocol", "fingerprint", "n_images", "n_captions")},
+        models=[{"label": model_label(r.model), "arch": r.model.get("arch"), "pretrained": r.model.get("pretrained"),
+                 "fingerprint": r.model.get("fingerprint"), "result": r.path,
+                 "per_query_schema": f.attrs.get("schema_version")} for r, f in zip(loaded, frames)],
+        settings={"ks": ks, "n_boot": n_boot, "seed": seed, "alpha": 0.05, **METHODS}, rows=rows)
+    if output_dir is not None:
+        out_dir = Path(output_dir)
+        atomic_write_bytes(out_dir / "compare.json", (json.dumps(out.to_dict(), indent=2) + "\n").encode())
+        atomic_write_bytes(out_dir / "compare.md", out.markdown().encode())
+    return out
