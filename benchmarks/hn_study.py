@@ -408,6 +408,14 @@ def render(arms: Sequence[dict[str, Any]], paired: Sequence[dict[str, Any]], ons
     return text + "\n" + verdicts(arms, paired, onset)
 
 
+def _diff(r: dict[str, Any]) -> str:
+    """``+Δ [lo, hi] (excludes 0)`` of a paired record; one seed has no interval."""
+    lo, hi = r["diff_ci95"]
+    if math.isnan(lo):
+        return f"{r['diff_mean']:+.2f} (one seed: no interval)"
+    return f"{r['diff_mean']:+.2f} [{lo:+.2f}, {hi:+.2f}] ({'excludes' if lo > 0 or hi < 0 else 'includes'} 0)"
+
+
 def _num(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f}"
 
@@ -437,8 +445,7 @@ def verdicts(arms: Sequence[dict[str, Any]], paired: Sequence[dict[str, Any]], o
         for d in DIRECTIONS:
             r = best[d]
             lo, hi = r["diff_ci95"]
-            sig = "excludes 0" if not math.isnan(lo) and (lo > 0 or hi < 0) else "includes 0"
-            parts.append(f"{d} {r['diff_mean']:+.2f} [{lo:+.2f}, {hi:+.2f}] ({sig}; pooled McNemar p = {r['p_value']:.3g})")
+            parts.append(f"{d} {_diff(r)} (pooled McNemar p = {r['p_value']:.3g})")
         lines.append(f"- *HN-CLIP gains +1 to +8 R@1*: the best main arm ({best['arm']}) vs InfoNCE on the same "
                      f"{len(best['seeds'])} seeds: " + "; ".join(parts) + ".")
     for p in paired:
@@ -446,8 +453,7 @@ def verdicts(arms: Sequence[dict[str, Any]], paired: Sequence[dict[str, Any]], o
             continue
         r = {d: p[d] for d in DIRECTIONS}
         lines.append(f"- {ARMS[p['arm']].doc if p['arm'] in ARMS else p['arm']}: {p['arm']} vs {p['baseline']}: "
-                     + "; ".join(f"{d} {r[d]['diff_mean']:+.2f} [{r[d]['diff_ci95'][0]:+.2f}, {r[d]['diff_ci95'][1]:+.2f}]"
-                                 f" (p = {r[d]['p_value']:.3g})" for d in DIRECTIONS) + ".")
+                     + "; ".join(f"{d} {_diff(r[d])} (pooled p = {r[d]['p_value']:.3g})" for d in DIRECTIONS) + ".")
     if onset:
         lines.append("- *Where saturation starts*: " + "; ".join(
             f"{d} logits: between s·gap {_num(o['max_s_gap_nonzero'])} and {_num(o['min_s_gap_zero'])}"

@@ -122,8 +122,9 @@ def test_paired_vs_baseline_uses_the_same_seeds_and_the_twin():
 def test_batch_gap_and_saturation_onset():
     v = torch.eye(3)
     t = torch.tensor([[1.0, 0.0, 0.0], [0.6, 0.8, 0.0], [0.0, 0.0, 1.0]])
-    # S = v tᵀ: rows (1, .6, 0), (0, .8, 0), (0, 0, 1); the tightest margin is row 1: 0.8 − 0 and column 0: 1 − 0.6
-    assert study.batch_gap(v, t) == pytest.approx(0.4)
+    # S = v tᵀ: rows (1, .6, 0), (0, .8, 0), (0, 0, 1). Row margins (i2t): 0.4, 0.8, 1; column margins
+    # (t2i): 1, 0.8 − 0.6 = 0.2, 1. The batch's gap is the smallest: 0.2
+    assert study.batch_gap(v, t) == pytest.approx(0.2)
     rows = [{"dtype": "fp16", "s_gap": x, "grad_zero": z, "scale": s} for x, z, s in
             [(5.0, False, 10.0), (12.0, False, 100.0), (20.0, True, 100.0), (40.0, True, 200.0)]]
     onset = study.saturation_onset(rows)
