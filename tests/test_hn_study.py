@@ -143,3 +143,23 @@ def test_render_states_the_claims_from_the_numbers():
     text = study.render(arms, study.paired_vs_baseline(per_seed), None, study.StudySizes())
     assert "does not hold in fp32; it holds only for fp16 logits." in text  # 0% fp32 zeros, 50% fp16
     assert "the best main arm (hn-g0.5) vs InfoNCE on the same 2 seeds: t2i +3.00 [+3.00, +3.00] (excludes 0" in text
+
+
+def test_bf16_autocast_trains_on_cpu(micro_config, tmp_path):
+    """The study's bf16 arms: ``amp`` with bf16 autocasts on the CPU (the weights differ from the fp32 run's
+    and stay finite); fp16 on the CPU falls back to fp32 with a warning."""
+    from conftest import make_pairs, write_jsonl
+    from safetensors.torch import load_file
+
+    from hnbench.train.trainer import TrainConfig, train
+
+    pairs = make_pairs(tmp_path, n=8)
+    data = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])
+    base = {"model": "hnb-micro", "model_config": str(micro_config), "dataset": str(data), "epochs": 1,
+            "batch_size": 4, "lr": 1e-3, "warmup_steps": 1, "num_workers": 0}
+    got = {name: load_file(str(train(TrainConfig.from_dict({**base, **kw, "output": str(tmp_path / name)}),
+                                     progress=False)))
+           for name, kw in {"fp32": {}, "bf16": {"amp": True}, "fp16": {"amp": True, "amp_dtype": "fp16"}}.items()}
+    assert all(torch.isfinite(w).all() for w in got["bf16"].values())
+    assert any(not torch.equal(got["fp32"][k], got["bf16"][k]) for k in got["fp32"])
+    assert all(torch.equal(got["fp32"][k], got["fp16"][k]) for k in got["fp32"])
