@@ -75,7 +75,7 @@ class TrainConfig:
     accum_steps: int = 1
     accum_mode: str = "loss"  # "loss": paper's per-micro-batch loss; "cached": the whole effective batch as negatives
     grad_clip: float | None = None
-    amp: bool = False  # autocast on CUDA (loss always in fp32)
+    amp: bool = False  # autocast (CUDA: bf16/fp16; CPU: bf16) — the losses always run in fp32
     amp_dtype: str = "bf16"
     lock_image: bool = False
     lock_text: bool = False
@@ -306,8 +306,11 @@ class _Run:
         c = self.config
         self.amp_dtype = None
         self.scaler = None
-        if c.amp and not device.startswith("cuda"):
-            logger.warning("amp: autocast is used on CUDA only; training in fp32 on %s", device)
+        self.amp_device = "cuda" if device.startswith("cuda") else "cpu"
+        if c.amp and self.amp_device == "cpu" and c.amp_dtype != "bf16":
+            # CPU autocast is bf16's: fp16 would need loss scaling that CPU training does not use
+            logger.warning("amp: fp16 autocast is used on CUDA only; training in fp32 on %s (amp_dtype bf16 "
+                           "autocasts on the CPU)", device)
         elif c.amp:
             self.amp_dtype = torch.bfloat16 if c.amp_dtype == "bf16" else torch.float16
             if self.amp_dtype == torch.float16:
@@ -316,7 +319,7 @@ class _Run:
     def _autocast(self) -> Any:
         if self.amp_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast("cuda", dtype=self.amp_dtype)
+        return torch.autocast(self.amp_device, dtype=self.amp_dtype)
 
     def _backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
