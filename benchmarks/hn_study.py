@@ -223,6 +223,8 @@ def execute(run: Run, sizes: StudySizes, out: Path, init: str, *, progress: bool
     if not ckpt.is_file():
         if (run_dir / "last").is_dir():
             cfg = replace(cfg, resume=str(run_dir))
+        elif run_dir.is_dir() and any(run_dir.iterdir()):  # this study's own run, killed before its first state
+            cfg = replace(cfg, overwrite=True)
         train(cfg, progress=progress)
     res = evaluate("hnbench-tiny", "synthdense", pretrained=str(ckpt), protocol="test",
                    dataset_options=sizes.dataset_options(),
