@@ -41,7 +41,8 @@ def pretrain(args: argparse.Namespace) -> str:
     out = Path(args.output) / "pretrain"
     cfg = TrainConfig(model="hnbench-tiny", dataset="synthdense", protocol="train", loss="infonce",
                       epochs=args.pretrain_epochs, batch_size=64, lr=1e-3, warmup_steps=50, seed=args.seed,
-                      dataset_options={"n_families": {"train": 800, "test": 100}}, output=str(out), log_every=25)
+                      dataset_options={"n_families": {"train": 800, "test": 100}}, output=str(out), log_every=25,
+                      overwrite=True)  # this script owns its run directories: a rerun regenerates them
     return str(train(cfg, progress=not args.quiet))
 
 
@@ -55,7 +56,7 @@ def finetune(args: argparse.Namespace, init: str, loss: str) -> Path:
         init_logit_scale=args.logit_scale, train_logit_scale=not args.freeze_logit_scale,
         group_by=FAMILY_PATTERN if args.group_families else None, num_workers=args.num_workers,
         eval_dataset="synthdense", eval_protocol="test", eval_dataset_options=_dataset_options(args),
-        output=str(out))
+        output=str(out), overwrite=True)  # this script owns its run directories: a rerun regenerates them
     train(cfg, progress=not args.quiet)
     return out
 

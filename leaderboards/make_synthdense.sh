@@ -6,7 +6,7 @@
 # Scores (1) the bundled model hnbench-tiny/synthdense (hnbench/assets/hnbench-tiny-synthdense.safetensors)
 # and (2) every checkpoint a recipe wrote to runs/NAME/ (hnbench train --recipe ... --output runs/NAME),
 # into leaderboards/results/synthdense/ (kept beside the board so its links resolve), then renders the
-# board with deltas against the bundled model. Re-running replaces results of the same model and data.
+# board with deltas against the bundled model. Re-running replaces results of the same model, data and settings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HNBENCH=${HNBENCH:-hnbench}
