@@ -316,3 +316,15 @@ def test_cli_logs_only_its_own_loggers_and_header_names_the_protocol(tmp_path, m
     assert quiet.stderr.strip() == ""
     stem = next((tmp_path / "out").glob("*.json")).stem
     assert stem.endswith("__manifest-default") and "on manifest/default:" in loud.stdout
+
+
+def test_quiet_also_hides_transformers_progress_bars(tmp_path, hf_clip_dir):
+    manifest = _manifest(tmp_path / "data", n=3)
+    cmd = [sys.executable, "-m", "hnbench", "eval", "--model", str(hf_clip_dir), "--dataset", str(manifest),
+           "--output", str(tmp_path / "out"), "--num-workers", "0", "--no-cache"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    loud = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    quiet = subprocess.run([*cmd[:3], "-q", *cmd[3:]], capture_output=True, text=True, env=env, timeout=300)
+    assert loud.returncode == quiet.returncode == 0, loud.stderr
+    assert "Loading weights" in loud.stderr  # transformers' own bar, shown without -q
+    assert quiet.stderr.strip() == ""
