@@ -63,6 +63,17 @@ def test_bad_eval_argument_is_one_line_before_loading(capsys, tmp_path, bad, nam
     assert out == "" and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("bad,name", [(["--device", "tpu"], "--device"), (["--batch-size", "0"], "--batch-size"),
+                                      (["--encode-batch-size", "-3"], "--encode-batch-size")])
+@pytest.mark.parametrize("n_models", [1, 2])
+def test_bad_hardness_argument_is_one_line_before_loading(capsys, tmp_path, bad, name, n_models):
+    models = ["--model", "no-such-arch"] * n_models  # two models go through hardness_many
+    rc, out, err = _cli(capsys, "hardness", "--dataset", str(tmp_path / "absent.jsonl"), *models,
+                        "--output", str(tmp_path / "out"), *bad)
+    _assert_one_line(rc, err, name)
+    assert out == "" and not (tmp_path / "out").exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA GPU")
 def test_device_cuda_without_gpu_is_one_line(capsys, tmp_path):
     rc, _, err = _cli(capsys, "eval", "--model", "no-such-arch", "--dataset", str(tmp_path / "absent.jsonl"),
