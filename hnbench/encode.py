@@ -147,7 +147,8 @@ def _worker_errors() -> Iterator[None]:
         yield
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if not any(marker in str(e) for marker in _WORKER_FAILURES):
+        # "Caught X in DataLoader worker process N": the item's own error, re-raised by torch as is
+        if str(e).startswith("Caught ") or not any(marker in str(e) for marker in _WORKER_FAILURES):
             raise
         raise WorkerError(f"a data-loading worker failed ({first.rstrip('.')}). The usual cause is shared memory "
                           f"(/dev/shm) running out, or a file-size limit (ulimit -f); rerun with --num-workers 0, "

@@ -63,6 +63,17 @@ def test_bad_eval_argument_is_one_line_before_loading(capsys, tmp_path, bad, nam
     assert out == "" and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("bad,name", [(["--device", "tpu"], "--device"), (["--batch-size", "0"], "--batch-size"),
+                                      (["--encode-batch-size", "-3"], "--encode-batch-size")])
+@pytest.mark.parametrize("n_models", [1, 2])
+def test_bad_hardness_argument_is_one_line_before_loading(capsys, tmp_path, bad, name, n_models):
+    models = ["--model", "no-such-arch"] * n_models  # two models go through hardness_many
+    rc, out, err = _cli(capsys, "hardness", "--dataset", str(tmp_path / "absent.jsonl"), *models,
+                        "--output", str(tmp_path / "out"), *bad)
+    _assert_one_line(rc, err, name)
+    assert out == "" and not (tmp_path / "out").exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA GPU")
 def test_device_cuda_without_gpu_is_one_line(capsys, tmp_path):
     rc, _, err = _cli(capsys, "eval", "--model", "no-such-arch", "--dataset", str(tmp_path / "absent.jsonl"),
@@ -316,3 +327,15 @@ def test_cli_logs_only_its_own_loggers_and_header_names_the_protocol(tmp_path, m
     assert quiet.stderr.strip() == ""
     stem = next((tmp_path / "out").glob("*.json")).stem
     assert stem.endswith("__manifest-default") and "on manifest/default:" in loud.stdout
+
+
+def test_quiet_also_hides_transformers_progress_bars(tmp_path, hf_clip_dir):
+    manifest = _manifest(tmp_path / "data", n=3)
+    cmd = [sys.executable, "-m", "hnbench", "eval", "--model", str(hf_clip_dir), "--dataset", str(manifest),
+           "--output", str(tmp_path / "out"), "--num-workers", "0", "--no-cache"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    loud = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    quiet = subprocess.run([*cmd[:3], "-q", *cmd[3:]], capture_output=True, text=True, env=env, timeout=300)
+    assert loud.returncode == quiet.returncode == 0, loud.stderr
+    assert "Loading weights" in loud.stderr  # transformers' own bar, shown without -q
+    assert quiet.stderr.strip() == ""

@@ -94,3 +94,22 @@ def test_encode_images_raises_worker_error_and_num_workers_0_works(manifest, mic
     # the advice given works: in the main process the same source decodes fine
     emb = encode_images(encoder, source, batch_size=2, num_workers=0, progress=False)
     assert emb.vectors.shape == (8, 32) and not emb.bad
+
+
+def test_an_items_own_error_in_a_worker_is_not_blamed_on_shared_memory(micro_config):
+    import torch
+
+    from hnbench.encode import encode_texts
+
+    encoder = load_model("hnb-micro", model_config=str(micro_config))
+    real = encoder.tokenize
+
+    def tokenize(texts):
+        if torch.utils.data.get_worker_info() is not None:
+            raise RuntimeError("tokenizer exploded")
+        return real(texts)
+
+    encoder.tokenize = tokenize
+    with pytest.raises(RuntimeError, match="tokenizer exploded") as caught:
+        encode_texts(encoder, [f"caption {i}" for i in range(8)], batch_size=2, num_workers=2, progress=False)
+    assert not isinstance(caught.value, WorkerError)

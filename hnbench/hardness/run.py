@@ -212,12 +212,8 @@ def hardness(
     """
     from hnbench import encode
 
-    for name, value in (("--batch-size", batch_size), ("--n-batches", n_batches),
-                        ("--encode-batch-size", encode_batch_size)):
-        check_positive(name, value, allow_none=False)
-    check_num_workers(num_workers)
-    check_device(device)
-    check_output_dir(output_dir)
+    _check_args(batch_size=batch_size, n_batches=n_batches, encode_batch_size=encode_batch_size,
+                num_workers=num_workers, device=device, output_dir=output_dir)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     if isinstance(data, str) and Path(data).suffix == ".txt":
@@ -287,6 +283,18 @@ def hardness(
     return report
 
 
+def _check_args(*, batch_size: int = 128, n_batches: int = 200, encode_batch_size: int = 64,
+                num_workers: int | None = None, device: str = "cpu", output_dir: str | Path | None = None,
+                **_: Any) -> None:
+    """The arguments that can be checked before anything is loaded (one line each, see hnbench.validate)."""
+    for name, value in (("--batch-size", batch_size), ("--n-batches", n_batches),
+                        ("--encode-batch-size", encode_batch_size)):
+        check_positive(name, value, allow_none=False)
+    check_num_workers(num_workers)
+    check_device(device)
+    check_output_dir(output_dir)
+
+
 def _check_result_matches(path: str | Path, res: Any, frame: Any, cs: CaptionSet) -> None:
     """A result of another caption set cannot be joined: refuse it (one that skipped items may be)."""
     if res.dataset.get("fingerprint") in (None, cs.fingerprint):
@@ -302,6 +310,7 @@ def _check_result_matches(path: str | Path, res: Any, frame: Any, cs: CaptionSet
 def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir: str | Path,
                   pretrained: Sequence[str | None] | None = None, **kwargs: Any) -> list[HardnessReport]:
     """:func:`hardness` for every (dataset, model) into ``output_dir/<dataset>__<model>/``, then :func:`compare`."""
+    _check_args(output_dir=output_dir, **kwargs)
     pretrained = list(pretrained) if pretrained else [None] * len(models)
     if len(models) == 1 and len(pretrained) > 1:  # one architecture, several checkpoints
         models = list(models) * len(pretrained)
