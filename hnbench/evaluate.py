@@ -23,6 +23,7 @@ from hnbench.encode import encode_images, encode_texts
 from hnbench.errors import ConfigError
 from hnbench.metrics import csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
+from hnbench.models.remembered import load_remembered
 from hnbench.results import EvalResult, atomic_write_bytes, write_result
 from hnbench.search import RetrievalOutput, resolve_backend, retrieve, retrieve_approximate
 
@@ -156,9 +157,15 @@ def evaluate(
                                    skip_invalid=skip_invalid, **(dataset_options or {}))
         timings["load_data"] = time.perf_counter() - t0
         t = time.perf_counter()
-        encoder = model if not isinstance(model, str) else load_model(
-            model, pretrained, model_config=model_config, context_length=context_length, device=device,
-            precision=precision)
+        if isinstance(model, str) and use_cache and not ctx.enabled:
+            # Remembered fingerprint: the model is built only if some embedding is not cached yet.
+            encoder = load_remembered(model, pretrained, root=cache_dir if cache_dir is not None else default_root(),
+                                      model_config=model_config, context_length=context_length, device=device,
+                                      precision=precision)
+        else:
+            encoder = model if not isinstance(model, str) else load_model(
+                model, pretrained, model_config=model_config, context_length=context_length, device=device,
+                precision=precision)
         timings["load_model"] = time.perf_counter() - t
         if ctx.enabled and ctx.is_main:
             ctx.all_gather(None)
