@@ -25,7 +25,8 @@ from hnbench.metrics import csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
 from hnbench.models.remembered import load_remembered
 from hnbench.results import EvalResult, atomic_write_bytes, write_result
-from hnbench.search import RetrievalOutput, resolve_backend, retrieve, retrieve_approximate
+from hnbench.search import RetrievalOutput, retrieve
+from hnbench.search_approximate import retrieve_approximate
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def score_embeddings(
 ) -> tuple[dict[str, dict], dict[str, dict], dict[str, RetrievalOutput]]:
     """Score given embeddings in both directions: returns (metrics, ci95, raw outputs) keyed t2i / i2t.
 
-    ``search="approximate"`` uses :func:`hnbench.search.retrieve_approximate` (faiss HNSW): ranks
+    ``search="approximate"`` uses :func:`hnbench.search_approximate.retrieve_approximate` (faiss HNSW): ranks
     are then lower bounds and each output carries its recall against exact search on a sample.
     """
     k = max(ks)
@@ -231,9 +232,9 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
     timings["encode_texts"] = txt.seconds
 
     t = time.perf_counter()
-    used_backend = resolve_backend(backend, search_device, dataset.n_images)
+    # "auto" is resolved per search (by a stored calibration and a probe on this data), in retrieve
     metrics, ci95, outs = score_embeddings(image_vectors, txt.vectors, dataset.caption_image, ks=ks,
-                                           backend=used_backend, device=search_device, ci=ci, progress=progress,
+                                           backend=backend, device=search_device, ci=ci, progress=progress,
                                            search=search)
     timings["search_and_metrics"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
