@@ -212,6 +212,10 @@ class RememberedEncoder:
         return self._encoder
 
     @property
+    def dynamic_padding(self) -> bool:
+        return bool(getattr(self._real(), "dynamic_padding", False))
+
+    @property
     def image_transform(self) -> Any:
         return self._real().image_transform
 
