@@ -22,7 +22,8 @@ import time
 import numpy as np
 import torch
 
-from hnbench.search import available_backends, retrieve, retrieve_approximate
+from hnbench.search import available_backends, retrieve
+from hnbench.search_approximate import retrieve_approximate
 
 
 def unit_rows(x: np.ndarray, block: int = 65536) -> np.ndarray:

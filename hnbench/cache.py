@@ -101,11 +101,13 @@ def _describe_transform(transform: Any) -> str:
     return text
 
 
-def model_spec(info: Any, image_transform: Any, *, autocast: str | None = None) -> dict[str, Any]:
-    """What the model key is made of (``info`` is a :class:`~hnbench.models.base.ModelInfo`)."""
+def model_spec(info: Any, image_transform: Any, *, autocast: str | None = None,
+               preprocess: str | None = None) -> dict[str, Any]:
+    """What the model key is made of (``info`` is a :class:`~hnbench.models.base.ModelInfo`);
+    ``preprocess`` is a remembered description of ``image_transform``, used instead of it."""
     return {
         "format": FORMAT, "framework": info.framework, "arch": info.arch, "fingerprint": info.fingerprint,
-        "preprocess": _describe_transform(image_transform), "context_length": int(info.context_length),
+        "preprocess": preprocess if preprocess is not None else _describe_transform(image_transform), "context_length": int(info.context_length),
         "embed_dim": int(info.embed_dim), "precision": (info.extra or {}).get("precision", "fp32"),
         "autocast": autocast,
     }
@@ -382,7 +384,10 @@ class EmbeddingCache:
             import torch
 
             autocast = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-        spec = model_spec(encoder.info, getattr(encoder, "image_transform", None), autocast=autocast)
+        # A RememberedEncoder knows its transform's description without building the model.
+        described = getattr(encoder, "transform_description", None)
+        spec = model_spec(encoder.info, None if described is not None else getattr(encoder, "image_transform", None),
+                          autocast=autocast, preprocess=described)
         return cls(Path(root) if root is not None else default_root(), spec, pretrained=encoder.info.pretrained,
                    **kwargs)
 

@@ -13,7 +13,10 @@ complete, so an interrupted run resumes where it stopped.
 On CUDA, batches come from pinned memory and are copied with ``non_blocking``; a batch's features
 are copied back only after the next batch is queued, so the GPU does not wait on the host.
 
-Captions are tokenized in DataLoader workers too (a long caption takes ~2 ms in Python).
+Captions are tokenized in DataLoader workers too (a long caption takes ~2 ms in Python). For an
+encoder that pads each batch only to its longest caption (``dynamic_padding = True``: the MiniLM
+sentence encoder, HF CLIP), captions are encoded longest first so that a batch holds captions of
+similar length, and put back in their original order.
 
 Batch size rule: on CPU keep the default 64 — ViT-B/32 throughput rises only slowly with the batch
 (3.8 → 4.7 → 5.1 images/s at 16 / 64 / 128 on the 2-core dev box, benchmarks/README.md). On a GPU
@@ -175,6 +178,11 @@ def _strict_fp32() -> Iterator[None]:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
+def _pads_to_longest(encoder: Encoder) -> bool:
+    """Whether the encoder pads a batch to its longest caption (``dynamic_padding``), not to a fixed context."""
+    return bool(getattr(encoder, "dynamic_padding", False))
+
+
 def _open_cache(encoder: Encoder, cache: EmbeddingCache | bool | None, amp: bool) -> EmbeddingCache | None:
     if cache is True:
         return EmbeddingCache.for_encoder(encoder, amp=amp)
@@ -318,7 +326,11 @@ def encode_texts(
         _, first, inverse = np.unique(keys[missing], return_index=True, return_inverse=True)
         todo = missing[np.sort(first)]
     if todo.size:
-        todo_texts = [texts[j] for j in todo] if todo.size < n else texts
+        if _pads_to_longest(encoder):
+            # Longest first, as sentence-transformers does: each batch pads only to its own longest
+            # caption (1.65x faster on DOCCI's long captions); rows below put vectors back in order.
+            todo = todo[np.argsort([-len(texts[j]) for j in todo], kind="stable")]
+        todo_texts = [texts[j] for j in todo] if todo.size < n or _pads_to_longest(encoder) else texts
         n_batches = -(-todo.size // batch_size)
         workers = default_num_workers() if num_workers is None else num_workers
         loader = _loader(_TextBatches(encoder.tokenize, todo_texts, batch_size), min(workers, n_batches - 1),

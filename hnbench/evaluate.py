@@ -23,6 +23,7 @@ from hnbench.data.benchmarks.spec import recheck_counts
 from hnbench.encode import encode_images, encode_texts
 from hnbench.metrics import csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
+from hnbench.models.remembered import load_remembered
 from hnbench.results import (
     PER_QUERY_SCHEMA_VERSION,
     PER_QUERY_TOP,
@@ -30,7 +31,8 @@ from hnbench.results import (
     check_target,
     write_result_pair,
 )
-from hnbench.search import RetrievalOutput, resolve_backend, retrieve, retrieve_approximate
+from hnbench.search import RetrievalOutput, retrieve
+from hnbench.search_approximate import retrieve_approximate
 from hnbench.validate import check_eval
 
 logger = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ def score_embeddings(
 ) -> tuple[dict[str, dict], dict[str, dict], dict[str, RetrievalOutput]]:
     """Score given embeddings in both directions: returns (metrics, ci95, raw outputs) keyed t2i / i2t.
 
-    ``search="approximate"`` uses :func:`hnbench.search.retrieve_approximate` (faiss HNSW): ranks
+    ``search="approximate"`` uses :func:`hnbench.search_approximate.retrieve_approximate` (faiss HNSW): ranks
     are then lower bounds and each output carries its recall against exact search on a sample.
     """
     k = max(*ks, PER_QUERY_TOP)  # the per-query file keeps the top PER_QUERY_TOP items whatever the Ks
@@ -171,9 +173,15 @@ def evaluate(
                                    skip_invalid=skip_invalid, **(dataset_options or {}))
         timings["load_data"] = time.perf_counter() - t0
         t = time.perf_counter()
-        encoder = model if not isinstance(model, str) else load_model(
-            model, pretrained, model_config=model_config, context_length=context_length, device=device,
-            precision=precision)
+        if isinstance(model, str) and use_cache and not ctx.enabled:
+            # Remembered fingerprint: the model is built only if some embedding is not cached yet.
+            encoder = load_remembered(model, pretrained, root=cache_dir if cache_dir is not None else default_root(),
+                                      model_config=model_config, context_length=context_length, device=device,
+                                      precision=precision)
+        else:
+            encoder = model if not isinstance(model, str) else load_model(
+                model, pretrained, model_config=model_config, context_length=context_length, device=device,
+                precision=precision)
         timings["load_model"] = time.perf_counter() - t
         if output_dir is not None and not ctx.enabled:  # refuse before encoding (checked again when writing)
             check_target(EvalResult(
@@ -247,9 +255,9 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
     timings["encode_texts"] = txt.seconds
 
     t = time.perf_counter()
-    used_backend = resolve_backend(backend, search_device, dataset.n_images)
+    # "auto" is resolved per search (by a stored calibration and a probe on this data), in retrieve
     metrics, ci95, outs = score_embeddings(image_vectors, txt.vectors, dataset.caption_image, ks=ks,
-                                           backend=used_backend, device=search_device, ci=ci, progress=progress,
+                                           backend=backend, device=search_device, ci=ci, progress=progress,
                                            search=search)
     timings["search_and_metrics"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0

@@ -16,24 +16,30 @@ Backends
            positive; row by row in numpy on CPU). ``torch.topk`` picks arbitrarily among equal scores
            at the cut, so rows whose (k'+1)-th score equals the k'-th are re-selected explicitly
            (lowest indices first). Memory: inputs + outputs + the score block, O((N + M) d) + const.
-``faiss``  ``IndexFlatIP`` (on GPU as ``faiss-gpu``) searched to the same depth k'. A query is
-           answered from that list only when the list provably contains everything that matters:
-           the best positive, the k-th score and the best wrong score all lie strictly above the
-           k'-th score (or k' = M). Every other query (best positive ranked below k', ties
-           straddling the cut) is recomputed by the exact torch path. So rank/tied/best-wrong are
-           exact for every query and equal the torch backend's, up to the fp32 summation order of
-           the two BLAS kernels (a score can move by an ulp, which matters only for near-ties).
-``auto``   CPU -> torch (no optional dependency; on the 2-core dev box both backends are
-           matmul-bound and within ~25% of each other at 5k-50k, see benchmarks/bench_search.py).
-           CUDA -> faiss-gpu when the faiss build has GPUs, else torch on the GPU. Size does not
-           enter: both are exact and O(N M d); at 1M the two differ by ~25% on CPU
-           (benchmarks/README.md).
+``faiss``  ``IndexFlatIP`` (on GPU as ``faiss-gpu``) searched to the same depth k'. Top-k and best
+           wrong come from that list whenever the k-th and the best wrong score lie strictly above
+           its k'-th score (or k' = M); so do rank and tied when the best positive does too. A query
+           whose best positive ranks below the list gets its rank from one matmul of its row and
+           two counts (:func:`_rank_rows`, no top-k selection: before, such queries went through the
+           whole torch path again, which made this backend ~2.5x slower than raw faiss on hard data).
+           Only queries with ties straddling the list's cut are recomputed by the exact torch path.
+           So rank/tied/best-wrong are exact for every query and equal the torch backend's, up to
+           the fp32 summation order of the two BLAS kernels (a score can move by an ulp, which
+           matters only for near-ties).
+``auto``   CPU: torch below N*M = ``AUTO_MIN_WORK`` (both well under a second). Above, by
+           measurement: :mod:`hnbench.search_calibration` times both backends once per machine
+           (stored in the cache) and faiss runs only where its list search is faster per query
+           than the torch path; then the first ``N/16`` (>= 4,096) queries are a probe, and if so
+           many of them rank below the faiss list that counting them makes faiss the slower, the
+           remaining queries go to torch. Output is identical either way (``backend`` names the
+           one that ran for the rest). CUDA -> faiss-gpu when the faiss build has GPUs, else torch
+           on the GPU (not calibrated: no GPU has run it yet).
 
 Devices: ``cuda:i`` searches on GPU i; plain ``cuda`` on every visible GPU — faiss splits the
 gallery over them (``index_cpu_to_gpus_list`` with ``shard=True``), torch splits the query rows
 (the gallery copied to each GPU, one thread per GPU).
 
-:func:`retrieve_approximate` (faiss HNSW / IVF) is for exploring galleries too large to search
+:func:`hnbench.search_approximate.retrieve_approximate` (faiss HNSW / IVF) is for exploring galleries too large to search
 exactly: its ranks are lower bounds, it reports its own recall against exact search on a sample,
 and its output is marked ``approximate`` so results built on it never reach a leaderboard.
 """
@@ -50,9 +56,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from hnbench import search_calibration
 from hnbench.metrics import validate_csr
 
-__all__ = ["RetrievalOutput", "available_backends", "resolve_backend", "retrieve", "retrieve_approximate"]
+__all__ = ["RetrievalOutput", "available_backends", "resolve_backend", "retrieve"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +69,8 @@ _CHUNK_BYTES_CUDA = 2**30  # on a GPU: fewer, larger chunks keep it busy (1M gal
 _FAISS_CHUNK = 16384  # queries per faiss search call
 _MARGIN = 16  # extra list depth so ties just below the k-th/best-positive score rarely force a fallback
 _FAISS_GPU_MAX_K = 2048  # GPU faiss k-selection limit
+_PROBE_MIN = 4096  # auto: queries searched with faiss before deciding (faiss is slow per query on fewer)
+AUTO_MIN_WORK = 10**7  # auto: below N*M of this, torch (under ~0.1 s here; no faiss import, no calibration)
 
 
 @dataclass
@@ -289,14 +298,38 @@ def _torch_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarr
         pbar.update(c)
 
 
-def _faiss_search(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarray, k: int,
-                  chunk: int, gpu_ids: list[int] | None, out: RetrievalOutput, pbar) -> np.ndarray:
-    """Fill `out` from an IndexFlatIP search; return the query indices that need the exact path."""
+def _rank_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray, chunk: int,
+               out: RetrievalOutput, pbar) -> None:
+    """rank, tied, gt_index and gt_score of `rows` by counting over their full score rows.
+
+    For queries whose top-k and best wrong are already known (from the faiss list) but whose best
+    positive lies below it: one matmul per block and two counts, no top-k selection.
+    """
+    m = g.shape[0]
+    buf = torch.empty((min(chunk, rows.size), m))
+    for start in range(0, rows.size, chunk):
+        r = rows[start : start + chunk]
+        c = r.size
+        local_np, cols_np = _csr_rows(ptr, idx, r)
+        local, cols = torch.from_numpy(local_np), torch.from_numpy(cols_np)
+        s = torch.mm(q[torch.from_numpy(r)], g.T, out=buf[:c])
+        pv = s[local, cols]  # from the same matmul as the counts: the positive counts against itself
+        gt = torch.full((c,), -torch.inf).scatter_reduce_(0, local, pv, "amax")
+        at_max = pv == gt[local]
+        n_pos_at_max = torch.zeros(c, dtype=torch.int64).scatter_add_(0, local, at_max.long())
+        gt_idx = torch.full((c,), m, dtype=torch.int64).scatter_reduce_(0, local[at_max], cols[at_max], "amin")
+        n_ge, n_gt = _count_ge_gt(s, gt, torch.arange(c))
+        rank = 1 + n_ge - n_pos_at_max
+        out.rank[r], out.tied[r] = rank.numpy(), (rank - 1 > n_gt).numpy()
+        out.gt_index[r], out.gt_score[r] = gt_idx.numpy(), gt.numpy()
+        pbar.update(c)
+
+
+def _faiss_index(g: torch.Tensor, gpu_ids: list[int] | None) -> tuple[object, object]:
+    """(IndexFlatIP over the gallery, GPU resources that must outlive it or None)."""
     faiss = _faiss()
-    n, m = q.shape[0], g.shape[0]
-    index = faiss.IndexFlatIP(g.shape[1])
+    index, res = faiss.IndexFlatIP(g.shape[1]), None
     index.add(np.ascontiguousarray(g.cpu().numpy()))
-    kp = min(m, k + int(np.diff(ptr).max()) + _MARGIN)
     if gpu_ids:
         if len(gpu_ids) == 1:
             res = faiss.StandardGpuResources()
@@ -305,34 +338,115 @@ def _faiss_search(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.nda
             co = faiss.GpuMultipleClonerOptions()
             co.shard = True
             index = faiss.index_cpu_to_gpus_list(index, co=co, gpus=gpu_ids)
+    return index, res
+
+
+def _faiss_phase(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarray, k: int, faiss_chunk: int,
+                 chunk: int, gpu_ids: list[int] | None, out: RetrievalOutput, pbar, desc: str,
+                 costs: dict[str, float] | None = None) -> tuple[np.ndarray, str]:
+    """Search every query with faiss; return the queries left for the exact torch path and the backend name.
+
+    With ``costs`` (``auto``: calibrated seconds per query of the faiss list, the full-row count and
+    the torch path), the first ``n/16`` queries are a probe: if the share of queries that need the
+    count or the torch path makes faiss slower than torch on this data, the rest goes to torch.
+    """
+    n, m = q.shape[0], g.shape[0]
+    index, _res = _faiss_index(g, gpu_ids)
+    kp = min(m, k + int(np.diff(ptr).max()) + _MARGIN)
+    if gpu_ids:
         kp = min(kp, _FAISS_GPU_MAX_K)
-    complete = kp == m
     keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr)) * m + idx  # sorted: canonical CSR
-    redo = []
     q_np = q.cpu().numpy()
-    for start in range(0, n, chunk):
-        stop = min(n, start + chunk)
-        d_, i_ = index.search(np.ascontiguousarray(q_np[start:stop]), kp)
-        o = np.lexsort((i_, -d_), axis=1)  # canonical (score desc, index asc) order
-        d_, i_ = np.take_along_axis(d_, o, 1), np.take_along_axis(i_, o, 1).astype(np.int64)
-        cand = np.arange(start, stop, dtype=np.int64)[:, None] * m + i_
-        is_pos = keys[np.searchsorted(keys, cand).clip(max=keys.size - 1)] == cand
-        found, has = is_pos.any(1), (~is_pos).any(1)
-        ar = np.arange(stop - start)
-        fp, fn = is_pos.argmax(1), (~is_pos).argmax(1)
-        g_s = d_[ar, fp]
-        ge = ~is_pos & (d_ >= g_s[:, None])
-        bw = np.where(has, d_[ar, fn], np.nan)
-        last = d_[:, -1]
-        ok = complete | (found & has & (g_s > last) & (d_[:, k - 1] > last) & (bw > last))
-        sl = slice(start, stop)
-        out.rank[sl], out.tied[sl] = 1 + ge.sum(1), (ge & (d_ == g_s[:, None])).any(1)
-        out.gt_index[sl], out.gt_score[sl] = i_[ar, fp], g_s
-        out.best_wrong_index[sl], out.best_wrong_score[sl] = np.where(has, i_[ar, fn], -1), bw
-        out.topk_index[sl], out.topk_score[sl] = i_[:, :k], d_[:, :k]
-        redo.append(np.flatnonzero(~ok) + start)
-        pbar.update(int(ok.sum()))
-    return np.concatenate(redo) if redo else np.zeros(0, dtype=np.int64)
+    count, redo, rest = [], [], np.zeros(0, dtype=np.int64)
+    name = "faiss-gpu" if gpu_ids else "faiss"
+    start, step = 0, faiss_chunk if costs is None else min(faiss_chunk, max(_PROBE_MIN, n // 16))
+    while start < n:
+        stop = min(n, start + step)
+        c, r = _faiss_rows(index, q_np, start, stop, kp, k, keys, m, out, pbar)
+        count.append(c)
+        redo.append(r)
+        start, step = stop, faiss_chunk
+        if costs is not None and start < n:
+            f_count, f_redo = sum(x.size for x in count) / start, sum(x.size for x in redo) / start
+            if costs["faiss"] + f_count * costs["count"] + f_redo * costs["torch"] > costs["torch"]:
+                log.info("%s: auto: %.0f%% of the probe's queries rank below the faiss list; torch for the rest",
+                         desc, 100 * (f_count + f_redo))
+                rest, name = np.arange(start, n, dtype=np.int64), "torch"
+                break
+    count_rows, redo_rows = np.concatenate(count), np.concatenate(redo)
+    if gpu_ids:  # on a GPU the torch path does the counting
+        redo_rows, count_rows = np.union1d(redo_rows, count_rows), count_rows[:0]
+    if count_rows.size:
+        _rank_rows(q.cpu(), g.cpu(), ptr, idx, count_rows, chunk, out, pbar)
+    if count_rows.size or redo_rows.size:
+        log.info("%s: %d/%d queries ranked below the faiss list (counted over their full rows), %d not "
+                 "decidable from it (recomputed exactly)", desc, count_rows.size, n, redo_rows.size)
+    return np.concatenate([redo_rows, rest]), name
+
+
+def _faiss_rows(index, q_np: np.ndarray, start: int, stop: int, kp: int, k: int, keys: np.ndarray, m: int,
+                out: RetrievalOutput, pbar) -> tuple[np.ndarray, np.ndarray]:
+    """Fill queries [start, stop) of `out` from an IndexFlatIP list of depth kp.
+
+    Returns (count, redo): queries whose top-k and best wrong the list decides but whose best
+    positive is below it (their rank comes from :func:`_rank_rows`), and queries the list cannot
+    decide at all (ties straddling its cut; recomputed by the exact torch path).
+    """
+    d_, i_ = index.search(np.ascontiguousarray(q_np[start:stop]), kp)
+    o = np.lexsort((i_, -d_), axis=1)  # canonical (score desc, index asc) order
+    d_, i_ = np.take_along_axis(d_, o, 1), np.take_along_axis(i_, o, 1).astype(np.int64)
+    cand = np.arange(start, stop, dtype=np.int64)[:, None] * m + i_
+    is_pos = keys[np.searchsorted(keys, cand).clip(max=keys.size - 1)] == cand
+    found, has = is_pos.any(1), (~is_pos).any(1)
+    ar = np.arange(stop - start)
+    fp, fn = is_pos.argmax(1), (~is_pos).argmax(1)
+    g_s = d_[ar, fp]
+    ge = ~is_pos & (d_ >= g_s[:, None])
+    bw = np.where(has, d_[ar, fn], np.nan)
+    last = d_[:, -1]
+    complete = kp == m
+    # The list holds every item scoring > its last score: what lies strictly above it is decided.
+    listed = complete | (has & (d_[:, k - 1] > last) & (bw > last))
+    ok = complete | (listed & found & (g_s > last))
+    sl = slice(start, stop)
+    out.rank[sl], out.tied[sl] = 1 + ge.sum(1), (ge & (d_ == g_s[:, None])).any(1)
+    out.gt_index[sl], out.gt_score[sl] = i_[ar, fp], g_s
+    out.best_wrong_index[sl], out.best_wrong_score[sl] = np.where(has, i_[ar, fn], -1), bw
+    out.topk_index[sl], out.topk_score[sl] = i_[:, :k], d_[:, :k]
+    pbar.update(int(ok.sum()))
+    return np.flatnonzero(listed & ~ok) + start, np.flatnonzero(~listed) + start
+
+
+def _measure_costs(m: int, n_queries: int, dim: int, seed: int = 0) -> dict[str, float]:
+    """Seconds per query at gallery size ``m`` of: the faiss list search, the full-row count of
+    :func:`_rank_rows`, the torch path (synthetic unit vectors; each query near its positive)."""
+    import time
+
+    rng = np.random.default_rng(seed)
+    g = rng.standard_normal((m, dim), dtype=np.float32)
+    g /= np.linalg.norm(g, axis=1, keepdims=True)
+    q = g[:n_queries] + rng.standard_normal((n_queries, dim), dtype=np.float32) / np.sqrt(dim, dtype=np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    qt, gt = torch.from_numpy(q), torch.from_numpy(g)
+    ptr, idx = np.arange(n_queries + 1, dtype=np.int64), np.arange(n_queries, dtype=np.int64)
+    k, chunk, rows = 10, max(1, _CHUNK_BYTES // (4 * m)), np.arange(n_queries, dtype=np.int64)
+    out = RetrievalOutput(np.zeros(n_queries, np.int64), np.zeros(n_queries, bool), np.zeros(n_queries, np.int64),
+                          np.zeros(n_queries, np.float32), np.zeros(n_queries, np.int64),
+                          np.zeros(n_queries, np.float32), np.zeros((n_queries, k), np.int64),
+                          np.zeros((n_queries, k), np.float32), "calibration")
+    index, _ = _faiss_index(gt, None)
+    kp = min(m, k + 1 + _MARGIN)
+    runs = {"faiss": lambda: _faiss_rows(index, q, 0, n_queries, kp, k, idx * m + idx, m, out, pbar),
+            "count": lambda: _rank_rows(qt, gt, ptr, idx, rows, chunk, out, pbar),
+            "torch": lambda: _torch_rows(qt, gt, ptr, idx, rows, k, chunk, out, pbar)}
+    best = dict.fromkeys(runs, float("inf"))
+    with _ieee_fp32_matmul(), torch.inference_mode(), tqdm(disable=True) as pbar:
+        for _ in range(2 if m * n_queries <= 5 * 10**7 else 1):  # interleaved: other load hits all alike
+            for name, run in runs.items():
+                t = time.perf_counter()
+                run()
+                best[name] = min(best[name], (time.perf_counter() - t) / n_queries)
+    return best
 
 
 def retrieve(queries, gallery, pos_ptr: np.ndarray, pos_idx: np.ndarray, *, k: int = 10,
@@ -360,6 +474,12 @@ def retrieve(queries, gallery, pos_ptr: np.ndarray, pos_idx: np.ndarray, *, k: i
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     # faiss tiles its own score blocks, so its query chunk only bounds the (chunk, k') result lists.
     faiss_chunk = chunk_size if chunk_size is not None else _FAISS_CHUNK
+    costs = None
+    if backend == "auto" and dev.type == "cpu" and _faiss() is not None and n * m >= AUTO_MIN_WORK:
+        # Measured once per machine (stored in the cache): faiss only where its list search is
+        # faster than the torch path; the probe in _faiss_phase checks that this data agrees.
+        costs = search_calibration.costs(m, _measure_costs)
+        name = "faiss" if costs["faiss"] < costs["torch"] else "torch"
     out = RetrievalOutput(
         rank=np.zeros(n, np.int64), tied=np.zeros(n, bool), gt_index=np.zeros(n, np.int64),
         gt_score=np.zeros(n, np.float32), best_wrong_index=np.full(n, -1, np.int64),
@@ -371,9 +491,9 @@ def retrieve(queries, gallery, pos_ptr: np.ndarray, pos_idx: np.ndarray, *, k: i
         rows = np.arange(n, dtype=np.int64)
         gpus = _gpu_ids(dev)
         if name != "torch":
-            rows = _faiss_search(q, g, ptr, idx, k, faiss_chunk, gpus if name == "faiss-gpu" else None, out, pbar)
-            if rows.size:
-                log.info("%s: %d/%d queries not decidable from the faiss list; recomputed exactly", desc, rows.size, n)
+            rows, out.backend = _faiss_phase(q, g, ptr, idx, k, faiss_chunk, chunk,
+                                             gpus if name == "faiss-gpu" else None, out, pbar, desc, costs)
+            rows = np.sort(rows)
         if rows.size and len(gpus) > 1:
             # Query rows split over the GPUs, each holding the whole gallery; one thread per GPU
             # (CUDA kernels release the GIL) and disjoint output rows.
@@ -385,94 +505,4 @@ def retrieve(queries, gallery, pos_ptr: np.ndarray, pos_idx: np.ndarray, *, k: i
                     job.result()
         elif rows.size:
             _torch_rows(q, g.to(dev), ptr, idx, rows, k, chunk, out, pbar)
-    return out
-
-
-def _approx_index(g: np.ndarray, kind: str, kp: int, nprobe: int | None, seed: int):
-    faiss = _faiss()
-    if faiss is None:
-        raise ValueError("approximate search needs faiss, which is not installed")
-    m, d = g.shape
-    if kind == "hnsw":
-        index = faiss.IndexHNSWFlat(d, 32, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = 80
-        index.add(g)
-        index.hnsw.efSearch = max(128, kp)
-    elif kind == "ivf":
-        nlist = max(1, min(m // 39, int(4 * np.sqrt(m))))  # faiss wants >= 39 training points per list
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
-        rng = np.random.default_rng(seed)
-        index.train(g[np.sort(rng.choice(m, min(m, 256 * nlist), replace=False))])
-        index.add(g)
-        index.nprobe = nprobe or max(1, nlist // 16)
-    else:
-        raise ValueError(f"unknown approximate index {kind!r}; valid: hnsw, ivf")
-    return index
-
-
-def retrieve_approximate(queries, gallery, pos_ptr: np.ndarray, pos_idx: np.ndarray, *, k: int = 10,
-                         index: str = "hnsw", nprobe: int | None = None, sample: int = 1000, seed: int = 0,
-                         progress: bool = False, desc: str = "search") -> RetrievalOutput:
-    """Approximate retrieval (faiss HNSW or IVF-Flat) for exploring large galleries; not a benchmark number.
-
-    Each query gets the index's list of depth k' = k + max #positives + margin. ``gt_score`` and
-    ``gt_index`` are exact (positives are scored directly); ``rank`` = 1 + #non-positives in the
-    list scoring >= the best positive, a lower bound of the exact rank (the index may miss items).
-    On ``sample`` seeded queries the exact search runs too and ``recall_vs_exact`` reports
-    ``recall@k`` (mean |approx top-k ∩ exact top-k| / k) and ``rank_agreement`` (share of equal
-    ranks). The output is marked ``approximate=True``; evaluate records ``settings.search =
-    "approximate"`` so leaderboards keep it apart from exact results.
-    """
-    q, g = _as_tensor(queries, "queries"), _as_tensor(gallery, "gallery")
-    n, m = q.shape[0], g.shape[0]
-    if q.shape[1] != g.shape[1]:
-        raise ValueError(f"queries have dim {q.shape[1]} but gallery has dim {g.shape[1]}")
-    ptr, idx = _sorted_pairs(*validate_csr(pos_ptr, pos_idx, n, m))
-    k = min(k, m)
-    kp = min(m, k + int(np.diff(ptr).max()) + _MARGIN)
-    q_np, g_np = np.ascontiguousarray(q.cpu().numpy()), np.ascontiguousarray(g.cpu().numpy())
-    ann = _approx_index(g_np, index, kp, nprobe, seed)
-    out = RetrievalOutput(
-        rank=np.zeros(n, np.int64), tied=np.zeros(n, bool), gt_index=np.zeros(n, np.int64),
-        gt_score=np.zeros(n, np.float32), best_wrong_index=np.full(n, -1, np.int64),
-        best_wrong_score=np.full(n, np.nan, np.float32), topk_index=np.zeros((n, k), np.int64),
-        topk_score=np.zeros((n, k), np.float32), backend=f"faiss-{index}", approximate=True,
-    )
-    keys = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr)) * m + idx
-    for start in tqdm(range(0, n, _FAISS_CHUNK), desc=desc, unit="chunk", disable=not progress):
-        stop = min(n, start + _FAISS_CHUNK)
-        d_, i_ = ann.search(q_np[start:stop], kp)
-        d_ = np.where(i_ < 0, -np.inf, d_).astype(np.float32)  # -1: the index found fewer than k'
-        o = np.lexsort((i_, -d_), axis=1)
-        d_, i_ = np.take_along_axis(d_, o, 1), np.take_along_axis(i_, o, 1).astype(np.int64)
-        rows = np.arange(start, stop, dtype=np.int64)
-        local, cols = _csr_rows(ptr, idx, rows)
-        pv = np.einsum("ij,ij->i", q_np[rows[local]], g_np[cols])  # exact positive scores
-        gt = np.full(rows.size, -np.inf, np.float32)
-        np.maximum.at(gt, local, pv)
-        gi = np.full(rows.size, m, np.int64)
-        at_max = pv == gt[local]
-        np.minimum.at(gi, local[at_max], cols[at_max])
-        cand = rows[:, None] * m + np.maximum(i_, 0)
-        nonpos = (i_ >= 0) & (keys[np.searchsorted(keys, cand).clip(max=keys.size - 1)] != cand)
-        ge = nonpos & (d_ >= gt[:, None])
-        has = nonpos.any(1)
-        first = nonpos.argmax(1)
-        ar = np.arange(rows.size)
-        sl = slice(start, stop)
-        out.rank[sl], out.tied[sl] = 1 + ge.sum(1), (ge & (d_ == gt[:, None])).any(1)
-        out.gt_index[sl], out.gt_score[sl] = gi, gt
-        out.best_wrong_index[sl] = np.where(has, i_[ar, first], -1)
-        out.best_wrong_score[sl] = np.where(has, d_[ar, first], np.nan)
-        out.topk_index[sl], out.topk_score[sl] = i_[:, :k], d_[:, :k]
-    rows = np.sort(np.random.default_rng(seed).choice(n, min(n, sample), replace=False))
-    local, cols = _csr_rows(ptr, idx, rows)
-    sub_ptr = np.zeros(rows.size + 1, np.int64)
-    np.cumsum(np.bincount(local, minlength=rows.size), out=sub_ptr[1:])
-    exact = retrieve(q_np[rows], g_np, sub_ptr, cols, k=k, backend="torch", device="cpu")
-    overlap = [np.intersect1d(a, b).size for a, b in zip(out.topk_index[rows], exact.topk_index)]
-    out.recall_vs_exact = {"recall@k": float(np.mean(overlap) / k), "k": k,
-                           "rank_agreement": float(np.mean(out.rank[rows] == exact.rank)), "sample": int(rows.size)}
-    log.info("%s: approximate (%s) recall@%d vs exact on %d queries: %.4f", desc, index, k, rows.size,
-             out.recall_vs_exact["recall@k"])
     return out

@@ -260,7 +260,7 @@ def test_cli_cache_ls_du_clear_and_eval_cache_dir(micro_config, tmp_path, capsys
     assert main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset", str(path),
                  "--output", str(tmp_path / "out"), "--num-workers", "0", "--cache-dir", str(root)]) == 0
     capsys.readouterr()
-    (key,) = [p.name for p in root.iterdir()]
+    (key,) = [p.name for p in root.iterdir() if not p.name.startswith(".")]
     assert main(["cache", "ls", "--cache-dir", str(root)]) == 0
     out = capsys.readouterr().out
     assert key in out and "hnb-micro" in out and "| 5" not in out and " 5 " in out

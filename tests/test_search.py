@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 
 import numpy as np
 import pytest
 import torch
 
-from hnbench import search
+from hnbench import search, search_calibration
 from hnbench.metrics import csr_from_assignment, csr_from_lists, ranks_from_scores
 from hnbench.search import available_backends, resolve_backend, retrieve
 
@@ -175,12 +177,13 @@ def test_faiss_fallback_paths(caplog):
     ptr, idx = csr_from_lists([[o] for o in owner])
     with caplog.at_level(logging.INFO, logger="hnbench.search"):
         check(retrieve(cap, img, ptr, idx, k=5, backend="faiss"), reference(cap, img, ptr, idx, 5))
-    assert "recomputed exactly" not in caplog.text  # easy queries: all decided from the faiss list
+    assert "below the faiss list" not in caplog.text  # easy queries: all decided from the faiss list
     rng = np.random.default_rng(7)
     ptr, idx = csr_from_lists([[int(rng.integers(60))] for _ in owner])  # random positives: ranked deep
     with caplog.at_level(logging.INFO, logger="hnbench.search"):
         check(retrieve(cap, img, ptr, idx, k=5, backend="faiss"), reference(cap, img, ptr, idx, 5))
-    assert "recomputed exactly" in caplog.text
+    # ranked by the full-row count (top-k and best wrong still from the faiss list)
+    assert re.search(r"search: [1-9]\d*/60 queries ranked below the faiss list", caplog.text)
 
 
 def test_chunk_size_auto_bounds_memory(monkeypatch):
@@ -254,3 +257,57 @@ def test_gpu_backends_match_reference(quant):
         cuda_in = retrieve(torch.from_numpy(q).cuda(), torch.from_numpy(g).cuda(), ptr, idx, k=10)
         assert cuda_in.backend == ("faiss-gpu" if "faiss-gpu" in names else "torch")
         check(cuda_in, ref, exact_order=quant)
+
+
+@pytest.fixture
+def small_calibration(monkeypatch):
+    """auto on every size, calibrated (for real, by hnbench's own timing) on small galleries."""
+    monkeypatch.setattr(search, "AUTO_MIN_WORK", 0)
+    monkeypatch.setattr(search_calibration, "SIZES", (50, 200))
+    monkeypatch.setattr(search_calibration, "QUERIES", 64)
+    measured = []
+    real = search._measure_costs
+    monkeypatch.setattr(search, "_measure_costs", lambda *a: measured.append(a[0]) or real(*a))
+    return measured
+
+
+@pytest.mark.parametrize("quant", [False, True])
+def test_auto_matches_reference_and_every_backend(small_calibration, quant):
+    img, cap, owner = caption_setup(60, 4, 16, seed=3, noise=2.5, quant=quant)
+    for q, g, ptr, idx in both_directions(img, cap, owner):
+        ref = reference(q, g, ptr, idx, 10)
+        auto = retrieve(q, g, ptr, idx, k=10, backend="auto", device="cpu")
+        assert auto.backend in ("torch", "faiss")
+        check(auto, ref, exact_order=quant)
+        for name in BACKENDS:
+            other = retrieve(q, g, ptr, idx, k=10, backend=name, device="cpu")
+            for key in ("rank", "tied", "gt_index", "best_wrong_index", "topk_index"):
+                np.testing.assert_array_equal(getattr(auto, key), getattr(other, key), err_msg=f"{name} {key}")
+    assert small_calibration == [50, 200]  # measured once, then read back from the cache
+    (entry,) = json.loads((search_calibration.cache_dir() / search_calibration.FILE).read_text()).values()
+    assert entry["key"]["torch_threads"] == torch.get_num_threads() and set(entry["costs"]) == {"50", "200"}
+    assert all(set(c) == {"faiss", "count", "torch"} and min(c.values()) > 0 for c in entry["costs"].values())
+
+
+@pytest.mark.parametrize("quant", [False, True])
+def test_auto_follows_the_calibration_and_the_probe(monkeypatch, caplog, quant):
+    monkeypatch.setattr(search, "AUTO_MIN_WORK", 0)
+    monkeypatch.setattr(search, "_PROBE_MIN", 16)
+    monkeypatch.setattr(search_calibration, "SIZES", (150,))
+    img, cap, _ = caption_setup(150, 1, 8, seed=12, quant=quant)
+    rng = np.random.default_rng(12)
+    ptr, idx = csr_from_lists([list(rng.integers(0, 150, size=int(rng.integers(1, 4)))) for _ in range(150)])
+    ref = reference(cap, img, ptr, idx, 5)
+    # A machine where faiss lists are cheap but counting a row is dear: the probe sees most positives
+    # ranked below the list (random positives) and hands the rest of the queries to torch.
+    search_calibration.costs(150, lambda m, nq, d: {"faiss": 1.0, "count": 100.0, "torch": 2.0})
+    with caplog.at_level(logging.INFO, logger="hnbench.search"):
+        out = retrieve(cap, img, ptr, idx, k=5, backend="auto", device="cpu")
+    assert out.backend == "torch" and "torch for the rest" in caplog.text
+    check(out, ref, exact_order=quant)
+    # A machine where torch is faster outright: no faiss at all.
+    (search_calibration.cache_dir() / search_calibration.FILE).unlink()
+    search_calibration.costs(150, lambda m, nq, d: {"faiss": 3.0, "count": 1.0, "torch": 2.0})
+    out = retrieve(cap, img, ptr, idx, k=5, backend="auto", device="cpu")
+    assert out.backend == "torch"
+    check(out, ref, exact_order=quant)

@@ -23,7 +23,8 @@ import pytest
 import torch
 
 from hnbench.metrics import ranks_from_scores
-from hnbench.search import _CHUNK_BYTES, available_backends, retrieve, retrieve_approximate
+from hnbench.search import _CHUNK_BYTES, available_backends, retrieve
+from hnbench.search_approximate import retrieve_approximate
 
 GALLERY, DIM, K, SAMPLE = 200_000, 32, 10, 200
 

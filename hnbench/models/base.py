@@ -30,7 +30,8 @@ class ModelInfo:
 
 @dataclass
 class TokenizedTexts:
-    """Token ids padded to the context length, and each caption's untruncated length in tokens."""
+    """Token ids padded to the context length (dynamic-padding encoders: to the batch's longest), and each
+    caption's untruncated length in tokens."""
 
     tokens: torch.Tensor  # (n, context_length) int64
     lengths: np.ndarray  # (n,) int64, incl. start/end tokens, before truncation
@@ -41,7 +42,11 @@ class TokenizedTexts:
 
 @runtime_checkable
 class Encoder(Protocol):
-    """Encode images and texts into one L2-normalised embedding space."""
+    """Encode images and texts into one L2-normalised embedding space.
+
+    Optional: ``dynamic_padding = True`` when ``tokenize`` pads a batch only to its longest text
+    (then :func:`hnbench.encode.encode_texts` groups captions of similar length).
+    """
 
     info: ModelInfo
     image_transform: Callable[[Any], torch.Tensor]

@@ -37,7 +37,14 @@ def _features(out: Any) -> torch.Tensor:
 
 
 class HFCLIPEncoder:
-    """A ``transformers.CLIPModel`` behind the :class:`~hnbench.models.base.Encoder` protocol."""
+    """A ``transformers.CLIPModel`` behind the :class:`~hnbench.models.base.Encoder` protocol.
+
+    Batches are padded to their longest caption, not the context (``dynamic_padding``): the
+    attention mask ends at the end token and attention is causal, so padding never changes a
+    caption's features, only the work spent on it.
+    """
+
+    dynamic_padding = True
 
     def __init__(self, model: Any, tokenizer: Any, processor: Any, info: ModelInfo):
         self.model = model.eval()
@@ -53,7 +60,7 @@ class HFCLIPEncoder:
 
     def tokenize(self, texts: Sequence[str]) -> TokenizedTexts:
         ctx = self.info.context_length
-        enc = self.tokenizer(list(texts), padding="max_length", truncation=True, max_length=ctx,
+        enc = self.tokenizer(list(texts), padding="longest", truncation=True, max_length=ctx,
                              return_tensors="pt")
         lengths = np.array([len(x) for x in self.tokenizer(list(texts), truncation=False)["input_ids"]],
                            dtype=np.int64)
