@@ -237,7 +237,7 @@ def write_result_pair(result: EvalResult, output_dir: str | Path, per_query: byt
             with contextlib.suppress(OSError):
                 stale.unlink()
     if replacing:
-        logger.warning("replaced %s (a rerun of the same model, data and settings)", json_path)
+        logger.info("replaced %s (a rerun of the same model, data and settings)", json_path)
     result.path = str(json_path)
     return json_path
 

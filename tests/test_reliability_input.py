@@ -326,7 +326,7 @@ def test_cli_logs_only_its_own_loggers_and_header_names_the_protocol(tmp_path, m
     assert "root:" not in loud.stderr and "INFO hnbench" in loud.stderr  # open_clip's INFO lines are not ours
     assert quiet.stderr.strip() == ""
     stem = next((tmp_path / "out").glob("*.json")).stem
-    assert stem.endswith("__manifest-default") and "on manifest/default:" in loud.stdout
+    assert "__manifest-default__" in stem and "on manifest/default:" in loud.stdout
 
 
 def test_quiet_also_hides_transformers_progress_bars(tmp_path, hf_clip_dir):

@@ -73,7 +73,7 @@ def test_item1_results_of_different_data_or_settings_never_share_a_file(fixed_mo
 
     # a rerun of the same thing replaces its own file, and says so
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="hnbench.results"):
+    with caplog.at_level(logging.INFO, logger="hnbench.results"):
         assert run(manifests[0], "--k", "1")[0] == 0
     assert any("replaced" in r.getMessage() and "rerun" in r.getMessage() for r in caplog.records)
     assert sorted(_snapshot(out)) == sorted(after)

@@ -37,8 +37,7 @@ def factory_calls(monkeypatch) -> list[str]:
 
 
 def _checkpoint(micro_config: Path, path: Path, seed: int) -> Path:
-    torch.manual_seed(seed)
-    model = load_model("hnb-micro", model_config=str(micro_config)).model
+    model = load_model("hnb-micro", model_config=str(micro_config), init_seed=seed).model
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
     return path
 
@@ -104,10 +103,9 @@ def test_a_cache_miss_builds_the_model_on_first_use(micro_config, tmp_path, fact
     assert warm.metrics == fresh.metrics and warm.model == fresh.model
 
 
-def test_random_init_is_remembered_by_the_rng_state(micro_config, tmp_path, factory_calls):
-    def load(seed: int):
-        torch.manual_seed(seed)
-        return load_remembered("hnb-micro", None, root=tmp_path, model_config=str(micro_config))
+def test_random_init_is_remembered_by_its_seed(micro_config, tmp_path, factory_calls):
+    def load(seed: int | None):
+        return load_remembered("hnb-micro", None, root=tmp_path, model_config=str(micro_config), init_seed=seed)
 
     built = load(0)
     assert not isinstance(built, RememberedEncoder) and len(factory_calls) == 1
@@ -115,6 +113,18 @@ def test_random_init_is_remembered_by_the_rng_state(micro_config, tmp_path, fact
     assert isinstance(recalled, RememberedEncoder) and len(factory_calls) == 1
     assert recalled.info == built.info
     other = load(1)  # another seed: other weights, so the model is built
+    assert not isinstance(other, RememberedEncoder) and other.info.fingerprint != built.info.fingerprint
+
+
+def test_unseeded_random_init_is_remembered_by_the_rng_state(micro_config, tmp_path, factory_calls):
+    def load(seed: int):
+        torch.manual_seed(seed)
+        return load_remembered("hnb-micro", None, root=tmp_path, model_config=str(micro_config), init_seed=None)
+
+    built = load(0)
+    recalled = load(0)
+    assert isinstance(recalled, RememberedEncoder) and len(factory_calls) == 1 and recalled.info == built.info
+    other = load(1)
     assert not isinstance(other, RememberedEncoder) and other.info.fingerprint != built.info.fingerprint
 
 

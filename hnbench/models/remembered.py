@@ -10,8 +10,9 @@ preprocessing description and the files that define its weights, each with its
 - a stat differs → the file is hashed; same digest → the record is used (stat refreshed),
   else the model is built and the record rewritten.
 
-The weights of a random-init model (no weights file) are a function of the CPU RNG state they are
-drawn from, so that state's digest stands in for the file. Weights that cannot be pinned to local
+The weights of a random-init model (no weights file) are a function of its ``init_seed`` (or, with
+``init_seed=None``, of the CPU RNG state they are drawn from), so that seed (or the state's digest)
+stands in for the file. Weights that cannot be pinned to local
 files (an ``hf:``/``hf-hub:`` download, a tag whose file is not in the local HF cache, an adapter
 directory) are never remembered: those models are always built.
 
@@ -123,10 +124,11 @@ def _rng_digest() -> str:
 
 
 def _load_key(model: str, pretrained: str | None, model_config: str | Path | None, context_length: int | None,
-              precision: str, files: Sequence[str]) -> str:
+              precision: str, files: Sequence[str], init_seed: int | None) -> str:
     config = _digest_file(str(model_config)) if model_config else None
-    # A random init depends on the RNG state at build time: it is part of the key, not a file to stat.
-    rng = _rng_digest() if list(files) == [_RNG] else None
+    # A random init depends on its seed (or, unseeded, the RNG state at build time): part of the key, not a file.
+    random_init = list(files) == [_RNG]
+    rng = (f"seed {init_seed}" if init_seed is not None else _rng_digest()) if random_init else None
     blob = {"model": model, "pretrained": pretrained, "model_config": config, "context_length": context_length,
             "precision": precision, "rng": rng, "files": list(files), "hnbench": __version__,
             **{p: _version(p) for p in ("torch", "open_clip_torch", "transformers", "timm")}}
@@ -171,13 +173,14 @@ class _Request:
     context_length: int | None
     device: str
     precision: str
+    init_seed: int | None
 
     def build(self, device: str | None = None) -> Encoder:
         from hnbench.models import load_model
 
         return load_model(self.model, self.pretrained, model_config=self.model_config,
                           context_length=self.context_length, device=device or self.device,
-                          precision=self.precision)
+                          precision=self.precision, init_seed=self.init_seed)
 
 
 class RememberedEncoder:
@@ -236,14 +239,15 @@ class RememberedEncoder:
 
 
 def load_remembered(model: str, pretrained: str | None, *, root: str | Path, model_config: str | Path | None = None,
-                    context_length: int | None = None, device: str = "cpu", precision: str = "fp32") -> Encoder:
+                    context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
+                    init_seed: int | None = 0) -> Encoder:
     """``load_model`` that returns a :class:`RememberedEncoder` (no build) when a valid record exists
     under ``root``; otherwise builds the model and remembers it for the next run."""
-    req = _Request(model, pretrained, model_config, context_length, device, precision)
+    req = _Request(model, pretrained, model_config, context_length, device, precision, init_seed)
     files = weight_files(model, pretrained, model_config)
     if files is None:
         return req.build()
-    path = Path(root) / RECORD_DIR / f"{_load_key(model, pretrained, model_config, context_length, precision, files)}.json"
+    path = Path(root) / RECORD_DIR / f"{_load_key(model, pretrained, model_config, context_length, precision, files, init_seed)}.json"
     try:
         record = json.loads(path.read_text())
         valid, refreshed = _still_valid(record)
