@@ -119,3 +119,16 @@ def write_v1_copy(result_json: Path, dest: Path) -> Path:
     old.to_parquet(dest / d["per_query"], index=False)
     (dest / result_json.name).write_text(json.dumps(d))
     return dest / result_json.name
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file below ``root`` with its bytes: compare before and after to show nothing was written."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def assert_one_line_error(err: str, *words: str) -> None:
+    """``err`` is exactly one ``hnbench: error:`` line, no traceback, naming each of ``words``."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hnbench: error:") and "Traceback" not in err, err
+    for w in words:
+        assert w in lines[0], (w, lines[0])

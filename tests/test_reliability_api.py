@@ -40,6 +40,9 @@ TWICE = textwrap.dedent("""
         assert isinstance(back, hnbench.EvalResult) and back.metrics == r.metrics
         used.add("EvalResult")
         assert "hnb-micro" in call("leaderboard", [f"{out}/eval{round}"])
+        cmp = call("compare", [r.path, r.path], ks=[1], n_boot=10)
+        assert all(row["delta"] == 0 for row in cmp.rows)
+        assert call("browse", r.path, f"{out}/browse{round}", progress=False).name == "index.html"
         rep = call("hardness", ds, enc, output_dir=f"{out}/hard{round}", batch_size=4, n_batches=2,
                    progress=False, num_workers=0)
         assert rep.text.buckets.batch_size == 4

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import make_pairs, write_jsonl
+from conftest import assert_one_line_error, make_pairs, snapshot, write_jsonl
 from safetensors.torch import save_file
 
 from hnbench import results
@@ -22,17 +22,6 @@ from hnbench.evaluate import evaluate
 from hnbench.leaderboard import collect
 from hnbench.models import load_model
 from hnbench.results import EvalResult, ResultFormatError, read_per_query, read_result, write_result_pair
-
-
-def _snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def _one_line_error(err: str, *words: str) -> None:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("hnbench: error:") and "Traceback" not in err, err
-    for w in words:
-        assert w in lines[0], (w, lines[0])
 
 
 @pytest.fixture
@@ -59,10 +48,10 @@ def test_item1_results_of_different_data_or_settings_never_share_a_file(fixed_mo
         return rc, capsys.readouterr()
 
     assert run(manifests[0])[0] == 0
-    full_a = _snapshot(out)
+    full_a = snapshot(out)
     assert run(manifests[1])[0] == 0
     assert run(manifests[0], "--k", "1")[0] == 0
-    after = _snapshot(out)
+    after = snapshot(out)
     jsons = sorted(k for k in after if k.endswith(".json"))
     assert len(jsons) == 3 and len([k for k in after if k.endswith(".parquet")]) == 3
     assert all(after[k] == v for k, v in full_a.items())  # the full run of a kept its R@5 / R@10
@@ -76,22 +65,22 @@ def test_item1_results_of_different_data_or_settings_never_share_a_file(fixed_mo
     with caplog.at_level(logging.INFO, logger="hnbench.results"):
         assert run(manifests[0], "--k", "1")[0] == 0
     assert any("replaced" in r.getMessage() and "rerun" in r.getMessage() for r in caplog.records)
-    assert sorted(_snapshot(out)) == sorted(after)
+    assert sorted(snapshot(out)) == sorted(after)
 
     # anything else at that name (here an unreadable file) is refused: one line, exit 2, nothing written
     k1 = next(j for j in jsons if "R@5" not in read_result(out / j).metrics["t2i"])
     (out / k1).write_text('{"schema_version": 1, "model": ')
-    before = _snapshot(out)
+    before = snapshot(out)
     rc, cap = run(manifests[0], "--k", "1")
     assert rc == 2
-    _one_line_error(cap.err, k1, "--overwrite")
-    assert _snapshot(out) == before
+    assert_one_line_error(cap.err, k1, "--overwrite")
+    assert snapshot(out) == before
     with pytest.raises(ConfigError, match="--overwrite"):  # the Python API refuses the same way
         evaluate(load_model(fixed_model[1], fixed_model[5], model_config=fixed_model[3]), str(manifests[0]),
                  output_dir=out, ks=(1,), progress=False, num_workers=0)
-    assert _snapshot(out) == before
+    assert snapshot(out) == before
     assert run(manifests[0], "--k", "1", "--overwrite")[0] == 0
-    assert "R@1" in read_result(out / k1).metrics["t2i"] and len(_snapshot(out)) == len(before)
+    assert "R@1" in read_result(out / k1).metrics["t2i"] and len(snapshot(out)) == len(before)
 
 
 def _pair_result(ranks: list[int]) -> tuple[EvalResult, bytes, pd.DataFrame]:

@@ -4,24 +4,12 @@ and the last resumable state is the run's end."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_pairs, write_jsonl
+from conftest import assert_one_line_error, make_pairs, snapshot, write_jsonl
 
 from hnbench.cli import main
-
-
-def _snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def _one_line_error(err: str, *words: str) -> None:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("hnbench: error:") and "Traceback" not in err, err
-    for w in words:
-        assert w in lines[0], (w, lines[0])
 
 
 @pytest.fixture
@@ -35,16 +23,16 @@ def train_argv(micro_config, tmp_path) -> list[str]:
 def test_item2_finished_run_is_not_replaced_without_resume_or_overwrite(train_argv, tmp_path, capsys):
     run = tmp_path / "run"
     assert main([*train_argv, "--output", str(run)]) == 0
-    finished = _snapshot(run)
+    finished = snapshot(run)
     assert "checkpoint.safetensors" in finished and "last/trainer_state.pt" in finished
     capsys.readouterr()
     assert main([*train_argv, "--output", str(run)]) == 2
-    _one_line_error(capsys.readouterr().err, str(run), "not empty", "--resume", "--overwrite")
-    assert _snapshot(run) == finished  # nothing written, nothing overwritten
+    assert_one_line_error(capsys.readouterr().err, str(run), "not empty", "--resume", "--overwrite")
+    assert snapshot(run) == finished  # nothing written, nothing overwritten
     # --overwrite starts afresh: the earlier run's outputs are replaced, a user's own file is left alone
     (run / "notes.txt").write_text("mine")
     assert main([*train_argv, "--output", str(run), "--overwrite", "--seed", "1"]) == 0
-    now = _snapshot(run)
+    now = snapshot(run)
     assert now["notes.txt"] == b"mine" and now["checkpoint.safetensors"] != finished["checkpoint.safetensors"]
     assert json.loads(now["train_config.json"])["config"]["seed"] == 1
 
@@ -54,7 +42,7 @@ def test_item2_failed_start_leaves_no_run_directory(train_argv, tmp_path, capsys
     argv = [*train_argv, "--output", str(run)]
     argv[argv.index("--dataset") + 1] = str(tmp_path / "missing.jsonl")
     assert main(argv) == 2
-    _one_line_error(capsys.readouterr().err, "missing.jsonl")
+    assert_one_line_error(capsys.readouterr().err, "missing.jsonl")
     assert not (tmp_path / "new").exists()
 
 
@@ -68,7 +56,7 @@ def test_item10_pointless_runs_are_refused_before_loading(train_argv, tmp_path, 
     argv[argv.index("--model") + 1] = "no-such-model"  # validated first: neither model nor data is loaded
     argv[argv.index("--dataset") + 1] = str(tmp_path / "missing.jsonl")
     assert main(argv) == 2
-    _one_line_error(capsys.readouterr().err, reason)
+    assert_one_line_error(capsys.readouterr().err, reason)
     assert not (tmp_path / "run").exists()
 
 
