@@ -333,7 +333,8 @@ def test_quiet_also_hides_transformers_progress_bars(tmp_path, hf_clip_dir):
     manifest = _manifest(tmp_path / "data", n=3)
     cmd = [sys.executable, "-m", "hnbench", "eval", "--model", str(hf_clip_dir), "--dataset", str(manifest),
            "--output", str(tmp_path / "out"), "--num-workers", "0", "--no-cache"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # an in-process `main(["-q", ...])` of an earlier test sets HF_HUB_DISABLE_PROGRESS_BARS in this process
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"} | {"PYTHONPATH": str(REPO)}
     loud = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     quiet = subprocess.run([*cmd[:3], "-q", *cmd[3:]], capture_output=True, text=True, env=env, timeout=300)
     assert loud.returncode == quiet.returncode == 0, loud.stderr
