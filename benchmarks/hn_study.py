@@ -435,11 +435,13 @@ def verdicts(arms: Sequence[dict[str, Any]], paired: Sequence[dict[str, Any]], o
                      + ("holds" if z >= 0.4 else "does not hold in fp32")
                      + ("; it holds only for fp16 logits." if z < 0.4 and (base["share_infonce_zero_fp16"] or 0) >= 0.4
                         else "."))
-    hn = [a for a in arms if a["arm"].startswith("hn") and a["share_inactive_infonce"] is not None]
-    if base and hn and base["share_inactive_infonce"] is not None:
-        lines.append(f"- *The HN term keeps batches active*: inactive batches (InfoNCE loss below threshold) "
-                     f"{_pct(base['share_inactive_infonce'])} under InfoNCE training vs "
-                     + ", ".join(f"{_pct(a['share_inactive_infonce'])} ({a['arm']})" for a in hn) + ".")
+    twins = [(a, by.get(baseline_of(ARMS[a["arm"]]) or "")) for a in arms if a["arm"] in ARMS and ARMS[a["arm"]].loss == "hn"]
+    twins = [(a, b) for a, b in twins if b and a["share_inactive_train"] is not None and b["share_inactive_train"] is not None]
+    if twins:
+        lines.append("- *The HN term keeps batches active*: share of training batches whose own training loss fell "
+                     "below the activity threshold, HN arm vs its InfoNCE twin: "
+                     + "; ".join(f"{a['arm']} {_pct(a['share_inactive_train'])} vs {b['arm']} {_pct(b['share_inactive_train'])}"
+                                 for a, b in twins) + ".")
     main = [p for p in paired if p["arm"] in ("hn-g0.25", "hn-g0.5", "hn-g1")]
     if main:
         best = max(main, key=lambda p: p["t2i"]["diff_mean"] + p["i2t"]["diff_mean"])

@@ -140,7 +140,9 @@ def test_render_states_the_claims_from_the_numbers():
                             for a in arms if a["arm"] == "infonce"},
                 "hn-g0.5": {s: {d: {"R@1": a[f"{d}_R@1"]["per_seed"][s], "a_only": 4, "b_only": 1, "p": 0.4}
                                 for d in ("t2i", "i2t")} for s in (0, 1) for a in arms if a["arm"] == "hn-g0.5"}}
+    arms[0]["share_inactive_train"], arms[1]["share_inactive_train"] = 0.44, 0.0
     text = study.render(arms, study.paired_vs_baseline(per_seed), None, study.StudySizes())
+    assert "HN arm vs its InfoNCE twin: hn-g0.5 0.0% vs infonce 44.0%." in text
     assert "does not hold in fp32; it holds only for fp16 logits." in text  # 0% fp32 zeros, 50% fp16
     assert "the best main arm (hn-g0.5) vs InfoNCE on the same 2 seeds: t2i +3.00 [+3.00, +3.00] (excludes 0" in text
 
