@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 
 from hnbench.errors import CacheError
+from hnbench.io import atomic_write_bytes
 from hnbench.paths import cache_dir
-from hnbench.results import atomic_write_bytes
 
 __all__ = ["CacheStats", "CorruptShardError", "EmbeddingCache", "ShardStore", "clear", "default_root",
            "disk_usage", "list_models", "model_spec"]

@@ -29,7 +29,8 @@ import numpy as np
 
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
-from hnbench.results import EvalResult, atomic_write_bytes, read_per_query, read_result
+from hnbench.io import atomic_write_bytes
+from hnbench.results import EvalResult, read_per_query, read_result
 from hnbench.significance import PairedTest, holm, paired_test
 
 SCHEMA_VERSION = 1

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class HnbenchError(Exception):
     """Base class: the CLI prints these as one line and exits with status 2."""
@@ -33,3 +36,17 @@ class CacheError(HnbenchError):
 
 class WorkerError(HnbenchError):
     """A DataLoader worker died or stopped answering (most often: shared memory ran out)."""
+
+
+def did_you_mean(name: str, choices: Iterable[str], n: int = 3) -> str:
+    """``"did you mean 'a', 'b'?"`` for the ``choices`` closest to ``name`` (case-insensitive), or ``""``."""
+    by_lower = {str(c).lower(): str(c) for c in choices}
+    close = difflib.get_close_matches(name.lower(), by_lower, n=n)
+    return f"did you mean {', '.join(repr(by_lower[c]) for c in close)}?" if close else ""
+
+
+def unknown_name(kind: str, name: str, known: Iterable[str], n: int = 3) -> ConfigError:
+    """The one-line error for an unknown name: ``unknown KIND 'x'; did you mean 'y'? (known: ...)``."""
+    known = list(known)
+    hint = did_you_mean(name, known, n)
+    return ConfigError(f"unknown {kind} {name!r}{'; ' + hint if hint else ''} (known: {', '.join(known)})")

@@ -449,7 +449,7 @@ def leaderboard(results_dirs: Sequence[str | Path] = (), output: str | Path | No
                   command=_command(results_dirs, output, baseline, benchmarks, protocols, model_glob, sort, fmt,
                                    ci, reported, title), title=title)
     if output:
-        from hnbench.results import atomic_write_bytes
+        from hnbench.io import atomic_write_bytes
 
         atomic_write_bytes(output, text.encode())
     return text

@@ -36,22 +36,25 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import functools
 import hashlib
 import json
 import logging
 import math
 import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
+from hnbench.io import atomic_write_bytes, write_temp
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["EvalResult", "ResultFormatError", "atomic_write_bytes", "check_target", "metric_values",
+           "per_query_path", "per_query_version", "read_per_query", "read_result", "write_result",
+           "write_result_pair"]  # atomic_write_bytes: re-exported from hnbench.io, where it lives now
 
 SCHEMA_VERSION = 1
 KNOWN_SCHEMA_VERSIONS = tuple(range(SCHEMA_VERSION + 1))  # 0: before settings.search and ci95 were recorded
@@ -139,47 +142,6 @@ def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9._]+", "-", s).strip("-") or "x"
 
 
-@functools.lru_cache(maxsize=1)
-def _umask() -> int:
-    """The process umask, read once (``os.umask`` can only be read by setting it)."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _write_temp(path: Path, data: bytes) -> str:
-    """``data`` in a synced temporary file beside ``path``, with the mode a plain ``open`` would give."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600 whatever the umask
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return tmp
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and ``os.replace``: never a half-written file."""
-    path = Path(path)
-    tmp = _write_temp(path, data)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def check_target(result: EvalResult, output_dir: str | Path, overwrite: bool = False) -> bool:
     """Whether writing ``result`` replaces a file of the same run; raise if it would replace anything else.
 
@@ -218,8 +180,8 @@ def write_result_pair(result: EvalResult, output_dir: str | Path, per_query: byt
             digest = hashlib.sha256(per_query).hexdigest()
             pq_path = out / f"{result.stem()}.{digest[:12]}.queries.parquet"
             result.per_query, result.per_query_sha256 = pq_path.name, digest
-            pq_tmp = _write_temp(pq_path, per_query)
-        js_tmp = _write_temp(json_path, (json.dumps(result.to_dict(), indent=2, allow_nan=True) + "\n").encode())
+            pq_tmp = write_temp(pq_path, per_query)
+        js_tmp = write_temp(json_path, (json.dumps(result.to_dict(), indent=2, allow_nan=True) + "\n").encode())
         if pq_tmp is not None:
             existed = pq_path.exists()  # the same bytes from an earlier run: the old JSON may name it
             os.replace(pq_tmp, pq_path)

@@ -83,7 +83,7 @@ def costs(n_gallery: int, measure: Callable[[int, int, int], dict[str, float]], 
         entry = {"key": key, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
                  "costs": {str(s): measure(s, min(QUERIES, s), DIM) for s in SIZES}}
         table = {**(table if isinstance(table, dict) else {}), digest: entry}
-        from hnbench.results import atomic_write_bytes
+        from hnbench.io import atomic_write_bytes
 
         try:
             atomic_write_bytes(path, (json.dumps(table, indent=1) + "\n").encode())

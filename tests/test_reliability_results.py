@@ -15,6 +15,7 @@ import pytest
 from conftest import assert_one_line_error, make_pairs, snapshot, write_jsonl
 from safetensors.torch import save_file
 
+from hnbench import io as hnbench_io
 from hnbench import results
 from hnbench.cli import main
 from hnbench.errors import ConfigError
@@ -193,12 +194,12 @@ def test_item4_leaderboard_skips_impossible_values_and_unknown_schemas(tmp_path,
 def test_files_are_written_with_the_umask_mode(tmp_path):
     old = os.umask(0o027)
     try:
-        results._umask.cache_clear()
-        results.atomic_write_bytes(tmp_path / "a.bin", b"x")
+        hnbench_io.process_umask.cache_clear()
+        hnbench_io.atomic_write_bytes(tmp_path / "a.bin", b"x")
         r, data, _ = _pair_result([1, 2])
         path = write_result_pair(r, tmp_path / "res", data)
         modes = {p.name: p.stat().st_mode & 0o777 for p in [tmp_path / "a.bin", *path.parent.iterdir()]}
     finally:
         os.umask(old)
-        results._umask.cache_clear()
+        hnbench_io.process_umask.cache_clear()
     assert set(modes.values()) == {0o640}, modes

@@ -14,8 +14,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import os
@@ -24,6 +22,7 @@ from typing import Any
 
 from hnbench.data.base import FileImages, HFImages, ImageTextDataset, build_dataset
 from hnbench.errors import DataError
+from hnbench.io import read_rows
 
 logger = logging.getLogger(__name__)
 
@@ -42,47 +41,6 @@ def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], w
     flag = "--image-column" if what == "image" else "--caption-column"
     raise DataError(f"{where}: no {what} column (looked for {list(candidates)}); columns are {columns}. "
                     f"Name it with {flag}.")
-
-
-def _read_text(path: Path) -> str:
-    """The manifest as text: UTF-8, with or without the byte-order mark Excel writes."""
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise DataError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x} at column {column}); "
-                        f"save the manifest as UTF-8") from None
-
-
-def _read_rows(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
-    """The manifest's rows and the line number of each."""
-    text = _read_text(path)
-    if path.suffix == ".csv":
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        rows, lines = [], []
-        for row in reader:
-            n = reader.line_num
-            if None in row or any(v is None for v in row.values()):
-                raise DataError(f"{path}:{n}: row has a different number of fields than the header "
-                                f"{reader.fieldnames}")
-            rows.append(row)
-            lines.append(n)
-        return rows, lines
-    rows, lines = [], []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{n}: not valid JSON ({e.msg})") from e
-        if not isinstance(row, dict):
-            raise DataError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-        lines.append(n)
-    return rows, lines
 
 
 def _inside(base: Path, ref: str) -> bool:
@@ -127,7 +85,7 @@ def load_manifest(
     path = Path(path)
     if not path.is_file():
         raise DataError(f"manifest not found: {path}")
-    rows, lines = _read_rows(path)
+    rows, lines = read_rows(path)
     if not rows:
         raise DataError(f"{path}: manifest has no rows")
     columns = sorted(set().union(*(r.keys() for r in rows)))

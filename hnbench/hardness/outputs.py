@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hnbench.hardness.schema import HardnessReport, read_report
-from hnbench.results import atomic_write_bytes
+from hnbench.io import atomic_write_bytes
 
 if TYPE_CHECKING:
     from hnbench.hardness.run import CaptionSet

@@ -3,9 +3,7 @@ statistics → recall by hardness → JSON summary, per-item parquet, pair CSVs,
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import json
 import logging
 import re
 import time
@@ -22,6 +20,7 @@ from hnbench.hardness.analyze import analyze
 from hnbench.hardness.outputs import compare, write_outputs
 from hnbench.hardness.schema import HardnessReport, write_report
 from hnbench.hardness.stats import DEFAULT_EDGES
+from hnbench.io import read_rows
 from hnbench.validate import check_device, check_num_workers, check_output_dir, check_positive
 
 logger = logging.getLogger(__name__)
@@ -55,21 +54,6 @@ def _text_fingerprint(captions: Sequence[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def _rows(path: Path) -> list[dict[str, Any]]:
-    if path.suffix in (".csv", ".tsv"):
-        with open(path, newline="", encoding="utf-8") as f:
-            return list(csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ","))
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}:{n}: not valid JSON ({e.msg})") from e
-    return rows
-
-
 def load_captions(path: str | Path, *, column: str | None = None, label_field: str | None = None) -> CaptionSet:
     """A caption list: a text file (one caption a line; ids ``line<N>``) or a CSV/TSV/JSONL with a caption
     column (``caption``, ``text``, ...; a JSONL list value is several captions of one item) and optional
@@ -85,7 +69,7 @@ def load_captions(path: str | Path, *, column: str | None = None, label_field: s
         ids = [f"line{n}" for n, _ in kept]
         return CaptionSet(path.stem, [c for _, c in kept], ids, np.arange(len(kept)), ids, source=str(path),
                           fingerprint=_text_fingerprint([c for _, c in kept]), kind="captions")
-    rows = _rows(path)
+    rows, _ = read_rows(path)
     if not rows:
         raise DataError(f"{path}: no rows")
     columns = list(rows[0])
@@ -116,7 +100,7 @@ def image_labels(ds: ImageTextDataset, field: str, *, required: bool = True) -> 
     """Per-image values of ``field`` read from the dataset's manifest (``metadata.jsonl``/CSV), e.g.
     synthdense's ``family``; None (or an error when ``required``) if the manifest lacks it."""
     src = Path(ds.source) if ds.source else None
-    rows = _rows(src) if src is not None and src.is_file() and src.suffix in (".jsonl", ".csv") else []
+    rows = read_rows(src)[0] if src is not None and src.is_file() and src.suffix in (".jsonl", ".csv") else []
     by_id: dict[str, str] = {}
     for row in rows:
         if field not in row:

@@ -35,7 +35,7 @@ from hnbench._version import __version__
 from hnbench.errors import HnbenchError
 from hnbench.hardness.stats import Buckets, Distribution
 from hnbench.hardness.structure import Structure
-from hnbench.results import atomic_write_bytes
+from hnbench.io import atomic_write_bytes
 
 SCHEMA_VERSION = 1
 KIND = "hnbench.hardness"

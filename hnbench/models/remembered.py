@@ -157,7 +157,7 @@ def _still_valid(record: dict[str, Any]) -> tuple[bool, bool]:
 
 
 def _write(path: Path, record: dict[str, Any]) -> None:
-    from hnbench.results import atomic_write_bytes
+    from hnbench.io import atomic_write_bytes
 
     try:
         atomic_write_bytes(path, (json.dumps(record, indent=1) + "\n").encode())

@@ -15,10 +15,11 @@ from tqdm.auto import tqdm
 from hnbench.comparison import check_comparable, model_label
 from hnbench.data import ImageTextDataset, load_dataset
 from hnbench.errors import ConfigError
+from hnbench.io import atomic_write_bytes
 from hnbench.pages.html import render
 from hnbench.pages.page import Page, Row
 from hnbench.registry import DATASETS
-from hnbench.results import PER_QUERY_TOP, EvalResult, atomic_write_bytes, read_per_query, read_result
+from hnbench.results import PER_QUERY_TOP, EvalResult, read_per_query, read_result
 
 logger = logging.getLogger(__name__)
 THUMB_PX = 96

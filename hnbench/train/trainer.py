@@ -515,7 +515,7 @@ class _Run:
         self.dist.barrier()
 
     def _finish(self, state: Any, start: float, stopped: bool) -> Path:
-        from hnbench.results import atomic_write_bytes
+        from hnbench.io import atomic_write_bytes
         from hnbench.train.export import export_checkpoints
 
         c = self.config
