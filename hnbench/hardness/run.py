@@ -21,6 +21,7 @@ from hnbench.hardness.outputs import compare, write_outputs
 from hnbench.hardness.schema import HardnessReport, write_report
 from hnbench.hardness.stats import DEFAULT_EDGES
 from hnbench.io import read_rows
+from hnbench.registry import TEXT_ENCODERS
 from hnbench.validate import check_device, check_num_workers, check_output_dir, check_positive
 
 logger = logging.getLogger(__name__)
@@ -137,19 +138,11 @@ def _load_encoder(model: Any, pretrained: str | None, model_config: str | None, 
                   device: str) -> Any:
     if not isinstance(model, str):
         return model
-    from hnbench.hardness.text_encoders import TEXT_ENCODERS, load_text_encoder
-
     if model in TEXT_ENCODERS:
-        return load_text_encoder(model, device=device)
+        return TEXT_ENCODERS.get(model)(device=device)
     from hnbench.models import load_model
 
     return load_model(model, pretrained, model_config=model_config, context_length=context_length, device=device)
-
-
-def _text_encoder_names() -> tuple[str, ...]:
-    from hnbench.hardness.text_encoders import TEXT_ENCODERS
-
-    return tuple(TEXT_ENCODERS)
 
 
 def _slug(s: str) -> str:
@@ -308,7 +301,7 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
         enc = _load_encoder(m, pt, model_config, context_length, kwargs.get("device", "cpu"))
         for d in datasets:
             name = Path(d).stem if isinstance(d, str) else getattr(d, "name", "data")
-            text_only = isinstance(m, str) and m in _text_encoder_names()
+            text_only = isinstance(m, str) and m in TEXT_ENCODERS
             weights = f"-{_slug(Path(pt).stem)}" if pt and not text_only else ""
             sub = Path(output_dir) / f"{_slug(name)}__{_slug(m if isinstance(m, str) else enc.info.arch)}{weights}"
             reports.append(hardness(d, enc, output_dir=sub, **kwargs))

