@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from hnbench._version import __version__
 from hnbench.errors import HnbenchError
+from hnbench.registry import DATASETS, LOSSES, MODELS, RECIPES, TEXT_ENCODERS
 from hnbench.validate import PRECISIONS
 
 logger = logging.getLogger("hnbench")
@@ -27,9 +28,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     g = p.add_argument_group("model")
-    g.add_argument("--model", required=required,
-                   help="open_clip architecture (ViT-B-32, hf-hub:ORG/NAME, local-dir:DIR), or hf:ORG/NAME "
-                        "for transformers CLIP")
+    g.add_argument("--model", required=required, help=f"model name, by family: {MODELS.describe()}")
     g.add_argument("--pretrained", help="open_clip tag (needs the internet) or a local checkpoint "
                                         "(.safetensors / .pt / .bin)")
     g.add_argument("--model-config", help="JSON file registering a custom open_clip architecture")
@@ -39,7 +38,7 @@ def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 def _add_data_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     g = p.add_argument_group("data")
-    g.add_argument("--dataset", required=required, help="registered name (synthdense, …) or a path: "
+    g.add_argument("--dataset", required=required, help=f"registered name ({', '.join(DATASETS.names())}) or a path: "
                    "JSONL/CSV manifest, image folder with metadata.jsonl, HF dataset dir/parquet, hf:ORG/NAME")
     g.add_argument("--data-root", help="where a registered benchmark's files are")
     g.add_argument("--protocol", help="benchmark protocol / split (default: the benchmark's default)")
@@ -84,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("train", help="fine-tune an open_clip or HF CLIP model with HN-CLIP or InfoNCE "
                                       "(multi-GPU: torchrun --nproc-per-node N -m hnbench train ...)")
-    tr.add_argument("--recipe", help="built-in recipe name or TOML/YAML file; flags below override it")
+    tr.add_argument("--recipe", help=f"built-in recipe ({', '.join(RECIPES.names())}) or a TOML/YAML file; flags "
+                                     "below override it")
     _add_model_args(tr, required=False)
     _add_data_args(tr, required=False)
     _add_train_options(tr)
@@ -211,8 +211,7 @@ def _add_hardness_parser(sub: argparse._SubParsersAction) -> None:
                         "family; default auto (synthdense's family when present); 'none' to skip")
     g = p.add_argument_group("model")
     g.add_argument("--model", action="append", required=True,
-                   help="open_clip architecture / hf:ORG/NAME as for eval, or minilm (text-only sentence encoder); "
-                        "repeat to compare")
+                   help=f"a model as for eval, or a text-only encoder: {TEXT_ENCODERS.describe()}; repeat to compare")
     g.add_argument("--pretrained", action="append", help="weights for each --model (one, or one per model)")
     g.add_argument("--model-config", help="JSON file registering a custom open_clip architecture")
     g.add_argument("--context-length", type=int, help="text context length (default: the model's)")
@@ -371,7 +370,7 @@ def _add_train_options(tr: argparse.ArgumentParser) -> None:
         tr.add_argument(name, action="store_true", default=None, help=help)
 
     g = tr.add_argument_group("objective")
-    g.add_argument("--loss", choices=["hn", "infonce"])
+    g.add_argument("--loss", choices=LOSSES.names(), help=LOSSES.describe())
     g.add_argument("--gamma", type=float, help="HN margin weight γ (paper: 0.5)")
     g.add_argument("--label-smoothing", type=float)
     flag("--mask-duplicates", "mask same-image / identical-caption pairs inside a batch")

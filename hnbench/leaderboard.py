@@ -29,7 +29,6 @@ Rules (also in ``leaderboards/README.md``):
 
 from __future__ import annotations
 
-import difflib
 import html
 import logging
 import os
@@ -45,7 +44,7 @@ import pandas as pd
 
 from hnbench._version import __version__
 from hnbench.comparison import tests_against
-from hnbench.errors import ConfigError
+from hnbench.errors import ConfigError, did_you_mean
 from hnbench.reported import KS, families_of, mapped_families, reported_rows
 from hnbench.results import EvalResult, ResultFormatError, metric_values, read_result
 
@@ -148,8 +147,8 @@ def _normalise_sort(sort: str) -> str:
     for key in SORT_KEYS:
         if re.sub(r"[^a-z0-9]", "", key.lower()) == want:
             return key
-    hint = difflib.get_close_matches(sort, SORT_KEYS, n=1)
-    raise ConfigError(f"unknown sort key {sort!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
+    hint = did_you_mean(sort, SORT_KEYS, n=1)
+    raise ConfigError(f"unknown sort key {sort!r}" + (f"; {hint}" if hint else "")
                       + f" (one of: {', '.join(SORT_KEYS)})")
 
 

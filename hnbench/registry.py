@@ -127,7 +127,7 @@ TEXT_ENCODERS.register("minilm", "hnbench.models.sentence:load_minilm",
 
 # --- training losses -------------------------------------------------------------------------------
 LOSSES = Registry("loss")
-LOSSES.register("infonce", "hnbench.train.losses:info_nce_loss", help="symmetric InfoNCE (CLIP's loss)")
+LOSSES.register("infonce", "hnbench.train.losses:info_nce_loss", help="symmetric InfoNCE, CLIP's loss")
 LOSSES.register("hn", "hnbench.train.losses:hn_clip_loss", help="HN-CLIP: InfoNCE plus the γ-weighted margin term")
 
 # --- built-in training recipes: every TOML/YAML file in hnbench/train/recipes/ (target: its path) ----

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hnbench.errors import CheckpointError, ConfigError
+from hnbench.errors import CheckpointError, ConfigError, did_you_mean
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
 from hnbench.models.checkpoint import load_into, read_state_dict
 
@@ -177,10 +177,8 @@ def load_openclip(
         arch = register_model_config(model_config, name=arch or None)
     schema = arch.split(":", 1)[0] + ":" if arch.startswith(("hf-hub:", "local-dir:")) else None
     if schema is None and arch.replace("/", "-") not in open_clip.list_models():
-        import difflib
-
-        close = difflib.get_close_matches(arch, open_clip.list_models(), n=3)
-        hint = f"; did you mean {close}?" if close else ""
+        hint = did_you_mean(arch, open_clip.list_models())
+        hint = f"; {hint}" if hint else ""
         raise ConfigError(f"unknown open_clip architecture {arch!r}{hint} (or pass --model-config FILE.json)")
     local_file, tag = (None, None) if schema else _resolve_pretrained(arch, pretrained)
     local_sd = None

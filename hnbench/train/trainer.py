@@ -31,11 +31,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from hnbench.errors import ConfigError
+from hnbench.errors import ConfigError, did_you_mean
+from hnbench.registry import LOSSES, RECIPES
 
 logger = logging.getLogger(__name__)
 
-RECIPE_DIR = Path(__file__).parent / "recipes"
 # What a run writes into its output directory: removed (and nothing else) when --overwrite starts afresh there.
 RUN_OUTPUTS = ("last", "eval", "adapter", "hf_model", "checkpoint.safetensors", "log.jsonl", "diagnostics.jsonl",
                "train_config.json", "report.png")
@@ -111,10 +111,8 @@ class TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            import difflib
-
-            hints = {u: difflib.get_close_matches(u, known, n=1) for u in unknown}
-            hint = "; ".join(f"{u} (did you mean {h[0]!r}?)" for u, h in hints.items() if h)
+            hints = {u: did_you_mean(u, sorted(known), n=1) for u in unknown}
+            hint = "; ".join(f"{u} ({h})" for u, h in hints.items() if h)
             raise ConfigError(f"unknown training options {unknown}{'; ' + hint if hint else ''}; "
                               f"known: {sorted(known)}")
         cfg = cls(**d)
@@ -123,7 +121,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         checks = [
-            (self.loss in ("hn", "infonce"), f"loss must be 'hn' or 'infonce', got {self.loss!r}"),
+            (self.loss in LOSSES, f"loss must be {' or '.join(map(repr, LOSSES.names()))}, got {self.loss!r}"),
             (self.accum_steps >= 1, "accum_steps must be >= 1"),
             (self.accum_mode in ("loss", "cached"), f"accum_mode must be 'loss' or 'cached', got {self.accum_mode!r}"),
             (self.g_source in ("current", "frozen_init"), f"g_source must be 'current' or 'frozen_init', got {self.g_source!r}"),
@@ -146,11 +144,10 @@ def load_recipe(name_or_path: str) -> dict[str, Any]:
     """Read a recipe (TOML, or YAML with pyyaml): a built-in name from ``hnbench/train/recipes/`` or a path."""
     path = Path(name_or_path)
     if not path.is_file():
-        matches = [RECIPE_DIR / f"{name_or_path}{ext}" for ext in (".toml", ".yaml", ".yml")]
-        path = next((p for p in matches if p.is_file()), matches[0])
-    if not path.is_file():
-        known = sorted(p.stem for p in RECIPE_DIR.glob("*") if p.suffix in (".toml", ".yaml", ".yml"))
-        raise ConfigError(f"no recipe {name_or_path!r} (built-in: {known})")
+        if name_or_path not in RECIPES:
+            hint = did_you_mean(name_or_path, RECIPES.names())
+            raise ConfigError(f"no recipe {name_or_path!r}{'; ' + hint if hint else ''} (built-in: {RECIPES.names()})")
+        path = RECIPES.get(name_or_path)
     if path.suffix in (".yaml", ".yml"):
         try:
             import yaml
@@ -167,10 +164,6 @@ def load_recipe(name_or_path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"recipe {path}: expected a table of options")
     return data
-
-
-def list_recipes() -> list[str]:
-    return sorted(p.stem for p in RECIPE_DIR.glob("*") if p.suffix in (".toml", ".yaml", ".yml"))
 
 
 def seed_everything(seed: int) -> None:
@@ -237,7 +230,6 @@ class _Run:
     def __init__(self, config: TrainConfig, dist: Any, progress: bool) -> None:
         from hnbench.data import load_dataset
         from hnbench.models import load_model
-        from hnbench.registry import LOSSES
         from hnbench.train.batches import GlobalBatchSampler, PairItems, group_positions, subset_fraction
         from hnbench.train.step import Objective
         from hnbench.train.towers import CLIPTowers, param_groups

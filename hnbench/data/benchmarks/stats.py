@@ -90,7 +90,8 @@ def list_rows() -> list[dict[str, Any]]:
     for name in DATASETS.names():
         spec = BENCHMARKS.get(name)
         if spec is None:
-            rows.append({"name": name, "title": "(registered loader)", "protocols": [], "license": ""})
+            rows.append({"name": name, "title": DATASETS.help(name) or "(registered loader)", "protocols": [],
+                         "license": ""})
             continue
         protos = [f"{p.name}{'*' if p.name == spec.default_protocol else ''} ({p.n_images or '?'})"
                   for p in spec.protocols]
