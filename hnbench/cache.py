@@ -40,7 +40,7 @@ import struct
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,17 +74,9 @@ def default_root() -> Path:
 
 @dataclass
 class CacheStats:
-    """What one run took from the cache and what it had to encode."""
+    """What one run met in the cache that its result records (hits and encodes are counted by the encoder)."""
 
-    image_hits: int = 0
-    image_encoded: int = 0
-    text_hits: int = 0
-    text_encoded: int = 0
     corrupt_shards: int = 0
-    shards_written: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 # --- keys ----------------------------------------------------------------------------------------
@@ -282,16 +274,10 @@ class ShardStore:
             if found.all():
                 break
         hit = found[inverse]
-        self._count(int(hit.sum()), "hits")
         return hit, u_vec[inverse], u_aux[inverse]
-
-    def _count(self, n: int, what: str) -> None:
-        name = f"{self.kind}_{what}"
-        setattr(self.stats, name, getattr(self.stats, name) + n)
 
     def write(self, keys: np.ndarray, vectors: np.ndarray, aux: np.ndarray | None = None) -> Path | None:
         """Write one shard atomically; its name is its checksum, so rewriting the same items is a no-op."""
-        self._count(len(keys), "encoded")
         if not len(keys) or self.unwritable:
             return None
         data = encode_shard(self.kind, self.model_key, keys, vectors, aux)
@@ -303,7 +289,6 @@ class ShardStore:
             logger.warning("cannot write the embedding cache at %s (%s); continuing without writing to it",
                            self.directory, e)
             return None
-        self.stats.shards_written += 1
         return path
 
     def writer(self, shard_items: int, flush_seconds: float) -> ShardWriter:

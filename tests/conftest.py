@@ -83,11 +83,6 @@ def make_pairs(root: Path, n: int = 12, seed: int = 0) -> list[tuple[str, str]]:
     return pairs
 
 
-@pytest.fixture
-def pairs_dir(tmp_path) -> tuple[Path, list[tuple[str, str]]]:
-    return tmp_path, make_pairs(tmp_path)
-
-
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path

@@ -13,15 +13,12 @@ For labels ``l_i`` (and groups ``g_i`` as in :mod:`hnbench.hardness.stats`):
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from hnbench.hardness.stats import Distribution, PairSample, PairSums, _as_unit
-
-logger = logging.getLogger(__name__)
 
 MAX_WITHIN_PAIRS = 50_000_000  # labels are meant to be small groups; beyond this they are not "near-duplicates"
 

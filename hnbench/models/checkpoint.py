@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import pickle
 import zipfile
 from collections.abc import Mapping
@@ -11,8 +10,6 @@ from pathlib import Path
 import torch
 
 from hnbench.errors import CheckpointError
-
-logger = logging.getLogger(__name__)
 
 _NESTED_KEYS = ("state_dict", "model", "model_state_dict", "module")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,6 @@ import torch
 
 from hnbench.errors import CheckpointError, ConfigError
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
-
-logger = logging.getLogger(__name__)
 
 
 class _HFImageTransform:

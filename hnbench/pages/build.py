@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import io
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,6 @@ from hnbench.pages.page import Page, Row
 from hnbench.registry import DATASETS
 from hnbench.results import PER_QUERY_TOP, EvalResult, read_per_query, read_result
 
-logger = logging.getLogger(__name__)
 THUMB_PX = 96
 
 

@@ -307,11 +307,3 @@ def goal_resource(lst: SplitList) -> Resource:
 # {"filename": ".../photos/sa_<id>.jpg", "caption": ...}; DCI and Long-DCI's goal protocols use them.
 GOAL_DCI_TEST = SplitList("DCI_test.json", 1999, "35227d8dfe02eccfff44947ecd0c265fb20ce3c03a59c85f062356b7c15165ae")
 GOAL_DCI_TRAIN = SplitList("DCI_train_del_org.json", 5445)  # no published checksum: the hash is recorded
-
-# As GOAL's README gives it (github.com/PerceptualAI-Lab/GOAL at GOAL_COMMIT), author field included.
-GOAL_CITATION = """@inproceedings{Hyungyu_2025_CVPR,
-  author={Hyungyu Choi, Young Kyun Jang, Chanho Eom},
-  title={GOAL: Global-local Object Alignment Learning},
-  booktitle={Proceedings of the IEEE/CVF Conference on Computer Vision and Pattern Recognition (CVPR)},
-  year={2025}
-}"""
