@@ -7,6 +7,7 @@ from typing import Any
 
 from hnbench.data.base import FileImages, HFImages, ImageSource, ImageTextDataset
 from hnbench.errors import DataError
+from hnbench.registry import DATASETS
 
 __all__ = ["FileImages", "HFImages", "ImageSource", "ImageTextDataset", "load_dataset"]
 
@@ -32,7 +33,6 @@ def load_dataset(
     unless ``allow_outside_paths``.
     """
     from hnbench.data import local
-    from hnbench.registry import DATASETS
 
     columns = {"image_column": image_column, "caption_column": caption_column}
     if name_or_path in DATASETS:
@@ -50,5 +50,4 @@ def load_dataset(
         return local.load_hf(name_or_path.removeprefix("hf:"), split=split, skip_invalid=skip_invalid, **columns)
     if "/" in name_or_path or name_or_path.endswith((".jsonl", ".csv")):
         raise DataError(f"dataset path not found: {name_or_path}")
-    DATASETS.get(name_or_path)  # raises with "did you mean"
-    raise DataError(f"unknown dataset {name_or_path!r}")
+    raise DATASETS.error(name_or_path)

@@ -10,6 +10,7 @@ import numpy as np
 from hnbench.data.benchmarks import BENCHMARKS, get_benchmark
 from hnbench.data.benchmarks.readers import CAPTION_RULES
 from hnbench.data.benchmarks.spec import BenchmarkSpec, load_benchmark
+from hnbench.registry import DATASETS
 
 
 def _summary(x: np.ndarray) -> dict[str, float]:
@@ -84,8 +85,6 @@ def describe(
 
 def list_rows() -> list[dict[str, Any]]:
     """One row per registered dataset: benchmarks with their protocols, other loaders by name."""
-    from hnbench.registry import DATASETS
-
     rows = []
     for name in DATASETS.names():
         spec = BENCHMARKS.get(name)
