@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hnbench.errors import unknown_name
+from hnbench.errors import ConfigError, unknown_name
 
 __all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "RECIPES", "RECIPE_DIR", "TEXT_ENCODERS", "Registry",
-           "Target"]
+           "Target", "model_family"]
 
 RECIPE_DIR = Path(__file__).parent / "train" / "recipes"
 RECIPE_SUFFIXES = (".toml", ".yaml", ".yml")
@@ -86,7 +86,7 @@ class Registry:
         hits = [p for p in self._prefixes if value.startswith(p)]
         return self._prefixes[max(hits, key=len)] if hits else self.default
 
-    def error(self, name: str) -> Exception:
+    def error(self, name: str) -> ConfigError:
         """The one-line ConfigError for an unknown ``name``, with "did you mean" and the known names."""
         return unknown_name(self.kind, name, self.names())
 
@@ -119,6 +119,14 @@ MODELS.register("open_clip", "hnbench.models.openclip:load_openclip", prefixes=(
                 help="open_clip architecture: ViT-B-32, hnbench-tiny, hf-hub:ORG/NAME, local-dir:DIR")
 MODELS.register("hf", "hnbench.models.hf:load", prefixes=("hf:",),
                 help="transformers CLIP: hf:ORG/NAME or a save_pretrained directory")
+
+
+def model_family(model: str) -> str:
+    """The :data:`MODELS` entry that loads ``model``: a ``save_pretrained`` directory (with config.json) is
+    ``hf``; otherwise by name prefix, open_clip by default."""
+    path = Path(model)
+    return "hf" if path.is_dir() and (path / "config.json").is_file() else str(MODELS.match(model))
+
 
 # --- text-only encoders for hardness (a caption set's geometry need not come from a CLIP tower) -------
 TEXT_ENCODERS = Registry("text encoder")

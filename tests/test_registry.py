@@ -22,6 +22,7 @@ from hnbench.registry import (
     TEXT_ENCODERS,
     Registry,
     Target,
+    model_family,
 )
 from hnbench.train.trainer import TrainConfig, load_recipe
 
@@ -59,7 +60,10 @@ def test_every_entry_resolves():
         TrainConfig.from_dict(load_recipe(name))  # each built-in recipe is a valid training config
 
 
-def test_model_family_by_prefix():
+def test_model_family_by_prefix(tmp_path):
+    assert model_family(str(tmp_path)) == "open_clip"
+    (tmp_path / "config.json").write_text("{}")
+    assert model_family(str(tmp_path)) == "hf"  # a save_pretrained directory
     assert MODELS.match("hf:openai/clip-vit-base-patch32") == "hf"
     assert MODELS.match("hf-hub:timm/ViT-B-16-SigLIP") == "open_clip"  # the longer prefix is not hf:
     assert MODELS.match("local-dir:/tmp/x") == "open_clip"

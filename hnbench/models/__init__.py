@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hnbench.errors import CheckpointError
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
-from hnbench.registry import MODELS
+from hnbench.registry import MODELS, model_family
 from hnbench.validate import check_precision
 
 __all__ = ["Encoder", "ModelInfo", "TokenizedTexts", "load_model"]
@@ -58,6 +58,6 @@ def _load(model: str, pretrained: str | None, *, model_config: str | Path | None
 
         return load_with_adapter(model, pretrained, model_config=model_config, context_length=context_length,
                                  device=device, precision=precision)
-    family = "hf" if Path(model).is_dir() and (Path(model) / "config.json").is_file() else MODELS.match(model)
-    return MODELS.get(family)(model, pretrained, model_config=model_config, context_length=context_length,
-                              device=device, precision=precision, init_seed=init_seed)
+    return MODELS.get(model_family(model))(model, pretrained, model_config=model_config,
+                                           context_length=context_length, device=device, precision=precision,
+                                           init_seed=init_seed)

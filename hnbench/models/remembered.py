@@ -39,6 +39,7 @@ from hnbench._version import __version__
 from hnbench.errors import CheckpointError
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
 from hnbench.models.peft_loading import is_adapter_dir
+from hnbench.registry import model_family
 
 __all__ = ["RememberedEncoder", "load_remembered"]
 
@@ -99,7 +100,7 @@ def weight_files(model: str, pretrained: str | None, model_config: str | Path | 
 
     if is_adapter_dir(pretrained):
         return None
-    if model.startswith("hf:") or (Path(model).is_dir() and (Path(model) / "config.json").is_file()):
+    if model_family(model) == "hf":
         return _dir_files(Path(model)) if Path(model).is_dir() and not model.startswith("hf:") else None
     if model.startswith("hf-hub:"):
         return None

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.errors import ConfigError
+from hnbench.io import read_rows
 
 __all__ = ["epoch_table", "read_run", "render_table", "train_report"]
 
@@ -23,9 +24,7 @@ COLUMNS = [("epoch", "epoch"), ("share_active_infonce", "active InfoNCE"), ("sha
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_rows(path)[0] if path.is_file() else []
 
 
 def read_run(run_dir: str | Path) -> dict[str, Any]:
