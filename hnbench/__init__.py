@@ -13,12 +13,12 @@ Public API (imported lazily so ``import hnbench`` stays light)::
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import Any
 
 from hnbench._version import __version__
+from hnbench.registry import Target
 
 _LAZY = {
     "evaluate": "hnbench.evaluate:evaluate",
@@ -40,8 +40,7 @@ __all__ = ["__version__", *_LAZY]
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        module, _, attr = _LAZY[name].partition(":")
-        value = getattr(importlib.import_module(module), attr)
+        value = Target(_LAZY[name]).resolve()
         globals()[name] = value  # resolved once; later look-ups never reach __getattr__ again
         return value
     raise AttributeError(f"module 'hnbench' has no attribute {name!r}")
