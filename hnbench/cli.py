@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
 import sys
+import types
+import typing
 from collections.abc import Sequence
+from typing import Any
 
 from hnbench._version import __version__
 from hnbench.errors import HnbenchError
-from hnbench.validate import PRECISIONS
+from hnbench.settings import EvalSettings, option_help
 
 logger = logging.getLogger("hnbench")
 
@@ -33,11 +37,9 @@ def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     g.add_argument("--pretrained", help="open_clip tag (needs the internet) or a local checkpoint "
                                         "(.safetensors / .pt / .bin)")
     g.add_argument("--model-config", help="JSON file registering a custom open_clip architecture")
-    g.add_argument("--context-length", type=int, help="text context length (default: the model's)")
-    g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
 
 
-def _add_data_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+def _add_data_args(p: argparse.ArgumentParser, required: bool = True, skip_invalid: bool = True) -> None:
     g = p.add_argument_group("data")
     g.add_argument("--dataset", required=required, help="registered name (synthdense, …) or a path: "
                    "JSONL/CSV manifest, image folder with metadata.jsonl, HF dataset dir/parquet, hf:ORG/NAME")
@@ -49,13 +51,13 @@ def _add_data_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     g.add_argument("--split-file", action="append", metavar="PATH",
                    help="a protocol's split list (e.g. GOAL's DCI_test.json) or a folder holding it; its sha256 "
                         "is checked against the published one (a mismatch warns) and recorded; repeatable")
-    _add_validity_args(g)
+    _add_validity_args(g, skip_invalid)
 
 
-def _add_validity_args(g: argparse._ActionsContainer) -> None:
+def _add_validity_args(g: argparse._ActionsContainer, skip_invalid: bool = True) -> None:
     """The flags deciding what a bad item or a short benchmark does (eval, train, datasets info)."""
-    g.add_argument("--skip-invalid", action="store_true",
-                   help="drop and count missing/corrupt images and empty captions instead of failing")
+    if skip_invalid:  # eval's comes from EvalSettings
+        g.add_argument("--skip-invalid", action="store_true", help=option_help(EvalSettings, "skip_invalid"))
     g.add_argument("--allow-count-mismatch", action="store_true",
                    help="run even if a benchmark's loaded counts (after skipping) differ from the published "
                         "ones (recorded)")
@@ -73,13 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="score a model on an image–caption set (R@K both directions)")
     _add_model_args(ev)
-    _add_data_args(ev)
+    _add_data_args(ev, skip_invalid=False)
     ev.add_argument("--output", required=True, help="directory for the result JSON and per-query parquet")
     _add_eval_options(ev)
 
     demo = sub.add_parser("demo", help="the built-in default: hnbench's tiny model on synthdense test")
     demo.add_argument("--output", default="results/demo", help="result directory (default: results/demo)")
-    demo.add_argument("--device", default="cpu")
     _add_eval_options(demo)
 
     tr = sub.add_parser("train", help="fine-tune an open_clip or HF CLIP model with HN-CLIP or InfoNCE "
@@ -313,28 +314,65 @@ def _run_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = False) -> None:
+    """One flag per field of the settings dataclass ``cls`` (see :func:`hnbench.settings.option`), in its group.
+
+    ``sparse``: every default is None, so only the flags given override a recipe. A flag already on
+    ``p`` (the shared model / data flags) is kept as it is.
+    """
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        if not meta.get("cli", True):
+            continue
+        flag = meta.get("flag") or "--" + f.name.replace("_", "-")
+        if flag in p._option_string_actions:
+            continue
+        group = _group(p, meta.get("group") or "options")
+        default = None if f.default is dataclasses.MISSING else f.default
+        kw: dict[str, Any] = {"dest": f.name, "help": meta["help"].replace("%", "%%"), **meta.get("argparse", {})}
+        kind = hints[f.name]
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None → X
+            kind = next(t for t in typing.get_args(kind) if t is not type(None))
+        origin = typing.get_origin(kind)
+        if kind is bool and default is True:
+            group.add_argument("--no-" + flag[2:], action="store_const", const=False,
+                               default=None if sparse else True, **kw)
+            continue
+        if kind is bool:
+            group.add_argument(flag, action="store_true", default=None if sparse else False, **kw)
+            continue
+        if origin in (list, tuple):
+            item = typing.get_args(kind)[0]
+            if meta.get("sep"):
+                kw["type"] = lambda text, sep=meta["sep"]: [t for t in text.split(sep) if t]
+            else:
+                kw.update(type=item, nargs=kw.get("nargs", "+"))
+            default = list(default) if isinstance(default, (list, tuple)) else default
+        elif kind in (int, float, str):
+            kw.setdefault("type", kind)
+        if meta.get("choices"):
+            kw["choices"] = list(meta["choices"])
+        else:
+            kw.setdefault("metavar", flag[2:].upper().replace("-", "_"))
+        group.add_argument(flag, default=None if sparse else default, **kw)
+
+
+def _group(p: argparse.ArgumentParser, title: str) -> argparse._ArgumentGroup:
+    """The argument group of that title on ``p`` (made if missing): shared "model", "data", ... groups."""
+    return next((g for g in p._action_groups if g.title == title), None) or p.add_argument_group(title)
+
+
 def _add_eval_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("evaluation")
-    g.add_argument("--batch-size", type=int, default=64)
-    g.add_argument("--num-workers", type=int, help="image decoding and tokenizing workers (default: CPU count, at "
-                                                   "most 8); 0 decodes in the main process and needs no shared "
-                                                   "memory")
-    g.add_argument("--backend", default="auto", choices=["auto", "torch", "faiss"], help="exact search backend")
-    g.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                   help="model weights precision; the images are cast to it (all three run on CPU and CUDA)")
-    g.add_argument("--amp", action="store_true", help="autocast the encoders (CUDA only)")
-    g.add_argument("--k", type=int, nargs="+", default=[1, 5, 10], help="recall cut-offs")
-    g.add_argument("--no-ci", action="store_true", help="skip bootstrap confidence intervals")
-    g.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
-    g.add_argument("--cache-dir", help="embedding cache directory (default: $HNBENCH_CACHE/embeddings, else "
-                                       "$XDG_CACHE_HOME/hnbench/embeddings, else ~/.cache/hnbench/embeddings)")
-    g.add_argument("--search", default="exact", choices=["exact", "approximate"],
-                   help="approximate: faiss HNSW for exploring large galleries; reports its recall against exact "
-                        "search on a sample and is marked so leaderboards keep it apart")
-    g.add_argument("--json", action="store_true", help="print the result record as JSON instead of a table")
-    g.add_argument("--overwrite", action="store_true",
-                   help="replace an existing file of the same name that holds another result or is unreadable "
-                        "(a rerun of the same model, data and settings replaces its own file without it)")
+    _add_settings_args(p, EvalSettings)
+    _group(p, "evaluation").add_argument(
+        "--json", action="store_true", help="print the result record as JSON instead of a table")
+
+
+def eval_settings(args: argparse.Namespace) -> EvalSettings:
+    """The evaluation settings of parsed ``eval`` / ``demo`` flags (the global -q turns progress off)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(EvalSettings) if f.metadata["cli"]}
+    return EvalSettings(**given, progress=not args.quiet)
 
 
 def _run_eval(args: argparse.Namespace, model: dict) -> int:
@@ -344,13 +382,9 @@ def _run_eval(args: argparse.Namespace, model: dict) -> int:
         model["model"], model["dataset"], pretrained=model.get("pretrained"),
         model_config=model.get("model_config"), data_root=model.get("data_root"), protocol=model.get("protocol"),
         split=model.get("split"), image_column=model.get("image_column"),
-        caption_column=model.get("caption_column"), context_length=model.get("context_length"),
-        output_dir=args.output, device=args.device, batch_size=args.batch_size, num_workers=args.num_workers,
-        precision=args.precision, amp=args.amp, backend=args.backend, ks=tuple(args.k), ci=not args.no_ci,
-        skip_invalid=model.get("skip_invalid", False), use_cache=not args.no_cache, progress=not args.quiet,
+        caption_column=model.get("caption_column"), output_dir=args.output, settings=eval_settings(args),
         dataset_options={k: model[k] for k in ("split_file", "allow_count_mismatch", "allow_outside_paths")
-                         if model.get(k)},
-        cache_dir=args.cache_dir, search=args.search, overwrite=args.overwrite)
+                         if model.get(k)})
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return 0
     if args.json:
@@ -548,7 +582,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hnbench: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # the encoders' cache writers flush on the way out; rerun to resume
-        encodes = args.command in ("eval", "demo", "hardness") and not getattr(args, "no_cache", False)
+        cached = getattr(args, "use_cache", not getattr(args, "no_cache", False))  # eval's / hardness's flag
+        encodes = args.command in ("eval", "demo", "hardness") and cached
         print("hnbench: interrupted" + ("; the embeddings encoded so far are cached: rerun to resume" if encodes
                                         else ""), file=sys.stderr)
         return 130
