@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hnbench.errors import ConfigError
 from hnbench.validate import BACKENDS, PRECISIONS, SEARCHES, check_eval
 
 __all__ = ["EvalSettings", "option", "option_help", "resume_free", "from_options"]
@@ -22,18 +24,20 @@ __all__ = ["EvalSettings", "option", "option_help", "resume_free", "from_options
 
 def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None = None, flag: str | None = None,
            choices: Sequence[str] | None = None, cli: bool = True, record: bool | str = False,
-           resume_free: bool = False, sep: str | None = None, default_factory: Any = dataclasses.MISSING,
-           **argparse_extra: Any) -> Any:
+           resume_free: bool = False, sep: str | None = None, minimum: int | None = None,
+           default_factory: Any = dataclasses.MISSING, **argparse_extra: Any) -> Any:
     """A dataclass field with the metadata the CLI, resume check and result record read.
 
     ``flag`` defaults to ``--field-name`` (a bool whose default is True becomes ``--no-<flag>``);
     ``cli=False`` gives no flag; ``record`` is True (always written to the result's settings) or
     ``"if_set"`` (written when it differs from the default, so default results keep their bytes);
     ``resume_free`` marks a training option that may change when a run is resumed; ``sep`` parses a
-    list flag from one separated string; other keywords (nargs, const, metavar) go to argparse as they are.
+    list flag from one separated string; ``minimum``: an integer at least this (checked by ``validate``);
+    other keywords (nargs, const, metavar) go to argparse as they are.
     """
     meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices else None,
-            "cli": cli, "record": record, "resume_free": resume_free, "sep": sep, "argparse": argparse_extra}
+            "cli": cli, "record": record, "resume_free": resume_free, "sep": sep, "minimum": minimum,
+            "argparse": argparse_extra}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -47,6 +51,15 @@ def option_help(cls: type, name: str) -> str:
 def resume_free(cls: type) -> frozenset[str]:
     """Names of the fields of ``cls`` that may differ between an interrupted run and its continuation."""
     return frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get("resume_free"))
+
+
+def check_minimums(settings: Any) -> None:
+    """Fields declared with ``minimum`` hold an integer at least that large."""
+    for f in dataclasses.fields(settings):
+        low, value = f.metadata.get("minimum"), getattr(settings, f.name)
+        if low is not None and (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low):
+            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+            raise ConfigError(f"{flag} must be an integer >= {low}, got {value!r}")
 
 
 def from_options(cls: type, base: Any | None, options: Mapping[str, Any]) -> Any:
@@ -77,7 +90,8 @@ class EvalSettings:
                          help="approximate: faiss HNSW for exploring large galleries; reports its recall against "
                               "exact search on a sample and is marked so leaderboards keep it apart")
     ks: tuple[int, ...] = option((1, 5, 10), group="evaluation", record=True, flag="--k", help="recall cut-offs")
-    ci: bool = option(True, group="evaluation", record=True, help="bootstrap confidence intervals of R@K (on by default; --no-ci skips them)")
+    ci: bool = option(True, group="evaluation", record=True,
+                      help="bootstrap confidence intervals of R@K (on by default; --no-ci skips them)")
     text_batch_size: int | None = option(None, group="evaluation",
                                          help="captions per encoder batch (default: max(--batch-size, 64))")
     num_workers: int | None = option(None, group="evaluation",
@@ -110,6 +124,7 @@ class EvalSettings:
         check_eval(ks=self.ks, batch_size=self.batch_size, text_batch_size=self.text_batch_size,
                    num_workers=self.num_workers, device=self.device, precision=self.precision,
                    output_dir=output_dir, search=self.search, backend=self.backend)
+        check_minimums(self)
 
     def recorded(self) -> dict[str, Any]:
         """The fields marked ``record``, as written to a result's ``settings`` (tuples as lists)."""
