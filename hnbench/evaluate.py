@@ -60,6 +60,7 @@ def score_embeddings(
     ci: bool = True,
     progress: bool = False,
     search: str = "exact",
+    seed: int = 0,
 ) -> tuple[dict[str, dict], dict[str, dict], dict[str, RetrievalOutput]]:
     """Score given embeddings in both directions: returns (metrics, ci95, raw outputs) keyed t2i / i2t.
 
@@ -80,7 +81,7 @@ def score_embeddings(
             "i2t": run(image_vectors, text_vectors, i2t_ptr, i2t_idx, "search i2t")}
     metrics, ci95 = {}, {}
     for direction, out in outs.items():
-        summary = summarize(out.rank, out.tied, ks=ks, ci=ci)
+        summary = summarize(out.rank, out.tied, ks=ks, ci=ci, seed=seed)
         ci95[direction] = summary.pop("ci95", None) or {}
         metrics[direction] = summary
     return metrics, ci95, outs
@@ -266,7 +267,7 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
     # "auto" is resolved per search (by a stored calibration and a probe on this data), in retrieve
     metrics, ci95, outs = score_embeddings(image_vectors, txt.vectors, dataset.caption_image, ks=s.ks,
                                            backend=s.backend, device=search_device, ci=s.ci, progress=s.progress,
-                                           search=s.search)
+                                           search=s.search, seed=s.seed)
     timings["search_and_metrics"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
     # Items encoded by any rank in this run, and those that came from an earlier run's cache.

@@ -92,6 +92,8 @@ class EvalSettings:
     ks: tuple[int, ...] = option((1, 5, 10), group="evaluation", record=True, flag="--k", help="recall cut-offs")
     ci: bool = option(True, group="evaluation", record=True,
                       help="bootstrap confidence intervals of R@K (on by default; --no-ci skips them)")
+    seed: int = option(0, group="evaluation", record="if_set", minimum=0,
+                       help="seed of the bootstrap resampling (default 0)")
     text_batch_size: int | None = option(None, group="evaluation",
                                          help="captions per encoder batch (default: max(--batch-size, 64))")
     num_workers: int | None = option(None, group="evaluation",
