@@ -91,3 +91,76 @@ def test_seed_changes_the_bootstrap_only(micro_config, tmp_path, capsys):
                "--output", str(tmp_path / "cli"), "--num-workers", "0", "--seed", "7", "--json"])
     cli = json.loads(capsys.readouterr().out)
     assert rc == 0 and cli["ci95"] == other.ci95 and cli["settings"]["seed"] == 7
+
+
+# --- training: TrainConfig's field metadata ---------------------------------------------------------
+def test_resume_free_comes_from_train_config_metadata():
+    from hnbench.train.state import RESUME_FREE, check_resume_config
+    from hnbench.train.trainer import TrainConfig
+
+    declared = {f.name for f in dataclasses.fields(TrainConfig) if f.metadata["resume_free"]}
+    assert RESUME_FREE == declared
+    # the set the trainer refused with before it was generated: where a run may and may not change on resume
+    assert declared == {"output", "resume", "overwrite", "stop_at_step", "num_workers", "log_every", "save_every",
+                        "device", "diag_every", "active_threshold", "eval_dataset", "eval_protocol",
+                        "eval_data_root", "eval_dataset_options", "eval_every", "eval_at_start", "eval_batch_size"}
+    saved = dataclasses.asdict(TrainConfig())
+    check_resume_config(saved, {**saved, **{name: "changed" for name in declared}})
+    with pytest.raises(ConfigError, match="cannot resume.*lr"):
+        check_resume_config(saved, {**saved, "lr": 1.0})
+
+
+def test_train_flags_come_from_train_config_fields(tmp_path):
+    from hnbench.train.trainer import RECIPE_DIR, TrainConfig, load_recipe
+
+    parser, p = _subparser("train")
+    actions = _by_dest(p)
+    for f in dataclasses.fields(TrainConfig):
+        if not f.metadata["cli"]:
+            assert isinstance(f.default_factory(), dict)  # only the loaders' option tables: recipe / --set
+            continue
+        action = actions[f.name]
+        assert action.default is None, f"--{f.name} would override a recipe's {f.name} unasked"
+        if f.name not in ("model", "pretrained", "model_config", "dataset", "data_root", "protocol"):  # shared
+            assert action.help == f.metadata["help"]
+        if f.metadata["choices"]:
+            assert list(action.choices) == list(f.metadata["choices"])
+    # recipe keys are field names
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    for recipe in RECIPE_DIR.glob("*.toml"):
+        assert set(load_recipe(str(recipe))) <= names, recipe.name
+    args = parser.parse_args(["train", "--recipe", "x", "--lora-targets", "c_fc,c_proj", "--resume",
+                              "--no-eval-at-start", "--amp"])
+    assert args.device is None  # no --device: the recipe's device stands (no special case)
+    assert args.lora_targets == ["c_fc", "c_proj"] and args.resume == "" and args.eval_at_start is False
+    assert args.amp is True and args.lock_text is None
+
+
+# --- hardness -----------------------------------------------------------------------------------------
+def test_every_hardness_setting_is_a_flag_and_the_cli_matches_python(tmp_path):
+    import inspect
+
+    from hnbench.hardness.analyze import analyze
+    from hnbench.settings import HardnessSettings
+
+    parser, p = _subparser("hardness")
+    actions = _by_dest(p)
+    for f in dataclasses.fields(HardnessSettings):
+        if f.metadata["cli"]:
+            assert actions[f.name].help.replace("%%", "%") == f.metadata["help"]
+    base = ["hardness", "--dataset", "d", "--model", "m", "--output", str(tmp_path)]
+    assert parser.parse_args(base) is not None
+    from hnbench.cli import settings_from_args
+
+    assert settings_from_args(HardnessSettings, parser.parse_args(base)) == HardnessSettings()
+    args = parser.parse_args(["-q", *base, "--batch-size", "8", "--edges", "0", "0.9", "1", "--sample-pairs", "5",
+                              "--no-images", "--results", "a.json", "--results", "b.json", "--show", "3",
+                              "--no-cache", "--seed", "2", "--context-length", "77"])
+    assert settings_from_args(HardnessSettings, args) == HardnessSettings(
+        batch_size=8, edges=[0, 0.9, 1], n_sample_pairs=5, images=False, results=["a.json", "b.json"], n_show=3,
+        use_cache=False, seed=2, context_length=77, progress=False)
+    # analyze's defaults are HardnessSettings' (one declaration)
+    defaults = HardnessSettings()
+    for name, param in inspect.signature(analyze).parameters.items():
+        if name in {f.name for f in dataclasses.fields(HardnessSettings)} and name != "progress":
+            assert param.default == getattr(defaults, name), name
