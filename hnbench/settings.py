@@ -19,7 +19,7 @@ from typing import Any
 from hnbench.errors import ConfigError
 from hnbench.validate import BACKENDS, PRECISIONS, SEARCHES, check_eval
 
-__all__ = ["EvalSettings", "option", "option_help", "resume_free", "from_options"]
+__all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "from_options", "option", "option_help", "resume_free"]
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None = None, flag: str | None = None,
@@ -136,3 +136,44 @@ class EvalSettings:
             if mode is True or (mode == "if_set" and value != f.default):
                 out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
+
+
+# In-batch similarity bucket edges of hardness (``hnbench.hardness.stats.DEFAULT_EDGES``).
+DEFAULT_EDGES = (0.0, 0.5, 0.7, 0.8, 0.9, 1.0)
+
+
+@dataclass
+class HardnessSettings:
+    """How hardness measures a caption set (everything but the data, the model and where the report goes)."""
+
+    device: str = option("cpu", group="model", help="cpu or cuda (default: cpu)")
+    context_length: int | None = option(None, group="model", help="text context length (default: the model's)")
+    batch_size: int = option(128, group="statistics", help="B of the in-batch negative buckets (default 128)")
+    n_batches: int = option(200, group="statistics", help="random batches to average (default 200)")
+    edges: tuple[float, ...] = option(DEFAULT_EDGES, group="statistics",
+                                      help="similarity bucket edges (default 0 0.5 0.7 0.8 0.9 1)")
+    threshold: float = option(0.95, group="statistics", help="near-duplicate caption similarity (default 0.95)")
+    image_threshold: float | None = option(None, group="statistics",
+                                           help="near-duplicate image similarity (default: --threshold)")
+    exact_max: int = option(20_000, group="statistics",
+                            help="exact all-pairs statistics up to this many items, sampled beyond (default 20000)")
+    n_sample_pairs: int = option(1_000_000, group="statistics", flag="--sample-pairs",
+                                 help="pairs sampled beyond --exact-max")
+    seed: int = option(0, group="statistics", help="seed of the sampled pairs and batches (default 0)")
+    images: bool = option(True, group="statistics",
+                          help="measure the image side too where images exist (--no-images: text side only)")
+    results: tuple[str, ...] = option((), group="statistics", action="append", metavar="FILE",
+                                      help="an eval result JSON of this dataset: R@1 by hardness and the model's "
+                                           "confusions; repeatable")
+    n_show: int = option(10, group="statistics", flag="--show",
+                         help="pairs / wrong queries listed in the report (default 10)")
+    encode_batch_size: int = option(64, help="images per encoder batch (captions: at least 64)")
+    num_workers: int | None = option(None, help="image decoding workers")
+    use_cache: bool = option(True, flag="--cache",
+                             help="read and write the embedding cache (on by default; --no-cache: neither)")
+    progress: bool = option(True, cli=False, help="progress bars (the CLI's -q turns them off)")
+
+    def __post_init__(self) -> None:
+        for name in ("edges", "results"):  # the CLI gives lists: one spelling, so settings compare equal
+            if isinstance(getattr(self, name), (list, tuple)):
+                setattr(self, name, tuple(getattr(self, name)))
