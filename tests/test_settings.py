@@ -9,8 +9,10 @@ import pytest
 from conftest import make_pairs, write_jsonl
 
 from hnbench.cli import build_parser, eval_settings, main
+from hnbench.data import load_dataset
 from hnbench.errors import ConfigError
-from hnbench.evaluate import evaluate
+from hnbench.evaluate import evaluate, run_evaluation
+from hnbench.models import load_model
 from hnbench.settings import EvalSettings
 
 
@@ -87,6 +89,13 @@ def test_seed_changes_the_bootstrap_only(micro_config, tmp_path, capsys):
     # the default is not written (results keep their bytes); another seed is
     assert "seed" not in default.settings and other.settings["seed"] == 7
     assert json.loads(open(other.path).read())["settings"]["seed"] == 7
+    # the core on loaded objects, and a settings object with a keyword replacing one of its fields
+    core = run_evaluation(load_model("hnb-micro", model_config=str(micro_config)), load_dataset(data),
+                          EvalSettings(seed=7, progress=False, num_workers=0))
+    assert core.metrics == other.metrics and core.ci95 == other.ci95 and core.settings["seed"] == 7
+    both = evaluate("hnb-micro", data, model_config=str(micro_config), settings=EvalSettings(seed=7, ci=False),
+                    progress=False, num_workers=0, ci=True)
+    assert both.ci95 == other.ci95
     rc = main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset", data,
                "--output", str(tmp_path / "cli"), "--num-workers", "0", "--seed", "7", "--json"])
     cli = json.loads(capsys.readouterr().out)
@@ -129,6 +138,12 @@ def test_train_flags_come_from_train_config_fields(tmp_path):
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     for recipe in RECIPE_DIR.glob("*.toml"):
         assert set(load_recipe(str(recipe))) <= names, recipe.name
+    for f in dataclasses.fields(TrainConfig):  # the declared choices are the ones the config accepts
+        for value in f.metadata["choices"] or ():
+            TrainConfig.from_dict({f.name: value})
+        if f.metadata["choices"]:
+            with pytest.raises(ConfigError, match=f.name):
+                TrainConfig.from_dict({f.name: "no-such-choice"})
     args = parser.parse_args(["train", "--recipe", "x", "--lora-targets", "c_fc,c_proj", "--resume",
                               "--no-eval-at-start", "--amp"])
     assert args.device is None  # no --device: the recipe's device stands (no special case)
