@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
 import sys
+import types
+import typing
 from collections.abc import Sequence
+from typing import Any
 
 from hnbench._version import __version__
 from hnbench.errors import HnbenchError
-from hnbench.registry import DATASETS, LOSSES, MODELS, RECIPES, TEXT_ENCODERS
-from hnbench.validate import PRECISIONS
+from hnbench.registry import DATASETS, MODELS, RECIPES, TEXT_ENCODERS
+from hnbench.settings import EvalSettings, HardnessSettings, option_help
 
 logger = logging.getLogger("hnbench")
 
@@ -32,11 +36,9 @@ def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     g.add_argument("--pretrained", help="open_clip tag (needs the internet) or a local checkpoint "
                                         "(.safetensors / .pt / .bin)")
     g.add_argument("--model-config", help="JSON file registering a custom open_clip architecture")
-    g.add_argument("--context-length", type=int, help="text context length (default: the model's)")
-    g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
 
 
-def _add_data_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+def _add_data_args(p: argparse.ArgumentParser, required: bool = True, skip_invalid: bool = True) -> None:
     g = p.add_argument_group("data")
     g.add_argument("--dataset", required=required, help=f"registered name ({', '.join(DATASETS.names())}) or a path: "
                    "JSONL/CSV manifest, image folder with metadata.jsonl, HF dataset dir/parquet, hf:ORG/NAME")
@@ -48,13 +50,13 @@ def _add_data_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     g.add_argument("--split-file", action="append", metavar="PATH",
                    help="a protocol's split list (e.g. GOAL's DCI_test.json) or a folder holding it; its sha256 "
                         "is checked against the published one (a mismatch warns) and recorded; repeatable")
-    _add_validity_args(g)
+    _add_validity_args(g, skip_invalid)
 
 
-def _add_validity_args(g: argparse._ActionsContainer) -> None:
+def _add_validity_args(g: argparse._ActionsContainer, skip_invalid: bool = True) -> None:
     """The flags deciding what a bad item or a short benchmark does (eval, train, datasets info)."""
-    g.add_argument("--skip-invalid", action="store_true",
-                   help="drop and count missing/corrupt images and empty captions instead of failing")
+    if skip_invalid:  # eval's comes from EvalSettings
+        g.add_argument("--skip-invalid", action="store_true", help=option_help(EvalSettings, "skip_invalid"))
     g.add_argument("--allow-count-mismatch", action="store_true",
                    help="run even if a benchmark's loaded counts (after skipping) differ from the published "
                         "ones (recorded)")
@@ -72,13 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="score a model on an image–caption set (R@K both directions)")
     _add_model_args(ev)
-    _add_data_args(ev)
+    _add_data_args(ev, skip_invalid=False)
     ev.add_argument("--output", required=True, help="directory for the result JSON and per-query parquet")
     _add_eval_options(ev)
 
     demo = sub.add_parser("demo", help="the built-in default: hnbench's tiny model on synthdense test")
     demo.add_argument("--output", default="results/demo", help="result directory (default: results/demo)")
-    demo.add_argument("--device", default="cpu")
     _add_eval_options(demo)
 
     tr = sub.add_parser("train", help="fine-tune an open_clip or HF CLIP model with HN-CLIP or InfoNCE "
@@ -214,27 +215,8 @@ def _add_hardness_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"a model as for eval, or a text-only encoder: {TEXT_ENCODERS.describe()}; repeat to compare")
     g.add_argument("--pretrained", action="append", help="weights for each --model (one, or one per model)")
     g.add_argument("--model-config", help="JSON file registering a custom open_clip architecture")
-    g.add_argument("--context-length", type=int, help="text context length (default: the model's)")
-    g.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
-    h = p.add_argument_group("statistics")
-    h.add_argument("--batch-size", type=int, default=128, help="B of the in-batch negative buckets (default 128)")
-    h.add_argument("--n-batches", type=int, default=200, help="random batches to average (default 200)")
-    h.add_argument("--edges", type=float, nargs="+", default=[0.0, 0.5, 0.7, 0.8, 0.9, 1.0],
-                   help="similarity bucket edges (default 0 0.5 0.7 0.8 0.9 1)")
-    h.add_argument("--threshold", type=float, default=0.95, help="near-duplicate caption similarity (default 0.95)")
-    h.add_argument("--image-threshold", type=float, help="near-duplicate image similarity (default: --threshold)")
-    h.add_argument("--exact-max", type=int, default=20_000,
-                   help="exact all-pairs statistics up to this many items, sampled beyond (default 20000)")
-    h.add_argument("--sample-pairs", type=int, default=1_000_000, help="pairs sampled beyond --exact-max")
-    h.add_argument("--seed", type=int, default=0)
-    h.add_argument("--no-images", action="store_true", help="text side only, even where images exist")
-    h.add_argument("--results", action="append", default=[], metavar="FILE",
-                   help="an eval result JSON of this dataset: R@1 by hardness and the model's confusions; repeatable")
-    h.add_argument("--show", type=int, default=10, help="pairs / wrong queries listed in the report (default 10)")
     p.add_argument("--output", required=True, help="directory for hardness.json, plots/, report.md")
-    p.add_argument("--encode-batch-size", type=int, default=64)
-    p.add_argument("--num-workers", type=int, help="image decoding workers")
-    p.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
+    _add_settings_args(p, HardnessSettings)
     p.set_defaults(handler=_run_hardness)
 
 
@@ -245,13 +227,8 @@ def _run_hardness(args: argparse.Namespace) -> int:
     data = args.dataset or [load_captions(c, column=args.caption_column,
                                           label_field=None if label == "auto" else label) for c in args.captions]
     options = {k: getattr(args, k) for k in ("split_file", "allow_count_mismatch") if getattr(args, k)}
-    kw = dict(model_config=args.model_config, context_length=args.context_length, data_root=args.data_root,
-              protocol=args.protocol, dataset_options=options or None, label_field=label, device=args.device, batch_size=args.batch_size,
-              n_batches=args.n_batches, edges=args.edges, threshold=args.threshold,
-              image_threshold=args.image_threshold, exact_max=args.exact_max, n_sample_pairs=args.sample_pairs,
-              seed=args.seed, images=not args.no_images, results=args.results,
-              encode_batch_size=args.encode_batch_size, num_workers=args.num_workers, use_cache=not args.no_cache,
-              n_show=args.show, progress=not args.quiet)
+    kw = dict(model_config=args.model_config, data_root=args.data_root, protocol=args.protocol,
+              dataset_options=options or None, label_field=label, settings=settings_from_args(HardnessSettings, args))
     if len(data) * max(len(args.model), len(args.pretrained or [])) == 1:
         reports = [hardness(data[0], args.model[0], pretrained=(args.pretrained or [None])[0],
                             output_dir=args.output, **kw)]
@@ -312,28 +289,72 @@ def _run_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = False) -> None:
+    """One flag per field of the settings dataclass ``cls`` (see :func:`hnbench.settings.option`), in its group.
+
+    ``sparse``: every default is None, so only the flags given override a recipe. A flag already on
+    ``p`` (the shared model / data flags) is kept as it is.
+    """
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        if not meta.get("cli", True):
+            continue
+        flag = meta.get("flag") or "--" + f.name.replace("_", "-")
+        if flag in p._option_string_actions:
+            continue
+        group = _group(p, meta.get("group") or "options")
+        default = None if f.default is dataclasses.MISSING else f.default
+        kw: dict[str, Any] = {"dest": f.name, "help": meta["help"].replace("%", "%%"), **meta.get("argparse", {})}
+        kind = hints[f.name]
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None → X
+            kind = next(t for t in typing.get_args(kind) if t is not type(None))
+        origin = typing.get_origin(kind)
+        if kind is bool and default is True:
+            group.add_argument("--no-" + flag[2:], action="store_const", const=False,
+                               default=None if sparse else True, **kw)
+            continue
+        if kind is bool:
+            group.add_argument(flag, action="store_true", default=None if sparse else False, **kw)
+            continue
+        if origin in (list, tuple):
+            item = typing.get_args(kind)[0]
+            if meta.get("sep"):
+                kw["type"] = lambda text, sep=meta["sep"]: [t for t in text.split(sep) if t]
+            elif kw.get("action") == "append":  # repeated flag, one value each
+                kw["type"] = item
+            else:
+                kw.update(type=item, nargs=kw.get("nargs", "+"))
+            default = list(default) if isinstance(default, (list, tuple)) else default
+        elif kind in (int, float, str):
+            kw.setdefault("type", kind)
+        if meta.get("choices"):
+            kw["choices"] = list(meta["choices"])
+        else:
+            kw.setdefault("metavar", flag[2:].upper().replace("-", "_"))
+        group.add_argument(flag, default=None if sparse else default, **kw)
+
+
+def _group(p: argparse.ArgumentParser, title: str) -> argparse._ArgumentGroup:
+    """The argument group of that title on ``p`` (made if missing): shared "model", "data", ... groups."""
+    return next((g for g in p._action_groups if g.title == title), None) or p.add_argument_group(title)
+
+
 def _add_eval_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("evaluation")
-    g.add_argument("--batch-size", type=int, default=64)
-    g.add_argument("--num-workers", type=int, help="image decoding and tokenizing workers (default: CPU count, at "
-                                                   "most 8); 0 decodes in the main process and needs no shared "
-                                                   "memory")
-    g.add_argument("--backend", default="auto", choices=["auto", "torch", "faiss"], help="exact search backend")
-    g.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                   help="model weights precision; the images are cast to it (all three run on CPU and CUDA)")
-    g.add_argument("--amp", action="store_true", help="autocast the encoders (CUDA only)")
-    g.add_argument("--k", type=int, nargs="+", default=[1, 5, 10], help="recall cut-offs")
-    g.add_argument("--no-ci", action="store_true", help="skip bootstrap confidence intervals")
-    g.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
-    g.add_argument("--cache-dir", help="embedding cache directory (default: $HNBENCH_CACHE/embeddings, else "
-                                       "$XDG_CACHE_HOME/hnbench/embeddings, else ~/.cache/hnbench/embeddings)")
-    g.add_argument("--search", default="exact", choices=["exact", "approximate"],
-                   help="approximate: faiss HNSW for exploring large galleries; reports its recall against exact "
-                        "search on a sample and is marked so leaderboards keep it apart")
-    g.add_argument("--json", action="store_true", help="print the result record as JSON instead of a table")
-    g.add_argument("--overwrite", action="store_true",
-                   help="replace an existing file of the same name that holds another result or is unreadable "
-                        "(a rerun of the same model, data and settings replaces its own file without it)")
+    _add_settings_args(p, EvalSettings)
+    _group(p, "evaluation").add_argument(
+        "--json", action="store_true", help="print the result record as JSON instead of a table")
+
+
+def settings_from_args(cls: type, args: argparse.Namespace) -> Any:
+    """The settings ``cls`` of parsed flags made by :func:`_add_settings_args` (the global -q turns progress off)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.metadata["cli"]}
+    return cls(**given, progress=not args.quiet)
+
+
+def eval_settings(args: argparse.Namespace) -> EvalSettings:
+    """The evaluation settings of parsed ``eval`` / ``demo`` flags."""
+    return settings_from_args(EvalSettings, args)
 
 
 def _run_eval(args: argparse.Namespace, model: dict) -> int:
@@ -343,13 +364,9 @@ def _run_eval(args: argparse.Namespace, model: dict) -> int:
         model["model"], model["dataset"], pretrained=model.get("pretrained"),
         model_config=model.get("model_config"), data_root=model.get("data_root"), protocol=model.get("protocol"),
         split=model.get("split"), image_column=model.get("image_column"),
-        caption_column=model.get("caption_column"), context_length=model.get("context_length"),
-        output_dir=args.output, device=args.device, batch_size=args.batch_size, num_workers=args.num_workers,
-        precision=args.precision, amp=args.amp, backend=args.backend, ks=tuple(args.k), ci=not args.no_ci,
-        skip_invalid=model.get("skip_invalid", False), use_cache=not args.no_cache, progress=not args.quiet,
+        caption_column=model.get("caption_column"), output_dir=args.output, settings=eval_settings(args),
         dataset_options={k: model[k] for k in ("split_file", "allow_count_mismatch", "allow_outside_paths")
-                         if model.get(k)},
-        cache_dir=args.cache_dir, search=args.search, overwrite=args.overwrite)
+                         if model.get(k)})
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return 0
     if args.json:
@@ -366,54 +383,15 @@ def _run_eval(args: argparse.Namespace, model: dict) -> int:
 
 # --- train ---------------------------------------------------------------------------------------
 def _add_train_options(tr: argparse.ArgumentParser) -> None:
-    def flag(name: str, help: str) -> None:
-        tr.add_argument(name, action="store_true", default=None, help=help)
+    """One flag per TrainConfig field (none of them defaults: only the flags given override the recipe)."""
+    from hnbench.train.trainer import TrainConfig
 
-    g = tr.add_argument_group("objective")
-    g.add_argument("--loss", choices=LOSSES.names(), help=LOSSES.describe())
-    g.add_argument("--gamma", type=float, help="HN margin weight γ (paper: 0.5)")
-    g.add_argument("--label-smoothing", type=float)
-    flag("--mask-duplicates", "mask same-image / identical-caption pairs inside a batch")
-    g.add_argument("--g-source", choices=["current", "frozen_init"],
-                   help="Ḡ from the text encoder being trained (default) or a frozen copy of the initial one")
-    g.add_argument("--token-loss-weight", type=float, help="λ of the FILIP token-level term (open_clip)")
-    g = tr.add_argument_group("optimisation")
-    for name, typ, hlp in (("--epochs", int, None), ("--batch-size", int, "global micro-batch (split over processes)"),
-                           ("--lr", float, None), ("--weight-decay", float, None), ("--warmup-steps", int, None),
-                           ("--seed", int, None), ("--num-workers", int, None),
-                           ("--accum-steps", int, "micro-batches per optimizer step"),
-                           ("--grad-clip", float, "clip the gradient norm"),
-                           ("--data-fraction", float, "train on this seeded fraction of the images (paper: 0.2)")):
-        g.add_argument(name, type=typ, help=hlp)
-    g.add_argument("--accum-mode", choices=["loss", "cached"],
-                   help="loss: per-micro-batch loss (the paper's); cached: the whole effective batch as negatives")
-    flag("--amp", "autocast on CUDA (losses stay fp32)")
-    flag("--lock-image", "freeze the image tower")
-    flag("--lock-text", "freeze the text tower")
-    g = tr.add_argument_group("PEFT and Long-CLIP")
-    g.add_argument("--peft", choices=["lora", "dora"])
-    g.add_argument("--lora-r", type=int)
-    g.add_argument("--lora-alpha", type=float)
-    g.add_argument("--lora-targets", type=lambda x: [t for t in x.split(",") if t],
-                   help="comma-separated module names (open_clip default: c_fc,c_proj; HF: q_proj,k_proj,v_proj,out_proj)")
-    g.add_argument("--peft-save", choices=["merged", "adapter", "both"])
-    g.add_argument("--stretch-context", type=int, help="stretch the text positions the Long-CLIP way (77 → 248)")
-    g = tr.add_argument_group("run, diagnostics, evaluation")
-    g.add_argument("--output", help="run directory (checkpoint, train_config.json, log.jsonl, diagnostics.jsonl)")
-    g.add_argument("--resume", nargs="?", const="", metavar="RUN_DIR",
-                   help="continue an interrupted run (default: the --output directory)")
-    flag("--overwrite", "start afresh in a non-empty --output (its earlier run's outputs are removed); without it "
-                        "a non-empty run directory is refused")
-    g.add_argument("--save-every", type=int, help="optimizer steps between resumable states")
-    g.add_argument("--stop-at-step", type=int, help="stop resumably after this many optimizer steps")
-    g.add_argument("--diag-every", type=int, help="optimizer steps between saturation diagnostics (0: off)")
-    g.add_argument("--active-threshold", type=float, help="a batch is active if its loss is at least this (1e-3)")
-    g.add_argument("--eval-dataset", help="evaluate on this dataset after every --eval-every epochs")
-    g.add_argument("--eval-protocol")
-    g.add_argument("--eval-data-root")
-    g.add_argument("--eval-every", type=int)
-    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other training option (value parsed as JSON when it can be), repeatable")
+    for title in ("objective", "optimisation", "PEFT and Long-CLIP", "run, diagnostics, evaluation"):
+        _group(tr, title)  # in this order in --help (fields name their group; field order is the recipe's)
+    _add_settings_args(tr, TrainConfig, sparse=True)
+    _group(tr, "run, diagnostics, evaluation").add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="any other training option (value parsed as JSON when it can be), repeatable")
 
 
 def _parse_value(text: str) -> object:
@@ -434,7 +412,7 @@ def _run_train(args: argparse.Namespace) -> int:
         cfg.pop("dataset_options", None)  # the recipe's options belong to the recipe's dataset
     for key in (f.name for f in fields(TrainConfig)):
         value = getattr(args, key, None)
-        if value is not None and key != "resume" and not (key == "device" and value == "cpu" and "device" in cfg):
+        if value is not None and key != "resume":
             cfg[key] = value
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -547,7 +525,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hnbench: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # the encoders' cache writers flush on the way out; rerun to resume
-        encodes = args.command in ("eval", "demo", "hardness") and not getattr(args, "no_cache", False)
+        cached = getattr(args, "use_cache", not getattr(args, "no_cache", False))  # eval's / hardness's flag
+        encodes = args.command in ("eval", "demo", "hardness") and cached
         print("hnbench: interrupted" + ("; the embeddings encoded so far are cached: rerun to resume" if encodes
                                         else ""), file=sys.stderr)
         return 130

@@ -33,7 +33,7 @@ from hnbench.results import (
 )
 from hnbench.search import RetrievalOutput, retrieve
 from hnbench.search_approximate import retrieve_approximate
-from hnbench.validate import check_eval
+from hnbench.settings import EvalSettings, from_options
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ def score_embeddings(
     ci: bool = True,
     progress: bool = False,
     search: str = "exact",
+    seed: int = 0,
 ) -> tuple[dict[str, dict], dict[str, dict], dict[str, RetrievalOutput]]:
     """Score given embeddings in both directions: returns (metrics, ci95, raw outputs) keyed t2i / i2t.
 
@@ -80,7 +81,7 @@ def score_embeddings(
             "i2t": run(image_vectors, text_vectors, i2t_ptr, i2t_idx, "search i2t")}
     metrics, ci95 = {}, {}
     for direction, out in outs.items():
-        summary = summarize(out.rank, out.tied, ks=ks, ci=ci)
+        summary = summarize(out.rank, out.tied, ks=ks, ci=ci, seed=seed)
         ci95[direction] = summary.pop("ci95", None) or {}
         metrics[direction] = summary
     return metrics, ci95, outs
@@ -122,31 +123,18 @@ def evaluate(
     image_column: str | None = None,
     caption_column: str | None = None,
     output_dir: str | Path | None = None,
-    device: str = "cpu",
-    batch_size: int = 64,
-    text_batch_size: int | None = None,
-    num_workers: int | None = None,
-    context_length: int | None = None,
-    precision: str = "fp32",
-    amp: bool = False,
-    backend: str = "auto",
-    ks: Sequence[int] = (1, 5, 10),
-    ci: bool = True,
-    skip_invalid: bool = False,
-    use_cache: bool = True,
-    progress: bool = True,
     dataset_options: dict[str, Any] | None = None,
-    cache_dir: str | Path | None = None,
-    search: str = "exact",
-    distributed: bool | None = None,
-    overwrite: bool = False,
+    settings: EvalSettings | None = None,
+    **options: Any,
 ) -> EvalResult:
     """Score a model on an image–caption set: R@K both ways, ranks, MRR, bootstrap CIs, per-query file.
 
     ``model`` is a name understood by :func:`hnbench.models.load_model` or a loaded encoder;
     ``dataset`` a registered name, a path, or a loaded :class:`ImageTextDataset`. With
     ``output_dir`` the result JSON and a per-query parquet are written there (atomically; the JSON
-    last, so its presence means the run is complete). ``skip_invalid`` drops (and counts) images
+    last, so its presence means the run is complete). ``settings`` and the keyword ``options`` are the
+    fields of :class:`~hnbench.settings.EvalSettings` (device, batch_size, precision, ks, ci, seed, ...; the
+    keywords replace those of ``settings``). ``skip_invalid`` drops (and counts) images
     that are missing or cannot be decoded and captions that are empty, instead of failing.
     ``use_cache`` reads and writes the embedding cache (:mod:`hnbench.cache`) under ``cache_dir``
     (default: ``<hnbench cache>/embeddings``). ``search="approximate"`` uses a faiss HNSW index
@@ -157,63 +145,89 @@ def evaluate(
     The result file is named by model, data and result-changing settings: a rerun of the same replaces
     its own file; replacing any other file (unreadable, or another result of that name) needs ``overwrite``.
     """
-    check_eval(ks=ks, batch_size=batch_size, text_batch_size=text_batch_size, num_workers=num_workers,
-               device=device, precision=precision, output_dir=output_dir, search=search, backend=backend)
+    s = from_options(EvalSettings, settings, options)
+    s.validate(output_dir)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    ctx = dist.from_env(device) if dist.wanted(distributed) else dist.DistContext()
-    device = dist.rank_device(device, ctx)
-    private_root = None
+    ctx = dist.from_env(s.device) if dist.wanted(s.distributed) else dist.DistContext()
+    device = dist.rank_device(s.device, ctx)
     try:
         if ctx.enabled and not ctx.is_main:
             ctx.all_gather(None)  # rank 0 first: a generated dataset or downloaded weights are written once
         if isinstance(dataset, str):
             dataset = load_dataset(dataset, data_root=data_root, protocol=protocol, split=split,
                                    image_column=image_column, caption_column=caption_column,
-                                   skip_invalid=skip_invalid, **(dataset_options or {}))
+                                   skip_invalid=s.skip_invalid, **(dataset_options or {}))
         timings["load_data"] = time.perf_counter() - t0
         t = time.perf_counter()
-        if isinstance(model, str) and use_cache and not ctx.enabled:
+        if isinstance(model, str) and s.use_cache and not ctx.enabled:
             # Remembered fingerprint: the model is built only if some embedding is not cached yet.
-            encoder = load_remembered(model, pretrained, root=cache_dir if cache_dir is not None else default_root(),
-                                      model_config=model_config, context_length=context_length, device=device,
-                                      precision=precision)
+            encoder = load_remembered(model, pretrained,
+                                      root=s.cache_dir if s.cache_dir is not None else default_root(),
+                                      model_config=model_config, context_length=s.context_length, device=device,
+                                      precision=s.precision)
         else:
             encoder = model if not isinstance(model, str) else load_model(
-                model, pretrained, model_config=model_config, context_length=context_length, device=device,
-                precision=precision)
+                model, pretrained, model_config=model_config, context_length=s.context_length, device=device,
+                precision=s.precision)
         timings["load_model"] = time.perf_counter() - t
+        if ctx.enabled and ctx.is_main:
+            ctx.all_gather(None)
+        return run_evaluation(encoder, dataset, s, output_dir, ctx=ctx, timings=timings, t0=t0)
+    finally:
+        ctx.close()
+
+
+def run_evaluation(encoder: Encoder, dataset: ImageTextDataset, settings: EvalSettings,
+                   output_dir: str | Path | None = None, *, ctx: dist.DistContext | None = None,
+                   timings: dict[str, float] | None = None, t0: float | None = None) -> EvalResult:
+    """The pipeline on loaded objects: encode (through the cache) → search both ways → score → result file.
+
+    ``ctx`` is the distributed context of a caller that set it up (and closes it); without it the
+    settings are validated here and a context is made (and closed) from ``settings.distributed``.
+    """
+    if ctx is None:
+        settings.validate(output_dir)
+        own = dist.from_env(settings.device) if dist.wanted(settings.distributed) else dist.DistContext()
+        try:
+            return run_evaluation(encoder, dataset, settings, output_dir, ctx=own)
+        finally:
+            own.close()
+    s = settings
+    t0 = time.perf_counter() if t0 is None else t0
+    timings = {} if timings is None else timings
+    device = dist.rank_device(s.device, ctx)
+    private_root = None
+    try:
         if output_dir is not None and not ctx.enabled:  # refuse before encoding (checked again when writing)
             check_target(EvalResult(
                 model=encoder.info.to_dict(), metrics={},
                 dataset={"name": dataset.name, "protocol": dataset.protocol, "fingerprint": dataset.fingerprint(),
                          "meta": dataset.meta},
-                settings={"precision": precision, "amp": amp, "ks": list(ks), "ci": ci, "search": search}),
-                output_dir, overwrite)
-        if ctx.enabled and ctx.is_main:
-            ctx.all_gather(None)
+                settings={"precision": s.precision, "amp": s.amp, "ks": list(s.ks), "ci": s.ci, "search": s.search}),
+                output_dir, s.overwrite)
 
-        cache = EmbeddingCache.for_encoder(encoder, cache_dir, amp=amp) if use_cache else None
-        text_bs = text_batch_size or max(batch_size, 64)
+        cache = EmbeddingCache.for_encoder(encoder, s.cache_dir, amp=s.amp) if s.use_cache else None
+        text_bs = s.text_batch_size or max(s.batch_size, 64)
         shared = {"images": 0, "texts": 0}
         if ctx.enabled:
             if cache is None:  # the cache is how ranks hand embeddings to rank 0: use a private one
-                root = Path(cache_dir) if cache_dir is not None else default_root()
+                root = Path(s.cache_dir) if s.cache_dir is not None else default_root()
                 root.mkdir(parents=True, exist_ok=True)
                 private_root = ctx.broadcast(tempfile.mkdtemp(prefix=".run-", dir=root) if ctx.is_main else None)
-                cache = EmbeddingCache.for_encoder(encoder, private_root, amp=amp)
+                cache = EmbeddingCache.for_encoder(encoder, private_root, amp=s.amp)
             dist.check_same(ctx, "model and data (cache key, dataset fingerprint)",
                             (cache.key, dataset.fingerprint()))
             t = time.perf_counter()
 
             def share() -> dict[str, int]:
-                mine = dist.batch_share(dataset.n_images, batch_size, ctx.rank, ctx.world_size)
-                img = encode_images(encoder, dataset.images, positions=mine.tolist(), batch_size=batch_size,
-                                    num_workers=num_workers, skip_bad=skip_invalid, amp=amp,
-                                    progress=progress and ctx.is_main, cache=cache)
+                mine = dist.batch_share(dataset.n_images, s.batch_size, ctx.rank, ctx.world_size)
+                img = encode_images(encoder, dataset.images, positions=mine.tolist(), batch_size=s.batch_size,
+                                    num_workers=s.num_workers, skip_bad=s.skip_invalid, amp=s.amp,
+                                    progress=s.progress and ctx.is_main, cache=cache)
                 mine = dist.batch_share(dataset.n_captions, text_bs, ctx.rank, ctx.world_size)
-                txt = encode_texts(encoder, [dataset.captions[j] for j in mine], batch_size=text_bs, amp=amp,
-                                   progress=progress and ctx.is_main, cache=cache, num_workers=num_workers)
+                txt = encode_texts(encoder, [dataset.captions[j] for j in mine], batch_size=text_bs, amp=s.amp,
+                                   progress=s.progress and ctx.is_main, cache=cache, num_workers=s.num_workers)
                 return {"images": img.n_encoded, "texts": txt.n_encoded}
 
             shared = dist.encode_share(ctx, share)
@@ -221,10 +235,8 @@ def evaluate(
 
         def score() -> EvalResult:
             return _encode_and_score(
-                encoder, dataset, cache, shared, timings, t0, output_dir=output_dir, device=device,
-                batch_size=batch_size, text_batch_size=text_bs, num_workers=num_workers, precision=precision,
-                amp=amp, backend=backend, ks=ks, ci=ci, skip_invalid=skip_invalid, search=search,
-                persistent_cache=use_cache, world_size=ctx.world_size, progress=progress, overwrite=overwrite,
+                encoder, dataset, cache, shared, timings, t0, s, output_dir=output_dir, device=device,
+                text_batch_size=text_bs, world_size=ctx.world_size,
                 # rank 0 searches on every GPU of its node ("cuda"), not only its own "cuda:0"
                 search_device="cuda" if ctx.enabled and device.startswith("cuda") else device)
 
@@ -232,39 +244,36 @@ def evaluate(
     finally:
         if private_root is not None and ctx.is_main:
             shutil.rmtree(private_root, ignore_errors=True)
-        ctx.close()
 
 
 def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: EmbeddingCache | None,
-                      shared: dict[str, int], timings: dict[str, float], t0: float, *, output_dir, device: str,
-                      batch_size: int, text_batch_size: int, num_workers: int | None, precision: str, amp: bool,
-                      backend: str, ks: Sequence[int], ci: bool, skip_invalid: bool, search: str,
-                      persistent_cache: bool, world_size: int, progress: bool, search_device: str,
-                      overwrite: bool = False) -> EvalResult:
+                      shared: dict[str, int], timings: dict[str, float], t0: float, s: EvalSettings, *,
+                      output_dir: str | Path | None, device: str, text_batch_size: int, world_size: int,
+                      search_device: str) -> EvalResult:
     """Encode (through the cache) what is not there yet, search both ways, score, and write the result."""
-    img = encode_images(encoder, dataset.images, batch_size=batch_size, num_workers=num_workers,
-                        skip_bad=skip_invalid, amp=amp, progress=progress, cache=cache)
+    img = encode_images(encoder, dataset.images, batch_size=s.batch_size, num_workers=s.num_workers,
+                        skip_bad=s.skip_invalid, amp=s.amp, progress=s.progress, cache=cache)
     image_vectors = img.vectors
     if img.bad:
         keep = [i for i in range(dataset.n_images) if i not in img.bad]
         dataset = recheck_counts(dataset.drop_images(sorted(img.bad), reason="unreadable image"))
         image_vectors = image_vectors[keep]
     timings["encode_images"] = img.seconds
-    txt = encode_texts(encoder, dataset.captions, batch_size=text_batch_size, amp=amp, progress=progress,
-                       cache=cache, num_workers=num_workers)
+    txt = encode_texts(encoder, dataset.captions, batch_size=text_batch_size, amp=s.amp, progress=s.progress,
+                       cache=cache, num_workers=s.num_workers)
     timings["encode_texts"] = txt.seconds
 
     t = time.perf_counter()
     # "auto" is resolved per search (by a stored calibration and a probe on this data), in retrieve
-    metrics, ci95, outs = score_embeddings(image_vectors, txt.vectors, dataset.caption_image, ks=ks,
-                                           backend=backend, device=search_device, ci=ci, progress=progress,
-                                           search=search)
+    metrics, ci95, outs = score_embeddings(image_vectors, txt.vectors, dataset.caption_image, ks=s.ks,
+                                           backend=s.backend, device=search_device, ci=s.ci, progress=s.progress,
+                                           search=s.search, seed=s.seed)
     timings["search_and_metrics"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
     # Items encoded by any rank in this run, and those that came from an earlier run's cache.
     encoded = {"images": img.n_encoded + shared["images"], "texts": txt.n_encoded + shared["texts"]}
     cached = {"images": max(0, img.n_cached - shared["images"]), "texts": max(0, txt.n_cached - shared["texts"])}
-    encoding = {"world_size": world_size, "cache_key": cache.key if persistent_cache and cache else None,
+    encoding = {"world_size": world_size, "cache_key": cache.key if s.use_cache and cache else None,
                 "encoded": encoded, "cached": cached, "corrupt_shards": cache.stats.corrupt_shards if cache else 0}
 
     result = EvalResult(
@@ -273,13 +282,13 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
                  "n_images": dataset.n_images, "n_captions": dataset.n_captions, "source": dataset.source,
                  "skipped": {k: len(v) for k, v in dataset.skipped.items()}, "meta": dataset.meta},
         metrics=metrics, ci95=ci95, tokens=token_stats(txt.lengths, encoder.info.context_length),
-        settings={"device": str(device), "batch_size": batch_size, "precision": precision, "amp": amp,
-                  "backend": outs["t2i"].backend, "search": search, "ks": list(ks), "ci": ci,
+        # the declared settings (EvalSettings fields marked ``record``), with the device and backend as used
+        settings={**s.recorded(), "device": str(device), "backend": outs["t2i"].backend,
                   "tie_rule": "pessimistic: rank = 1 + #non-positives scoring >= the best positive",
-                  "similarity": "cosine, fp32", "cache": bool(persistent_cache and cache is not None),
+                  "similarity": "cosine, fp32", "cache": bool(s.use_cache and cache is not None),
                   "encoding": encoding,
                   **({"init_seed": encoder.info.extra["init_seed"]} if "init_seed" in encoder.info.extra else {}),
-                  **({"approximate": {d: o.recall_vs_exact for d, o in outs.items()}} if search == "approximate"
+                  **({"approximate": {d: o.recall_vs_exact for d, o in outs.items()}} if s.search == "approximate"
                      else {})},
         timings={k: round(v, 4) for k, v in timings.items()},
     )
@@ -290,5 +299,5 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
 
         buf = io.BytesIO()
         per_query_frame(dataset, outs).to_parquet(buf, index=False)
-        write_result_pair(result, output_dir, buf.getvalue(), overwrite=overwrite)
+        write_result_pair(result, output_dir, buf.getvalue(), overwrite=s.overwrite)
     return result

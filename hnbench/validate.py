@@ -16,6 +16,8 @@ from hnbench.errors import ConfigError
 
 # Weight precisions an evaluation accepts (open_clip's names; the pixels are cast to match).
 PRECISIONS = ("fp32", "fp16", "bf16")
+BACKENDS = ("auto", "torch", "faiss")  # exact search: auto picks per search (hnbench.search)
+SEARCHES = ("exact", "approximate")
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
@@ -98,9 +100,9 @@ def check_eval(*, ks: Sequence[int], batch_size: int, text_batch_size: int | Non
     check_positive("text_batch_size", text_batch_size)
     check_num_workers(num_workers)
     check_precision(precision)
-    if search not in ("exact", "approximate"):
+    if search not in SEARCHES:
         raise ConfigError(f"--search must be 'exact' or 'approximate', got {search!r}")
-    if backend not in ("auto", "torch", "faiss"):
+    if backend not in BACKENDS:
         raise ConfigError(f"--backend must be auto, torch or faiss, got {backend!r}")
     check_device(device)
     check_output_dir(output_dir)

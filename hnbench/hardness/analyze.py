@@ -10,7 +10,6 @@ import numpy as np
 
 from hnbench.hardness.schema import HardnessReport, ModalityStats, Pair, PairList
 from hnbench.hardness.stats import (
-    DEFAULT_EDGES,
     Distribution,
     Nearest,
     batch_buckets,
@@ -21,6 +20,7 @@ from hnbench.hardness.stats import (
     unit_rows,
 )
 from hnbench.hardness.structure import label_structure
+from hnbench.settings import HardnessSettings
 
 logger = logging.getLogger(__name__)
 
@@ -77,15 +77,15 @@ def analyze(
     image_ids: Sequence[str] | None = None,
     labels: Sequence[str] | None = None,
     label_field: str = "label",
-    batch_size: int = 128,
-    n_batches: int = 200,
-    edges: Sequence[float] = DEFAULT_EDGES,
-    threshold: float = 0.95,
-    image_threshold: float | None = None,
-    exact_max: int = 20_000,
-    n_sample_pairs: int = 1_000_000,
-    seed: int = 0,
-    device: str = "cpu",
+    batch_size: int = HardnessSettings.batch_size,  # the defaults are declared once, in HardnessSettings
+    n_batches: int = HardnessSettings.n_batches,
+    edges: Sequence[float] = HardnessSettings.edges,
+    threshold: float = HardnessSettings.threshold,
+    image_threshold: float | None = HardnessSettings.image_threshold,
+    exact_max: int = HardnessSettings.exact_max,
+    n_sample_pairs: int = HardnessSettings.n_sample_pairs,
+    seed: int = HardnessSettings.seed,
+    device: str = HardnessSettings.device,
     block_bytes: int | None = None,
     n_top: int = 50,
     progress: bool = False,

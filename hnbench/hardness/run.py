@@ -3,6 +3,7 @@ statistics → recall by hardness → JSON summary, per-item parquet, pair CSVs,
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import re
@@ -19,9 +20,9 @@ from hnbench.errors import ConfigError, DataError
 from hnbench.hardness.analyze import analyze
 from hnbench.hardness.outputs import compare, write_outputs
 from hnbench.hardness.schema import HardnessReport, write_report
-from hnbench.hardness.stats import DEFAULT_EDGES
 from hnbench.io import read_rows
 from hnbench.registry import TEXT_ENCODERS
+from hnbench.settings import HardnessSettings, from_options
 from hnbench.validate import check_device, check_num_workers, check_output_dir, check_positive
 
 logger = logging.getLogger(__name__)
@@ -155,28 +156,13 @@ def hardness(
     *,
     pretrained: str | None = None,
     model_config: str | None = None,
-    context_length: int | None = None,
     data_root: str | None = None,
     protocol: str | None = None,
     dataset_options: dict[str, Any] | None = None,
     label_field: str | None = "auto",
     output_dir: str | Path | None = None,
-    device: str = "cpu",
-    batch_size: int = 128,
-    n_batches: int = 200,
-    edges: Sequence[float] = DEFAULT_EDGES,
-    threshold: float = 0.95,
-    image_threshold: float | None = None,
-    exact_max: int = 20_000,
-    n_sample_pairs: int = 1_000_000,
-    seed: int = 0,
-    images: bool = True,
-    results: Sequence[str | Path] = (),
-    encode_batch_size: int = 64,
-    num_workers: int | None = None,
-    use_cache: bool = True,
-    n_show: int = 10,
-    progress: bool = True,
+    settings: HardnessSettings | None = None,
+    **options: Any,
 ) -> HardnessReport:
     """Measure how hard a caption set's negatives are for an encoder; write the report to ``output_dir``.
 
@@ -185,12 +171,15 @@ def hardness(
     captions. ``model``: anything :func:`hnbench.models.load_model` loads (its text tower embeds the
     captions, its image tower the images unless ``images=False``), ``minilm`` for a text-only
     sentence encoder, or a loaded encoder. ``results``: evaluation result JSONs of this dataset to
-    break down R@1 by hardness. Statistics and their exact definitions: :mod:`hnbench.hardness.stats`.
+    break down R@1 by hardness. ``settings`` and the keyword ``options`` are the fields of
+    :class:`~hnbench.settings.HardnessSettings` (device, batch_size, n_batches, edges, threshold, seed, ...;
+    the keywords replace those of ``settings``). Statistics and their exact definitions:
+    :mod:`hnbench.hardness.stats`.
     """
     from hnbench import encode
 
-    _check_args(batch_size=batch_size, n_batches=n_batches, encode_batch_size=encode_batch_size,
-                num_workers=num_workers, device=device, output_dir=output_dir)
+    s = from_options(HardnessSettings, settings, options)
+    _check_args(s, output_dir)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     if isinstance(data, str) and Path(data).suffix == ".txt":
@@ -208,34 +197,34 @@ def hardness(
     timings["load_data"] = time.perf_counter() - t0
     from hnbench.hardness.recall import load_per_query, recall_by_hardness
 
-    scored = [(path, *load_per_query(path)) for path in results]  # checked before the model loads
+    scored = [(path, *load_per_query(path)) for path in s.results]  # checked before the model loads
     for path, res, frame in scored:
         _check_result_matches(path, res, frame, cs)
     t = time.perf_counter()
-    encoder = _load_encoder(model, pretrained, model_config, context_length, device)
+    encoder = _load_encoder(model, pretrained, model_config, s.context_length, s.device)
     timings["load_model"] = time.perf_counter() - t
 
-    txt = encode.encode_texts(encoder, cs.captions, batch_size=max(encode_batch_size, 64), progress=progress,
-                              cache=bool(use_cache))
+    txt = encode.encode_texts(encoder, cs.captions, batch_size=max(s.encode_batch_size, 64), progress=s.progress,
+                              cache=bool(s.use_cache))
     timings["encode_texts"] = txt.seconds
     image_vectors, img = None, None
-    if images and cs.images is not None and getattr(encoder, "has_images", True):
-        img = encode.encode_images(encoder, cs.images, batch_size=encode_batch_size, num_workers=num_workers,
-                                   progress=progress, cache=bool(use_cache))
+    if s.images and cs.images is not None and getattr(encoder, "has_images", True):
+        img = encode.encode_images(encoder, cs.images, batch_size=s.encode_batch_size, num_workers=s.num_workers,
+                                   progress=s.progress, cache=bool(s.use_cache))
         image_vectors = img.vectors
         timings["encode_images"] = img.seconds
 
     report = analyze(txt.vectors, captions=cs.captions, caption_ids=cs.caption_ids, caption_image=cs.caption_image,
                      image_vectors=image_vectors, image_ids=cs.image_ids, labels=cs.labels,
-                     label_field=cs.label_field or "label", batch_size=batch_size, n_batches=n_batches, edges=edges,
-                     threshold=threshold, image_threshold=image_threshold, exact_max=exact_max,
-                     n_sample_pairs=n_sample_pairs, seed=seed, device=device, progress=progress)
+                     label_field=cs.label_field or "label", batch_size=s.batch_size, n_batches=s.n_batches,
+                     edges=s.edges, threshold=s.threshold, image_threshold=s.image_threshold, exact_max=s.exact_max,
+                     n_sample_pairs=s.n_sample_pairs, seed=s.seed, device=s.device, progress=s.progress)
     report.dataset = {"name": cs.name, "protocol": cs.protocol, "fingerprint": cs.fingerprint,
                       "n_images": len(cs.image_ids) if cs.kind == "dataset" else None,
                       "n_captions": len(cs.captions), "source": cs.source, "kind": cs.kind}
     report.encoder = encoder.info.to_dict()
     report.settings["n_truncated_captions"] = txt.n_truncated
-    report.settings["embedding_cache"] = {"used": bool(use_cache), "texts_cached": getattr(txt, "n_cached", 0),
+    report.settings["embedding_cache"] = {"used": bool(s.use_cache), "texts_cached": getattr(txt, "n_cached", 0),
                                           "images_cached": getattr(img, "n_cached", 0) if img is not None else 0}
     report.timings = {**{k: round(v, 4) for k, v in timings.items()}, **report.timings}
 
@@ -247,28 +236,26 @@ def hardness(
         rec, errors = recall_by_hardness(
             frame, caption_ids=cs.caption_ids, image_ids=cs.image_ids, caption_image=cs.caption_image,
             hn_index=report.arrays["text_nearest_index"], hn_score=report.arrays["text_nearest_score"],
-            edges=report.settings["edges"], captions=cs.captions, text_vectors=txt.vectors, n_wrong=n_show * 2,
+            edges=report.settings["edges"], captions=cs.captions, text_vectors=txt.vectors, n_wrong=s.n_show * 2,
             result=str(path), model=res.model)
         report.recall.append(rec)
         all_errors.append(errors)
     report.arrays["errors"] = all_errors
     if output_dir is not None:
-        write_outputs(report, output_dir, cs, n_show=n_show)
+        write_outputs(report, output_dir, cs, n_show=s.n_show)
     report.timings["total"] = round(time.perf_counter() - t0, 4)
     if output_dir is not None:
         write_report(report, output_dir)
     return report
 
 
-def _check_args(*, batch_size: int = 128, n_batches: int = 200, encode_batch_size: int = 64,
-                num_workers: int | None = None, device: str = "cpu", output_dir: str | Path | None = None,
-                **_: Any) -> None:
-    """The arguments that can be checked before anything is loaded (one line each, see hnbench.validate)."""
-    for name, value in (("--batch-size", batch_size), ("--n-batches", n_batches),
-                        ("--encode-batch-size", encode_batch_size)):
+def _check_args(s: HardnessSettings, output_dir: str | Path | None) -> None:
+    """The settings that can be checked before anything is loaded (one line each, see hnbench.validate)."""
+    for name, value in (("--batch-size", s.batch_size), ("--n-batches", s.n_batches),
+                        ("--encode-batch-size", s.encode_batch_size)):
         check_positive(name, value, allow_none=False)
-    check_num_workers(num_workers)
-    check_device(device)
+    check_num_workers(s.num_workers)
+    check_device(s.device)
     check_output_dir(output_dir)
 
 
@@ -285,9 +272,15 @@ def _check_result_matches(path: str | Path, res: Any, frame: Any, cs: CaptionSet
 
 
 def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir: str | Path,
-                  pretrained: Sequence[str | None] | None = None, **kwargs: Any) -> list[HardnessReport]:
-    """:func:`hardness` for every (dataset, model) into ``output_dir/<dataset>__<model>/``, then :func:`compare`."""
-    _check_args(output_dir=output_dir, **kwargs)
+                  pretrained: Sequence[str | None] | None = None, settings: HardnessSettings | None = None,
+                  **kwargs: Any) -> list[HardnessReport]:
+    """:func:`hardness` for every (dataset, model) into ``output_dir/<dataset>__<model>/``, then :func:`compare`.
+
+    ``kwargs``: :func:`hardness`'s data and model keywords and :class:`HardnessSettings` fields."""
+    fields = {f.name for f in dataclasses.fields(HardnessSettings)}
+    s = from_options(HardnessSettings, settings, {k: v for k, v in kwargs.items() if k in fields})
+    kwargs = {k: v for k, v in kwargs.items() if k not in fields}
+    _check_args(s, output_dir)
     pretrained = list(pretrained) if pretrained else [None] * len(models)
     if len(models) == 1 and len(pretrained) > 1:  # one architecture, several checkpoints
         models = list(models) * len(pretrained)
@@ -295,15 +288,15 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
         raise ValueError(f"{len(pretrained)} --pretrained values for {len(models)} models")
     if len(pretrained) == 1:
         pretrained = pretrained * len(models)
-    model_config, context_length = kwargs.pop("model_config", None), kwargs.pop("context_length", None)
+    model_config = kwargs.pop("model_config", None)
     reports = []
     for m, pt in zip(models, pretrained):
-        enc = _load_encoder(m, pt, model_config, context_length, kwargs.get("device", "cpu"))
+        enc = _load_encoder(m, pt, model_config, s.context_length, s.device)
         for d in datasets:
             name = Path(d).stem if isinstance(d, str) else getattr(d, "name", "data")
             text_only = isinstance(m, str) and m in TEXT_ENCODERS
             weights = f"-{_slug(Path(pt).stem)}" if pt and not text_only else ""
             sub = Path(output_dir) / f"{_slug(name)}__{_slug(m if isinstance(m, str) else enc.info.arch)}{weights}"
-            reports.append(hardness(d, enc, output_dir=sub, **kwargs))
+            reports.append(hardness(d, enc, output_dir=sub, settings=s, **kwargs))
     compare(reports, output_dir)
     return reports

@@ -27,9 +27,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from hnbench.settings import DEFAULT_EDGES  # declared with the other hardness settings
+
 HIST_BINS = 2000  # over [-1, 1]; bin width 0.001
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
-DEFAULT_EDGES = (0.0, 0.5, 0.7, 0.8, 0.9, 1.0)
 _SENTINEL = -3.0  # below any cosine: marks same-group entries inside a score block
 _CPU_BLOCK_BYTES = 64 * 2**20
 _GPU_BLOCK_BYTES = 1024 * 2**20

@@ -22,16 +22,17 @@ import numpy as np
 import torch
 
 from hnbench.errors import CheckpointError, ConfigError
+from hnbench.settings import resume_free
+from hnbench.train.trainer import TrainConfig
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["TrainState", "check_resume_config", "load_state", "resolve_resume", "save_state"]
 
 STATE_DIR = "last"
-# Options that may differ between an interrupted run and its continuation (they do not touch the weights).
-RESUME_FREE = {"output", "resume", "overwrite", "stop_at_step", "num_workers", "log_every", "save_every", "device",
-               "diag_every", "active_threshold", "eval_dataset", "eval_protocol", "eval_data_root",
-               "eval_dataset_options", "eval_every", "eval_at_start", "eval_batch_size"}
+# Options that may differ between an interrupted run and its continuation (they do not touch the weights):
+# the TrainConfig fields declared ``resume_free``.
+RESUME_FREE = resume_free(TrainConfig)
 
 
 @dataclass

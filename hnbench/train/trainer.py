@@ -23,7 +23,7 @@ import os
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.registry import LOSSES, RECIPES
+from hnbench.settings import option
 
 logger = logging.getLogger(__name__)
 
@@ -45,66 +46,97 @@ RUN_OUTPUTS = ("last", "eval", "adapter", "hf_model", "checkpoint.safetensors", 
 class TrainConfig:
     """Everything that decides a training run (a recipe file holds a subset of these fields)."""
 
-    model: str = "hnbench-tiny"
-    pretrained: str | None = None
-    model_config: str | None = None
-    dataset: str = "synthdense"
-    protocol: str | None = "train"
-    data_root: str | None = None
-    dataset_options: dict[str, Any] = field(default_factory=dict)
-    loss: str = "hn"
-    gamma: float = 0.5
-    epochs: int = 1
-    batch_size: int = 64
-    lr: float = 5e-4
-    weight_decay: float = 0.1
-    warmup_steps: int = 10
-    max_logit_scale: float = 100.0
-    seed: int = 0
-    device: str = "cpu"
-    context_length: int | None = None
-    num_workers: int | None = None
-    log_every: int = 10
-    output: str = "runs/train"
+    model: str = option("hnbench-tiny", group="model", help="open_clip architecture or hf:ORG/NAME, as for eval")
+    pretrained: str | None = option(None, group="model", help="open_clip tag or a local checkpoint to start from")
+    model_config: str | None = option(None, group="model",
+                                      help="JSON file registering a custom open_clip architecture")
+    dataset: str = option("synthdense", group="data", help="registered name or a path, as for eval")
+    protocol: str | None = option("train", group="data", help="benchmark protocol / split")
+    data_root: str | None = option(None, group="data", help="where a registered benchmark's files are")
+    dataset_options: dict[str, Any] = option(default_factory=dict, cli=False,
+                                             help="options for the dataset's loader (recipe / --set only)")
+    loss: str = option("hn", group="objective", choices=tuple(LOSSES.names()), help="HN-CLIP or the CLIP InfoNCE loss")
+    gamma: float = option(0.5, group="objective", help="HN margin weight γ (paper: 0.5)")
+    epochs: int = option(1, group="optimisation", help="passes over the training images")
+    batch_size: int = option(64, group="optimisation", help="global micro-batch (split over processes)")
+    lr: float = option(5e-4, group="optimisation", help="peak learning rate (after warm-up, cosine decay)")
+    weight_decay: float = option(0.1, group="optimisation", help="AdamW weight decay")
+    warmup_steps: int = option(10, group="optimisation", help="optimizer steps of linear warm-up")
+    max_logit_scale: float = option(100.0, group="objective", help="clamp of the learned logit scale s")
+    seed: int = option(0, group="optimisation", help="seed of the initialisation, data order and subsets")
+    device: str = option("cpu", group="model", resume_free=True, help="cpu or cuda (default: cpu)")
+    context_length: int | None = option(None, group="model", help="text context length (default: the model's)")
+    num_workers: int | None = option(None, group="optimisation", resume_free=True, help="data loading workers")
+    log_every: int = option(10, group="run, diagnostics, evaluation", resume_free=True,
+                            help="optimizer steps between log.jsonl lines")
+    output: str = option("runs/train", group="run, diagnostics, evaluation", resume_free=True,
+                         help="run directory (checkpoint, train_config.json, log.jsonl, diagnostics.jsonl)")
     # loss options
-    label_smoothing: float = 0.0
-    mask_duplicates: bool = False  # mask same-image / identical-caption pairs in the batch
-    g_source: str = "current"  # "current": Ḡ from the text encoder being trained; "frozen_init": from its initial copy
-    token_loss_weight: float = 0.0  # λ of the FILIP token-level term (open_clip models)
+    label_smoothing: float = option(0.0, group="objective", help="label smoothing of the contrastive targets")
+    mask_duplicates: bool = option(False, group="objective",
+                                   help="mask same-image / identical-caption pairs inside a batch")
+    g_source: str = option("current", group="objective", choices=("current", "frozen_init"),
+                           help="Ḡ from the text encoder being trained (default) or a frozen copy of the initial one")
+    token_loss_weight: float = option(0.0, group="objective", help="λ of the FILIP token-level term (open_clip)")
     # optimisation
-    accum_steps: int = 1
-    accum_mode: str = "loss"  # "loss": paper's per-micro-batch loss; "cached": the whole effective batch as negatives
-    grad_clip: float | None = None
-    amp: bool = False  # autocast (CUDA: bf16/fp16; CPU: bf16) — the losses always run in fp32
-    amp_dtype: str = "bf16"
-    lock_image: bool = False
-    lock_text: bool = False
-    init_logit_scale: float | None = None  # set s (not its log) before training
-    train_logit_scale: bool = True
-    data_fraction: float = 1.0
-    group_by: str | None = None  # regex on image ids: batches made of whole groups, e.g. "^(.*)-v\\d+$" (synthdense families)
+    accum_steps: int = option(1, group="optimisation", help="micro-batches per optimizer step")
+    accum_mode: str = option("loss", group="optimisation", choices=("loss", "cached"),
+                             help="loss: per-micro-batch loss (the paper's); cached: the whole effective batch as "
+                                  "negatives")
+    grad_clip: float | None = option(None, group="optimisation", help="clip the gradient norm")
+    amp: bool = option(False, group="optimisation", help="autocast on CUDA (bf16/fp16; CPU: bf16); the losses "
+                                                          "stay fp32")
+    amp_dtype: str = option("bf16", group="optimisation", choices=("bf16", "fp16"), help="autocast dtype")
+    lock_image: bool = option(False, group="optimisation", help="freeze the image tower")
+    lock_text: bool = option(False, group="optimisation", help="freeze the text tower")
+    init_logit_scale: float | None = option(None, group="objective", help="set s (not its log) before training")
+    train_logit_scale: bool = option(True, group="objective",
+                                     help="train the logit scale (on by default; --no-train-logit-scale freezes it)")
+    data_fraction: float = option(1.0, group="optimisation",
+                                  help="train on this seeded fraction of the images (paper: 0.2)")
+    group_by: str | None = option(None, group="optimisation",
+                                  help="regex on image ids: batches made of whole groups, e.g. \"^(.*)-v\\d+$\" "
+                                       "(synthdense families)")
     # Long-CLIP and PEFT
-    stretch_context: int | None = None  # e.g. 248: stretch a 77-position text table the Long-CLIP way
-    peft: str | None = None  # "lora" | "dora"
-    lora_r: int = 16
-    lora_alpha: float = 32.0
-    lora_dropout: float = 0.0
-    lora_targets: list[str] | None = None
-    peft_save: str = "both"  # "merged" | "adapter" | "both"
+    stretch_context: int | None = option(None, group="PEFT and Long-CLIP",
+                                         help="stretch the text positions the Long-CLIP way (77 → 248)")
+    peft: str | None = option(None, group="PEFT and Long-CLIP", choices=("lora", "dora"), help="LoRA or DoRA adapters")
+    lora_r: int = option(16, group="PEFT and Long-CLIP", help="adapter rank")
+    lora_alpha: float = option(32.0, group="PEFT and Long-CLIP", help="adapter scale α")
+    lora_dropout: float = option(0.0, group="PEFT and Long-CLIP", help="adapter dropout")
+    lora_targets: list[str] | None = option(None, group="PEFT and Long-CLIP", sep=",",
+                                            help="comma-separated module names (open_clip default: c_fc,c_proj; "
+                                                 "HF: q_proj,k_proj,v_proj,out_proj)")
+    peft_save: str = option("both", group="PEFT and Long-CLIP", choices=("merged", "adapter", "both"),
+                            help="what a PEFT run writes: the merged checkpoint, the adapter, or both")
     # checkpoints, diagnostics, evaluation
-    save_every: int = 0  # optimizer steps between resumable states (also saved at every epoch end)
-    resume: str | None = None  # run directory to continue
-    overwrite: bool = False  # start afresh in a non-empty output directory (its earlier run outputs are removed)
-    stop_at_step: int | None = None  # stop (resumably) after this many optimizer steps; the schedule is unchanged
-    diag_every: int = 0  # optimizer steps between diagnostics measurements (0: off)
-    active_threshold: float = 1e-3
-    eval_dataset: str | None = None
-    eval_protocol: str | None = None
-    eval_data_root: str | None = None
-    eval_dataset_options: dict[str, Any] = field(default_factory=dict)
-    eval_every: int = 1  # epochs
-    eval_at_start: bool = True
-    eval_batch_size: int = 64
+    save_every: int = option(0, group="run, diagnostics, evaluation", resume_free=True,
+                             help="optimizer steps between resumable states (also saved at every epoch end)")
+    resume: str | None = option(None, group="run, diagnostics, evaluation", resume_free=True, nargs="?", const="",
+                                metavar="RUN_DIR", help="continue an interrupted run (default: the --output directory)")
+    overwrite: bool = option(False, group="run, diagnostics, evaluation", resume_free=True,
+                             help="start afresh in a non-empty --output (its earlier run's outputs are removed); "
+                                  "without it a non-empty run directory is refused")
+    stop_at_step: int | None = option(None, group="run, diagnostics, evaluation", resume_free=True,
+                                      help="stop resumably after this many optimizer steps (the schedule is unchanged)")
+    diag_every: int = option(0, group="run, diagnostics, evaluation", resume_free=True,
+                             help="optimizer steps between saturation diagnostics (0: off)")
+    active_threshold: float = option(1e-3, group="run, diagnostics, evaluation", resume_free=True,
+                                     help="a batch is active if its loss is at least this (1e-3)")
+    eval_dataset: str | None = option(None, group="run, diagnostics, evaluation", resume_free=True,
+                                      help="evaluate on this dataset after every --eval-every epochs")
+    eval_protocol: str | None = option(None, group="run, diagnostics, evaluation", resume_free=True,
+                                       help="protocol of --eval-dataset")
+    eval_data_root: str | None = option(None, group="run, diagnostics, evaluation", resume_free=True,
+                                        help="data root of --eval-dataset")
+    eval_dataset_options: dict[str, Any] = option(default_factory=dict, cli=False, resume_free=True,
+                                                  help="options for the eval dataset's loader (recipe / --set only)")
+    eval_every: int = option(1, group="run, diagnostics, evaluation", resume_free=True,
+                             help="epochs between evaluations")
+    eval_at_start: bool = option(True, group="run, diagnostics, evaluation", resume_free=True,
+                                 help="evaluate before training too (on by default; --no-eval-at-start: not)")
+    eval_batch_size: int = option(64, group="run, diagnostics, evaluation", resume_free=True,
+                                  help="encoder batch of the evaluations")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:

@@ -1,0 +1,179 @@
+"""Option groups declared once: each field carries its type, default, help, CLI group and flags.
+
+A field is declared with :func:`option`; its metadata is read by the CLI (``hnbench.cli`` builds the
+flags), by the resume check (``resume_free``) and by the result record (``record``), so adding an option
+is one edit. This module stays light (no torch, no argparse): the CLI, the trainer and the evaluator
+import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hnbench.errors import ConfigError
+from hnbench.validate import BACKENDS, PRECISIONS, SEARCHES, check_eval
+
+__all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "from_options", "option", "option_help", "resume_free"]
+
+
+def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None = None, flag: str | None = None,
+           choices: Sequence[str] | None = None, cli: bool = True, record: bool | str = False,
+           resume_free: bool = False, sep: str | None = None, minimum: int | None = None,
+           default_factory: Any = dataclasses.MISSING, **argparse_extra: Any) -> Any:
+    """A dataclass field with the metadata the CLI, resume check and result record read.
+
+    ``flag`` defaults to ``--field-name`` (a bool whose default is True becomes ``--no-<flag>``);
+    ``cli=False`` gives no flag; ``record`` is True (always written to the result's settings) or
+    ``"if_set"`` (written when it differs from the default, so default results keep their bytes);
+    ``resume_free`` marks a training option that may change when a run is resumed; ``sep`` parses a
+    list flag from one separated string; ``minimum``: an integer at least this (checked by ``validate``);
+    other keywords (nargs, const, metavar) go to argparse as they are.
+    """
+    meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices else None,
+            "cli": cli, "record": record, "resume_free": resume_free, "sep": sep, "minimum": minimum,
+            "argparse": argparse_extra}
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def option_help(cls: type, name: str) -> str:
+    """The help text declared for field ``name`` of ``cls``."""
+    return next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
+
+
+def resume_free(cls: type) -> frozenset[str]:
+    """Names of the fields of ``cls`` that may differ between an interrupted run and its continuation."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get("resume_free"))
+
+
+def check_minimums(settings: Any) -> None:
+    """Fields declared with ``minimum`` hold an integer at least that large."""
+    for f in dataclasses.fields(settings):
+        low, value = f.metadata.get("minimum"), getattr(settings, f.name)
+        if low is not None and (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low):
+            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+            raise ConfigError(f"{flag} must be an integer >= {low}, got {value!r}")
+
+
+def from_options(cls: type, base: Any | None, options: Mapping[str, Any]) -> Any:
+    """``base`` (or the defaults) with ``options`` replaced; an unknown name is a TypeError with a suggestion."""
+    known = [f.name for f in dataclasses.fields(cls)]
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            raise TypeError(f"unknown {cls.__name__} option {name!r}"
+                            + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return dataclasses.replace(base, **options) if base is not None else cls(**options)
+
+
+@dataclass
+class EvalSettings:
+    """How an evaluation runs and scores (everything but the model, the data and where results go).
+
+    Fields marked ``record`` are written, in this order, to the result's ``settings``.
+    """
+
+    device: str = option("cpu", group="model", record=True, help="cpu, cuda, cuda:N or mps (default: cpu)")
+    batch_size: int = option(64, group="evaluation", record=True, help="images per encoder batch (default 64)")
+    precision: str = option("fp32", group="evaluation", record=True, choices=PRECISIONS,
+                            help="model weights precision; the images are cast to it (all three run on CPU and CUDA)")
+    amp: bool = option(False, group="evaluation", record=True, help="autocast the encoders (CUDA only)")
+    backend: str = option("auto", group="evaluation", record=True, choices=BACKENDS, help="exact search backend")
+    search: str = option("exact", group="evaluation", record=True, choices=SEARCHES,
+                         help="approximate: faiss HNSW for exploring large galleries; reports its recall against "
+                              "exact search on a sample and is marked so leaderboards keep it apart")
+    ks: tuple[int, ...] = option((1, 5, 10), group="evaluation", record=True, flag="--k", help="recall cut-offs")
+    ci: bool = option(True, group="evaluation", record=True,
+                      help="bootstrap confidence intervals of R@K (on by default; --no-ci skips them)")
+    seed: int = option(0, group="evaluation", record="if_set", minimum=0,
+                       help="seed of the bootstrap resampling (default 0)")
+    text_batch_size: int | None = option(None, group="evaluation",
+                                         help="captions per encoder batch (default: max(--batch-size, 64))")
+    num_workers: int | None = option(None, group="evaluation",
+                                     help="image decoding and tokenizing workers (default: CPU count, at most 8); "
+                                          "0 decodes in the main process and needs no shared memory")
+    context_length: int | None = option(None, group="model", help="text context length (default: the model's)")
+    skip_invalid: bool = option(False, group="data",
+                                help="drop and count missing/corrupt images and empty captions instead of failing")
+    use_cache: bool = option(True, group="evaluation", flag="--cache",
+                             help="read and write the embedding cache (on by default; --no-cache: neither)")
+    cache_dir: str | None = option(None, group="evaluation",
+                                   help="embedding cache directory (default: $HNBENCH_CACHE/embeddings, else "
+                                        "$XDG_CACHE_HOME/hnbench/embeddings, else ~/.cache/hnbench/embeddings)")
+    overwrite: bool = option(False, group="evaluation",
+                             help="replace an existing file of the same name that holds another result or is "
+                                  "unreadable (a rerun of the same model, data and settings replaces its own file "
+                                  "without it)")
+    progress: bool = option(True, cli=False, help="progress bars (the CLI's -q turns them off)")
+    distributed: bool | None = option(None, cli=False,
+                                      help="share the encoding over torchrun ranks (default: when WORLD_SIZE > 1)")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.ks, (list, tuple)):  # the CLI gives a list: one spelling, so settings compare equal
+            self.ks = tuple(self.ks)
+        if isinstance(self.cache_dir, Path):
+            self.cache_dir = str(self.cache_dir)
+
+    def validate(self, output_dir: str | Path | None = None) -> None:
+        """Every setting (and the output directory), before any model or data is loaded."""
+        check_eval(ks=self.ks, batch_size=self.batch_size, text_batch_size=self.text_batch_size,
+                   num_workers=self.num_workers, device=self.device, precision=self.precision,
+                   output_dir=output_dir, search=self.search, backend=self.backend)
+        check_minimums(self)
+
+    def recorded(self) -> dict[str, Any]:
+        """The fields marked ``record``, as written to a result's ``settings`` (tuples as lists)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value, mode = getattr(self, f.name), f.metadata.get("record")
+            if mode is True or (mode == "if_set" and value != f.default):
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+# In-batch similarity bucket edges of hardness (``hnbench.hardness.stats.DEFAULT_EDGES``).
+DEFAULT_EDGES = (0.0, 0.5, 0.7, 0.8, 0.9, 1.0)
+
+
+@dataclass
+class HardnessSettings:
+    """How hardness measures a caption set (everything but the data, the model and where the report goes)."""
+
+    device: str = option("cpu", group="model", help="cpu or cuda (default: cpu)")
+    context_length: int | None = option(None, group="model", help="text context length (default: the model's)")
+    batch_size: int = option(128, group="statistics", help="B of the in-batch negative buckets (default 128)")
+    n_batches: int = option(200, group="statistics", help="random batches to average (default 200)")
+    edges: tuple[float, ...] = option(DEFAULT_EDGES, group="statistics",
+                                      help="similarity bucket edges (default 0 0.5 0.7 0.8 0.9 1)")
+    threshold: float = option(0.95, group="statistics", help="near-duplicate caption similarity (default 0.95)")
+    image_threshold: float | None = option(None, group="statistics",
+                                           help="near-duplicate image similarity (default: --threshold)")
+    exact_max: int = option(20_000, group="statistics",
+                            help="exact all-pairs statistics up to this many items, sampled beyond (default 20000)")
+    n_sample_pairs: int = option(1_000_000, group="statistics", flag="--sample-pairs",
+                                 help="pairs sampled beyond --exact-max")
+    seed: int = option(0, group="statistics", help="seed of the sampled pairs and batches (default 0)")
+    images: bool = option(True, group="statistics",
+                          help="measure the image side too where images exist (--no-images: text side only)")
+    results: tuple[str, ...] = option((), group="statistics", action="append", metavar="FILE",
+                                      help="an eval result JSON of this dataset: R@1 by hardness and the model's "
+                                           "confusions; repeatable")
+    n_show: int = option(10, group="statistics", flag="--show",
+                         help="pairs / wrong queries listed in the report (default 10)")
+    encode_batch_size: int = option(64, help="images per encoder batch (captions: at least 64)")
+    num_workers: int | None = option(None, help="image decoding workers")
+    use_cache: bool = option(True, flag="--cache",
+                             help="read and write the embedding cache (on by default; --no-cache: neither)")
+    progress: bool = option(True, cli=False, help="progress bars (the CLI's -q turns them off)")
+
+    def __post_init__(self) -> None:
+        for name in ("edges", "results"):  # the CLI gives lists: one spelling, so settings compare equal
+            if isinstance(getattr(self, name), (list, tuple)):
+                setattr(self, name, tuple(getattr(self, name)))

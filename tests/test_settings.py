@@ -1,0 +1,181 @@
+"""Options declared once: CLI flags, the Python API, the result record and the resume check read the same fields."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from conftest import make_pairs, write_jsonl
+
+from hnbench.cli import build_parser, eval_settings, main
+from hnbench.data import load_dataset
+from hnbench.errors import ConfigError
+from hnbench.evaluate import evaluate, run_evaluation
+from hnbench.models import load_model
+from hnbench.settings import EvalSettings
+
+
+def _subparser(name: str):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return parser, sub.choices[name]
+
+
+def _by_dest(p) -> dict:
+    return {a.dest: a for a in p._actions}
+
+
+@pytest.mark.parametrize("command", ["eval", "demo"])
+def test_every_eval_setting_is_a_flag_with_its_help(command):
+    _, p = _subparser(command)
+    actions = _by_dest(p)
+    flagged = [f for f in dataclasses.fields(EvalSettings) if f.metadata["cli"]]
+    # progress is the global -q, distributed follows torchrun's environment: the only two without a flag
+    assert {f.name for f in dataclasses.fields(EvalSettings)} - {f.name for f in flagged} == {"progress", "distributed"}
+    for f in flagged:
+        assert f.name in actions, f"--{f.name} missing on hnbench {command}"
+        action = actions[f.name]
+        assert action.help.replace("%%", "%") == f.metadata["help"]
+        assert action.option_strings and action.option_strings[0].startswith("--")
+        if f.metadata["choices"]:
+            assert list(action.choices) == list(f.metadata["choices"])
+    assert actions["ks"].option_strings == ["--k"] and actions["ci"].option_strings == ["--no-ci"]
+    assert actions["use_cache"].option_strings == ["--no-cache"] and actions["seed"].option_strings == ["--seed"]
+
+
+def test_cli_and_python_api_make_the_same_settings(tmp_path):
+    parser, _ = _subparser("eval")
+    base = ["eval", "--model", "m", "--dataset", "d", "--output", str(tmp_path)]
+    assert eval_settings(parser.parse_args(base)) == EvalSettings()
+    flags = ["--device", "cpu", "--batch-size", "8", "--text-batch-size", "16", "--num-workers", "0",
+             "--context-length", "77", "--precision", "bf16", "--amp", "--backend", "torch", "--k", "1", "3",
+             "--no-ci", "--seed", "5", "--skip-invalid", "--no-cache", "--cache-dir", str(tmp_path / "c"),
+             "--search", "approximate", "--overwrite"]
+    python = EvalSettings(device="cpu", batch_size=8, text_batch_size=16, num_workers=0, context_length=77,
+                          precision="bf16", amp=True, backend="torch", ks=[1, 3], ci=False, seed=5,
+                          skip_invalid=True, use_cache=False, cache_dir=tmp_path / "c", search="approximate",
+                          overwrite=True, progress=False)
+    assert eval_settings(parser.parse_args(["-q", *base, *flags])) == python
+    # every field was given a non-default value above, so no flag is silently ignored
+    assert all(getattr(python, f.name) != f.default for f in dataclasses.fields(EvalSettings)
+               if f.metadata["cli"] and f.name != "device")
+
+
+def test_unknown_evaluate_keyword_suggests_the_field(tmp_path):
+    with pytest.raises(TypeError, match="did you mean 'seed'"):
+        evaluate("no-such-arch", str(tmp_path / "absent.jsonl"), sed=3)
+
+
+def test_bad_seed_is_refused_before_loading(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="--seed"):
+        evaluate("no-such-arch", str(tmp_path / "absent.jsonl"), output_dir=tmp_path / "out", seed=-1)
+    rc = main(["eval", "--model", "no-such-arch", "--dataset", str(tmp_path / "absent.jsonl"),
+               "--output", str(tmp_path / "out"), "--seed", "-1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--seed" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_seed_changes_the_bootstrap_only(micro_config, tmp_path, capsys):
+    pairs = make_pairs(tmp_path, n=24)
+    data = str(write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs]))
+    kw = {"model_config": str(micro_config), "progress": False, "num_workers": 0}
+    default = evaluate("hnb-micro", data, output_dir=tmp_path / "default", **kw)
+    zero = evaluate("hnb-micro", data, seed=0, **kw)
+    other = evaluate("hnb-micro", data, output_dir=tmp_path / "seed7", seed=7, **kw)
+    assert default.metrics == zero.metrics == other.metrics
+    assert default.ci95 == zero.ci95 and default.ci95 != other.ci95
+    # the default is not written (results keep their bytes); another seed is
+    assert "seed" not in default.settings and other.settings["seed"] == 7
+    assert json.loads(open(other.path).read())["settings"]["seed"] == 7
+    # the core on loaded objects, and a settings object with a keyword replacing one of its fields
+    core = run_evaluation(load_model("hnb-micro", model_config=str(micro_config)), load_dataset(data),
+                          EvalSettings(seed=7, progress=False, num_workers=0))
+    assert core.metrics == other.metrics and core.ci95 == other.ci95 and core.settings["seed"] == 7
+    both = evaluate("hnb-micro", data, model_config=str(micro_config), settings=EvalSettings(seed=7, ci=False),
+                    progress=False, num_workers=0, ci=True)
+    assert both.ci95 == other.ci95
+    rc = main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset", data,
+               "--output", str(tmp_path / "cli"), "--num-workers", "0", "--seed", "7", "--json"])
+    cli = json.loads(capsys.readouterr().out)
+    assert rc == 0 and cli["ci95"] == other.ci95 and cli["settings"]["seed"] == 7
+
+
+# --- training: TrainConfig's field metadata ---------------------------------------------------------
+def test_resume_free_comes_from_train_config_metadata():
+    from hnbench.train.state import RESUME_FREE, check_resume_config
+    from hnbench.train.trainer import TrainConfig
+
+    declared = {f.name for f in dataclasses.fields(TrainConfig) if f.metadata["resume_free"]}
+    assert RESUME_FREE == declared
+    # the set the trainer refused with before it was generated: where a run may and may not change on resume
+    assert declared == {"output", "resume", "overwrite", "stop_at_step", "num_workers", "log_every", "save_every",
+                        "device", "diag_every", "active_threshold", "eval_dataset", "eval_protocol",
+                        "eval_data_root", "eval_dataset_options", "eval_every", "eval_at_start", "eval_batch_size"}
+    saved = dataclasses.asdict(TrainConfig())
+    check_resume_config(saved, {**saved, **{name: "changed" for name in declared}})
+    with pytest.raises(ConfigError, match="cannot resume.*lr"):
+        check_resume_config(saved, {**saved, "lr": 1.0})
+
+
+def test_train_flags_come_from_train_config_fields(tmp_path):
+    from hnbench.train.trainer import RECIPE_DIR, TrainConfig, load_recipe
+
+    parser, p = _subparser("train")
+    actions = _by_dest(p)
+    for f in dataclasses.fields(TrainConfig):
+        if not f.metadata["cli"]:
+            assert isinstance(f.default_factory(), dict)  # only the loaders' option tables: recipe / --set
+            continue
+        action = actions[f.name]
+        assert action.default is None, f"--{f.name} would override a recipe's {f.name} unasked"
+        if f.name not in ("model", "pretrained", "model_config", "dataset", "data_root", "protocol"):  # shared
+            assert action.help == f.metadata["help"]
+        if f.metadata["choices"]:
+            assert list(action.choices) == list(f.metadata["choices"])
+    # recipe keys are field names
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    for recipe in RECIPE_DIR.glob("*.toml"):
+        assert set(load_recipe(str(recipe))) <= names, recipe.name
+    for f in dataclasses.fields(TrainConfig):  # the declared choices are the ones the config accepts
+        for value in f.metadata["choices"] or ():
+            TrainConfig.from_dict({f.name: value})
+        if f.metadata["choices"]:
+            with pytest.raises(ConfigError, match=f.name):
+                TrainConfig.from_dict({f.name: "no-such-choice"})
+    args = parser.parse_args(["train", "--recipe", "x", "--lora-targets", "c_fc,c_proj", "--resume",
+                              "--no-eval-at-start", "--amp"])
+    assert args.device is None  # no --device: the recipe's device stands (no special case)
+    assert args.lora_targets == ["c_fc", "c_proj"] and args.resume == "" and args.eval_at_start is False
+    assert args.amp is True and args.lock_text is None
+
+
+# --- hardness -----------------------------------------------------------------------------------------
+def test_every_hardness_setting_is_a_flag_and_the_cli_matches_python(tmp_path):
+    import inspect
+
+    from hnbench.hardness.analyze import analyze
+    from hnbench.settings import HardnessSettings
+
+    parser, p = _subparser("hardness")
+    actions = _by_dest(p)
+    for f in dataclasses.fields(HardnessSettings):
+        if f.metadata["cli"]:
+            assert actions[f.name].help.replace("%%", "%") == f.metadata["help"]
+    base = ["hardness", "--dataset", "d", "--model", "m", "--output", str(tmp_path)]
+    assert parser.parse_args(base) is not None
+    from hnbench.cli import settings_from_args
+
+    assert settings_from_args(HardnessSettings, parser.parse_args(base)) == HardnessSettings()
+    args = parser.parse_args(["-q", *base, "--batch-size", "8", "--edges", "0", "0.9", "1", "--sample-pairs", "5",
+                              "--no-images", "--results", "a.json", "--results", "b.json", "--show", "3",
+                              "--no-cache", "--seed", "2", "--context-length", "77"])
+    assert settings_from_args(HardnessSettings, args) == HardnessSettings(
+        batch_size=8, edges=[0, 0.9, 1], n_sample_pairs=5, images=False, results=["a.json", "b.json"], n_show=3,
+        use_cache=False, seed=2, context_length=77, progress=False)
+    # analyze's defaults are HardnessSettings' (one declaration)
+    defaults = HardnessSettings()
+    for name, param in inspect.signature(analyze).parameters.items():
+        if name in {f.name for f in dataclasses.fields(HardnessSettings)} and name != "progress":
+            assert param.default == getattr(defaults, name), name
