@@ -9,14 +9,13 @@ import it.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hnbench.errors import ConfigError
+from hnbench.errors import ConfigError, did_you_mean
 from hnbench.validate import BACKENDS, PRECISIONS, SEARCHES, check_eval
 
 __all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "from_options", "option", "option_help", "resume_free"]
@@ -67,9 +66,8 @@ def from_options(cls: type, base: Any | None, options: Mapping[str, Any]) -> Any
     known = [f.name for f in dataclasses.fields(cls)]
     for name in options:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            raise TypeError(f"unknown {cls.__name__} option {name!r}"
-                            + (f" (did you mean {close[0]!r}?)" if close else ""))
+            hint = did_you_mean(name, known, n=1)
+            raise TypeError(f"unknown {cls.__name__} option {name!r}" + (f" ({hint})" if hint else ""))
     return dataclasses.replace(base, **options) if base is not None else cls(**options)
 
 

@@ -120,7 +120,8 @@ def test_resume_free_comes_from_train_config_metadata():
 
 
 def test_train_flags_come_from_train_config_fields(tmp_path):
-    from hnbench.train.trainer import RECIPE_DIR, TrainConfig, load_recipe
+    from hnbench.registry import RECIPE_DIR
+    from hnbench.train.trainer import TrainConfig, load_recipe
 
     parser, p = _subparser("train")
     actions = _by_dest(p)
