@@ -61,22 +61,21 @@ def token_loss(image_tokens: Tensor, text_tokens: Tensor, text_mask: Tensor,
     With a ``context`` of several ranks: this rank's share, local images against all texts and local
     texts against all images (gathered with gradient); its mean over ranks is L_tok on the global batch.
     """
-    device = image_tokens.device
-    if context is None or not context.enabled:
-        with no_autocast(device):
-            x, y = _prepare(image_tokens, text_tokens)
-            s = as_scale(logit_scale, x.dtype, device)
-            a, c = filip_scores(x, y, text_mask)
-            target = torch.arange(a.shape[0], device=device)
-            return 0.5 * (F.cross_entropy(s * a, target) + F.cross_entropy(s * c.T, target))
-    b = image_tokens.shape[0]
-    img_all, txt_all = context.gather(image_tokens), context.gather(text_tokens)
-    mask_all = context.gather(text_mask.to(torch.uint8), with_grad=False).bool()
+    device, b = image_tokens.device, image_tokens.shape[0]
+    img_all, txt_all, mask_all, offset = image_tokens, text_tokens, text_mask, 0
+    if context is not None and context.enabled:  # gather the global batch; this rank's rows start at offset
+        img_all, txt_all = context.gather(image_tokens), context.gather(text_tokens)
+        mask_all = context.gather(text_mask.to(torch.uint8), with_grad=False).bool()
+        offset = context.rank * b
     with no_autocast(device):
         x, y = _prepare(image_tokens, text_tokens)
-        xa, ya = _prepare(img_all, txt_all)
-        s = as_scale(logit_scale, x.dtype, device)
-        a_rows, _ = filip_scores(x, ya, mask_all)  # local images vs all texts
-        _, c_cols = filip_scores(xa, y, text_mask)  # all images vs local texts
-        target = torch.arange(b, device=device) + context.rank * b
-        return 0.5 * (F.cross_entropy(s * a_rows, target) + F.cross_entropy(s * c_cols.T, target))
+        if img_all is image_tokens:
+            s = as_scale(logit_scale, x.dtype, device)
+            a, c = filip_scores(x, y, text_mask)
+        else:
+            xa, ya = _prepare(img_all, txt_all)
+            s = as_scale(logit_scale, x.dtype, device)
+            a, _ = filip_scores(x, ya, mask_all)  # local images vs all texts
+            _, c = filip_scores(xa, y, text_mask)  # all images vs local texts
+        target = torch.arange(b, device=device) + offset
+        return 0.5 * (F.cross_entropy(s * a, target) + F.cross_entropy(s * c.T, target))
