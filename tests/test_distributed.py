@@ -90,11 +90,44 @@ def test_auto_mode_never_joins_a_group_someone_else_set_up(monkeypatch, tmp_path
     assert not dist.wanted(None)
 
 
+def test_eval_and_train_share_one_context_and_its_timeout_policy(monkeypatch, micro_config, tmp_path, capsys):
+    """``hnbench eval`` under torchrun and ``hnbench train`` build the same :class:`DistContext` through
+    :func:`hnbench.distributed.from_env`, so one timeout setting governs both: a bad ``HNBENCH_DIST_TIMEOUT_S``
+    is refused by each (one line, exit 2) before any process group, model or data, and nothing is written."""
+    import datetime
+
+    from hnbench.cli import main
+    from hnbench.errors import ConfigError
+    from hnbench.train import distributed as train_dist
+    from hnbench.train.trainer import TrainConfig, train
+
+    assert train_dist.DistContext is dist.DistContext  # the README's training import path: the same class
+    for value, seconds in (("90", 90), ("2.5", 2.5), ("", 6 * 3600)):
+        monkeypatch.setenv(dist.TIMEOUT_ENV, value)
+        assert dist.timeout_from_env() == datetime.timedelta(seconds=seconds)
+    manifest = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in make_pairs(tmp_path, 4)])
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun would: both entry points go distributed
+    for bad in ("ten minutes", "0", "-5", "nan", "inf"):
+        monkeypatch.setenv(dist.TIMEOUT_ENV, bad)
+        with pytest.raises(ConfigError, match=dist.TIMEOUT_ENV):
+            dist.from_env()
+    with pytest.raises(ConfigError, match=dist.TIMEOUT_ENV):
+        evaluate("hnb-micro", str(manifest), model_config=str(micro_config), output_dir=tmp_path / "out")
+    rc = main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset", str(manifest),
+               "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and dist.TIMEOUT_ENV in err and "Traceback" not in err
+    with pytest.raises(ConfigError, match=dist.TIMEOUT_ENV):
+        train(TrainConfig.from_dict({"model": "hnb-micro", "model_config": str(micro_config),
+                                     "dataset": str(manifest), "output": str(tmp_path / "run")}), progress=False)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "run").exists()
+
+
 def _torchrun(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun) if torchrun.exists() else shutil.which("torchrun"), "--standalone", "--nproc_per_node=2",
            "-m", "hnbench", "-q", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", dist.TIMEOUT_ENV: "600"}  # a configured timeout, not the default
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -55,7 +55,9 @@ def test_gamma_zero_is_infonce_and_open_clip(scale):
     assert torch.allclose(hn0, ref, rtol=0, atol=1e-6)
     assert torch.allclose(nce, ref, rtol=0, atol=1e-6)
     assert 1e-3 < ref < 3
-    assert torch.equal(nce, info_nce_loss(v, t, scale, gamma=3.0))  # float scale; gamma ignored
+    assert torch.equal(nce, info_nce_loss(v, t, scale))  # float scale
+    with pytest.raises(TypeError):  # InfoNCE has no margin: a gamma is refused, not silently ignored
+        info_nce_loss(v, t, scale, gamma=3.0)
     assert hn_clip_loss(v, t, s, 0.5) > nce  # random features: Ḡ has both signs, but γ > 0 matters
 
 

@@ -2,7 +2,7 @@
 
 losses       InfoNCE / HN-CLIP (fp32, masks, label smoothing, Ḡ source)
 token_loss   the FILIP-style token-level term
-distributed  local loss over features gathered with gradient (DDP / torchrun)
+distributed  DistributedHNCLIPLoss: the HN loss as a module for your own DDP loop (hnbench.distributed: the context)
 trainer      TrainConfig, recipes, train(); step (accumulation modes), batches, state (resume), export
 diagnostics  InfoNCE-vs-HN gradient measurements; report: ``hnbench train-report``
 adapters     LoRA / DoRA through peft; towers: one module over open_clip and HF CLIP

@@ -13,6 +13,18 @@ exponentiated logit scale s and a margin weight γ ≥ 0::
 γ·s·G_ij. S, G, Z and the CE run in fp32 (fp64 for fp64 features) with autocast off: in fp16/bf16 the
 softmax saturates (positive probability exactly 1) at far smaller gaps. A bool ``mask`` drops
 same-image / same-caption pairs (−inf), which would otherwise floor the loss at log(1 + e^{sγ}).
+
+Data parallel (as open_clip's ``ClipLoss`` with ``local_loss`` and ``gather_with_grad``), the same function
+takes a :class:`~hnbench.distributed.DistContext`: with W ranks of b pairs each (global batch B = W·b,
+rank r holding rows r·b … r·b+b−1) rank r gathers the features with gradient and computes its share::
+
+    Z_r   = s · (v_r T_allᵀ + γ Ḡ_r)      Ḡ_r = stopgrad(t_r T_allᵀ), entry (i, r·b+i) set to 0
+    Z'_r  = s · (t_r V_allᵀ + γ Ḡ_r)      (rows of Zᵀ: Ḡ is symmetric)
+    L_r   = ½ [CE(Z_r, y_r) + CE(Z'_r, y_r)],   y_r[i] = r·b + i
+
+so mean_r L_r is exactly the loss on the concatenated batch; the gather's backward sums every rank's
+gradient for this rank's slice, and DDP's averaging then gives the gradient of the global loss. World
+size 1 is the special case r = 0, W = 1 (Z'_0 = Zᵀ).
 """
 
 from __future__ import annotations
@@ -25,6 +37,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from hnbench.distributed import DistContext
 
 __all__ = ["HNCLIPLoss", "InfoNCELoss", "duplicate_mask", "hn_clip_loss", "hn_logits", "info_nce_loss"]
 
@@ -53,18 +67,21 @@ def _check_smoothing(label_smoothing: float) -> float:
     return e
 
 
-def _compute_dtype(*tensors: Tensor) -> torch.dtype:
+# The precision policy of every loss here and in token_loss: fp32 (fp64 for fp64 inputs), autocast off.
+def compute_dtype(*tensors: Tensor) -> torch.dtype:
     """fp32 for half/bf16/fp32 inputs; fp64 only if an input already is fp64 (e.g. gradcheck)."""
     return torch.float64 if any(x.dtype == torch.float64 for x in tensors) else torch.float32
 
 
-def _no_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+def no_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """Autocast switched off on ``device`` (a no-op where autocast does not exist)."""
     if torch.amp.is_autocast_available(device.type):
         return torch.autocast(device_type=device.type, enabled=False)
     return contextlib.nullcontext()
 
 
-def _scale(logit_scale: Tensor | float, dtype: torch.dtype, device: torch.device) -> Tensor:
+def as_scale(logit_scale: Tensor | float, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The logit scale s as a 0-d tensor of ``dtype`` on ``device`` (gradients still flow into a tensor)."""
     if isinstance(logit_scale, Tensor):
         if logit_scale.numel() != 1:
             raise ValueError(f"logit_scale must be a scalar, got shape {tuple(logit_scale.shape)}")
@@ -82,12 +99,14 @@ def _check_mask(mask: Tensor, b: int, device: torch.device) -> Tensor:
     return mask
 
 
-def _g_bar(text: Tensor, dtype: torch.dtype) -> Tensor:
-    """Ḡ = (t tᵀ) detached, diagonal zeroed."""
+def _g_bar(text: Tensor, dtype: torch.dtype, text_all: Tensor | None = None, offset: int = 0) -> Tensor:
+    """Ḡ = (t tᵀ) detached, diagonal zeroed; with ``text_all`` the rows t T_allᵀ of this rank's texts against
+    all texts, entries (i, offset + i) zeroed."""
     with torch.no_grad():
         x = text.detach().to(dtype)
-        g = x @ x.T
-        g.fill_diagonal_(0)
+        g = x @ (x if text_all is None else text_all.detach().to(dtype)).T
+        rows = torch.arange(x.shape[0], device=g.device)
+        g[rows, rows + offset] = 0
     return g
 
 
@@ -127,9 +146,9 @@ def hn_logits(
     _check_features(image_features, text_features)
     gamma = _check_gamma(gamma)
     b, device = image_features.shape[0], image_features.device
-    dtype = _compute_dtype(image_features, text_features)
+    dtype = compute_dtype(image_features, text_features)
     mask = None if mask is None else _check_mask(mask, b, device)
-    with _no_autocast(device):
+    with no_autocast(device):
         if g_bar is None:
             gb = _g_bar(text_features, dtype)
         else:
@@ -138,7 +157,7 @@ def hn_logits(
             gb = g_bar.detach().to(device=device, dtype=dtype).clone()
             gb.fill_diagonal_(0)
         v, t = image_features.to(dtype), text_features.to(dtype)
-        z = _logits(v, t, _scale(logit_scale, dtype, device), gamma, gb, mask)
+        z = _logits(v, t, as_scale(logit_scale, dtype, device), gamma, gb, mask)
     return z, gb
 
 
@@ -151,6 +170,7 @@ def hn_clip_loss(
     mask: Tensor | None = None,
     label_smoothing: float = 0.0,
     text_features_for_g: Tensor | None = None,
+    context: DistContext | None = None,
 ) -> Tensor:
     """HN-CLIP loss L = ½[CE(Z, y) + CE(Zᵀ, y)], Z = s·(S + γḠ), y_i = i.
 
@@ -163,6 +183,10 @@ def hn_clip_loss(
         label_smoothing: as in ``F.cross_entropy``; with a mask it is spread over unmasked classes.
         text_features_for_g: (B, D') normalised features Ḡ is built from instead of
             ``text_features`` (e.g. a frozen initial text encoder); always detached.
+        context: data parallel over ``context.world_size`` > 1 ranks: the features (and
+            ``text_features_for_g``) are this rank's b pairs, gathered here with gradient; ``mask`` is the
+            global (W·b, W·b) mask; the result is this rank's share L_r, whose mean over ranks is the
+            loss on the global batch (module docstring). None or world size 1: one process.
 
     Returns a scalar, fp32 (fp64 only for fp64 features); exactly 0 for B = 1.
     """
@@ -173,35 +197,48 @@ def hn_clip_loss(
     g_src = text_features if text_features_for_g is None else text_features_for_g
     if g_src.ndim != 2 or g_src.shape[0] != b:
         raise ValueError(f"text_features_for_g must be ({b}, D'), got {tuple(g_src.shape)}")
-    dtype = _compute_dtype(image_features, text_features)
-    mask = None if mask is None else _check_mask(mask, b, device)
-    with _no_autocast(device):
-        g_bar = _g_bar(g_src.to(device), dtype) if gamma > 0 else None
-        v, t = image_features.to(dtype), text_features.to(dtype)
-        z = _logits(v, t, _scale(logit_scale, dtype, device), gamma, g_bar, mask)
-        mask_t = None if mask is None else mask.T
-        return 0.5 * (_cross_entropy(z, label_smoothing, mask) + _cross_entropy(z.T, label_smoothing, mask_t))
+    g_src = g_src.to(device)
+    v_all, t_all, g_all, offset = image_features, text_features, None, 0
+    if context is not None and context.enabled:  # gather the global batch; this rank's rows start at offset
+        v_all, t_all = context.gather(image_features), context.gather(text_features)
+        if v_all.shape[0] != context.world_size * b:
+            raise ValueError(f"every rank must pass the same batch size: gathered {v_all.shape[0]} rows, "
+                             f"expected {context.world_size} x {b}")
+        if gamma > 0:
+            g_all = t_all if text_features_for_g is None else context.gather(g_src, with_grad=False)
+        offset = context.rank * b
+    single = v_all is image_features
+    dtype = compute_dtype(image_features, text_features)
+    mask_i2t = mask_t2i = None
+    if mask is not None:
+        mask = _check_mask(mask, v_all.shape[0], device)
+        mask_i2t, mask_t2i = mask[offset:offset + b], mask.T[offset:offset + b]
+    with no_autocast(device):
+        s = as_scale(logit_scale, dtype, device)
+        g_bar = _g_bar(g_src, dtype, g_all, offset) if gamma > 0 else None
+        v = image_features.to(dtype)
+        z_i2t = _logits(v, t_all.to(dtype), s, gamma, g_bar, mask_i2t)
+        targets = torch.arange(b, device=device) + offset
+        loss_i2t = _cross_entropy(z_i2t, label_smoothing, mask_i2t, targets)
+        # Ḡ is symmetric: the text→image logits are Zᵀ in one process, this rank's rows of Zᵀ otherwise. (Zᵀ
+        # is taken after the first CE, as it always was: the order of the autograd graph decides in which
+        # order the two gradients for Z are summed, and with it the last bit of the logit scale's gradient.)
+        z_t2i = z_i2t.T if single else _logits(text_features.to(dtype), v_all.to(dtype), s, gamma, g_bar, mask_t2i)
+        return 0.5 * (loss_i2t + _cross_entropy(z_t2i, label_smoothing, mask_t2i, targets))
 
 
 def info_nce_loss(
     image_features: Tensor,
     text_features: Tensor,
     logit_scale: Tensor | float,
-    gamma: float = 0.5,
     *,
     mask: Tensor | None = None,
     label_smoothing: float = 0.0,
-    text_features_for_g: Tensor | None = None,
+    context: DistContext | None = None,
 ) -> Tensor:
-    """Symmetric InfoNCE ½[CE(s·v tᵀ, y) + CE(s·t vᵀ, y)] in fp32.
-
-    ``gamma`` and ``text_features_for_g`` are accepted and ignored, so this is a drop-in for
-    :func:`hn_clip_loss`; ``mask`` and ``label_smoothing`` behave as there.
-    """
-    del gamma, text_features_for_g
-    return hn_clip_loss(
-        image_features, text_features, logit_scale, 0.0, mask=mask, label_smoothing=label_smoothing
-    )
+    """Symmetric InfoNCE ½[CE(s·v tᵀ, y) + CE(s·t vᵀ, y)] in fp32: :func:`hn_clip_loss` with γ = 0."""
+    return hn_clip_loss(image_features, text_features, logit_scale, 0.0, mask=mask, label_smoothing=label_smoothing,
+                        context=context)
 
 
 def _codes(ids: Iterable[Any] | Tensor) -> list[int]:
@@ -233,21 +270,27 @@ def duplicate_mask(
 
 
 class _PairLoss(nn.Module):
-    """Shared module logic: stores gamma, label_smoothing, use_mask; no parameters.
+    """Shared module logic: stores gamma, label_smoothing, use_mask and the distributed context; no parameters.
 
     ``forward(v, t, s, *, mask=None, image_ids=None, caption_ids_or_texts=None,
     text_features_for_g=None)``: ids are turned into a :func:`duplicate_mask` (OR-ed with ``mask``);
-    with ``use_mask=False`` every mask is ignored.
+    with ``use_mask=False`` every mask is ignored. With a ``context`` of several ranks, see :func:`hn_clip_loss`
+    (``mask`` and ids then describe the global batch).
     """
 
-    def __init__(self, gamma: float, label_smoothing: float = 0.0, use_mask: bool = True) -> None:
+    def __init__(self, gamma: float, label_smoothing: float = 0.0, use_mask: bool = True,
+                 context: DistContext | None = None) -> None:
         super().__init__()
         self.gamma = _check_gamma(gamma)
         self.label_smoothing = _check_smoothing(label_smoothing)
         self.use_mask = bool(use_mask)
+        self.context = context
 
     def extra_repr(self) -> str:
         return f"gamma={self.gamma}, label_smoothing={self.label_smoothing}, use_mask={self.use_mask}"
+
+    def _context(self) -> DistContext | None:
+        return self.context
 
     def forward(
         self,
@@ -269,6 +312,7 @@ class _PairLoss(nn.Module):
             "mask": mask,
             "label_smoothing": self.label_smoothing,
             "text_features_for_g": text_features_for_g,
+            "context": self._context(),
         }
         return hn_clip_loss(image_features, text_features, logit_scale, self.gamma, **kw)
 
@@ -276,12 +320,14 @@ class _PairLoss(nn.Module):
 class HNCLIPLoss(_PairLoss):
     """Module form of :func:`hn_clip_loss`."""
 
-    def __init__(self, gamma: float = 0.5, label_smoothing: float = 0.0, use_mask: bool = True) -> None:
-        super().__init__(gamma, label_smoothing, use_mask)
+    def __init__(self, gamma: float = 0.5, label_smoothing: float = 0.0, use_mask: bool = True,
+                 context: DistContext | None = None) -> None:
+        super().__init__(gamma, label_smoothing, use_mask, context)
 
 
 class InfoNCELoss(_PairLoss):
     """Module form of :func:`info_nce_loss`: γ is fixed at 0 (a ``gamma`` argument is ignored)."""
 
-    def __init__(self, gamma: float = 0.0, label_smoothing: float = 0.0, use_mask: bool = True) -> None:
-        super().__init__(0.0, label_smoothing, use_mask)
+    def __init__(self, gamma: float = 0.0, label_smoothing: float = 0.0, use_mask: bool = True,
+                 context: DistContext | None = None) -> None:
+        super().__init__(0.0, label_smoothing, use_mask, context)

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from hnbench.train.distributed import hn_clip_loss_distributed, world_info
+from hnbench.distributed import DistContext
 from hnbench.train.losses import duplicate_mask
-from hnbench.train.token_loss import token_loss_distributed
+from hnbench.train.token_loss import token_loss
 
 __all__ = ["MicroBatch", "Objective", "run_step"]
 
@@ -43,8 +43,8 @@ class MicroBatch:
 class Objective:
     """The training loss: HN-CLIP or InfoNCE (+ λ·token loss), global-batch semantics on any world size.
 
-    With one process and no extras it calls ``base_fn`` (the registered loss function) exactly as the
-    minimal trainer did.
+    ``base_fn`` is the registered loss function, called with this run's ``context`` (world size 1: exactly
+    as the minimal trainer did; several ranks: each rank's share of the global-batch loss).
     """
 
     base_fn: Callable[..., Tensor]
@@ -53,6 +53,7 @@ class Objective:
     label_smoothing: float = 0.0
     mask_duplicates: bool = False
     token_weight: float = 0.0
+    context: DistContext = field(default_factory=DistContext)
 
     @property
     def with_tokens(self) -> bool:
@@ -69,17 +70,11 @@ class Objective:
         v, t, s = out["image"], out["text"], out["scale"]
         if mask is not None:
             mask = mask.to(v.device)
-        _, world = world_info()
-        if world == 1:
-            loss = self.base_fn(v, t, s, gamma=self.gamma, mask=mask, label_smoothing=self.label_smoothing,
-                                text_features_for_g=g_text)
-        else:
-            gamma = self.gamma if self.loss == "hn" else 0.0
-            loss = hn_clip_loss_distributed(v, t, s, gamma, mask=mask, label_smoothing=self.label_smoothing,
-                                            text_features_for_g=g_text if gamma > 0 else None)
+        hn = {"gamma": self.gamma, "text_features_for_g": g_text} if self.loss == "hn" else {}
+        loss = self.base_fn(v, t, s, mask=mask, label_smoothing=self.label_smoothing, context=self.context, **hn)
         if self.token_weight > 0:
-            loss = loss + self.token_weight * token_loss_distributed(out["image_tokens"], out["text_tokens"],
-                                                                      text_mask, s)
+            loss = loss + self.token_weight * token_loss(out["image_tokens"], out["text_tokens"], text_mask, s,
+                                                         context=self.context)
         return loss
 
 
@@ -128,7 +123,7 @@ def _cached_step(model: torch.nn.Module, towers: Any, micro: list[MicroBatch], o
     keys = [k for k in outs[0] if k != "scale"]
     leaves = {k: torch.cat([o[k] for o in outs]).detach().requires_grad_() for k in keys}
     leaves["scale"] = outs[0]["scale"].detach().requires_grad_()
-    rank, world = world_info()
+    world = objective.context.world_size
     b = micro[0].pixels.shape[0]
     # gathered order is rank-major over each rank's concatenated micro-batches
     ids = [mb.image_ids[r * b:(r + 1) * b] for r in range(world) for mb in micro]

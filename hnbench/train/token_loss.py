@@ -8,7 +8,8 @@ features y_j ∈ R^{T×D} (valid tokens m_j ⊆ 1..T, padding excluded)::
     L_tok = ½ [CE(s·A, y) + CE(s·Cᵀ, y)],  y_i = i
 
 Computed in fp32 with autocast off. Memory is O(B²·P·T); ``chunk`` bounds it by processing columns
-in groups. The distributed form mirrors :mod:`hnbench.train.distributed` (local rows, gathered columns).
+in groups. Data parallel, with a :class:`~hnbench.distributed.DistContext`, it is this rank's share, as
+:func:`~hnbench.train.losses.hn_clip_loss` (local rows, gathered columns).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hnbench.train.losses import _compute_dtype, _no_autocast, _scale
+from hnbench.distributed import DistContext
+from hnbench.train.losses import as_scale, compute_dtype, no_autocast
 
-__all__ = ["filip_scores", "token_loss", "token_loss_distributed"]
+__all__ = ["filip_scores", "token_loss"]
 
 
 def filip_scores(image_tokens: Tensor, text_tokens: Tensor, text_mask: Tensor, *,
@@ -48,39 +50,32 @@ def filip_scores(image_tokens: Tensor, text_tokens: Tensor, text_mask: Tensor, *
 
 
 def _prepare(image_tokens: Tensor, text_tokens: Tensor) -> tuple[Tensor, Tensor]:
-    dtype = _compute_dtype(image_tokens, text_tokens)
+    dtype = compute_dtype(image_tokens, text_tokens)
     return F.normalize(image_tokens.to(dtype), dim=-1), F.normalize(text_tokens.to(dtype), dim=-1)
 
 
 def token_loss(image_tokens: Tensor, text_tokens: Tensor, text_mask: Tensor,
-               logit_scale: Tensor | float) -> Tensor:
-    """L_tok = ½[CE(s·A, y) + CE(s·Cᵀ, y)] on one batch (features are normalised here)."""
-    device = image_tokens.device
-    with _no_autocast(device):
+               logit_scale: Tensor | float, *, context: DistContext | None = None) -> Tensor:
+    """L_tok = ½[CE(s·A, y) + CE(s·Cᵀ, y)] on one batch (features are normalised here).
+
+    With a ``context`` of several ranks: this rank's share, local images against all texts and local
+    texts against all images (gathered with gradient); its mean over ranks is L_tok on the global batch.
+    """
+    device, b = image_tokens.device, image_tokens.shape[0]
+    img_all, txt_all, mask_all, offset = image_tokens, text_tokens, text_mask, 0
+    if context is not None and context.enabled:  # gather the global batch; this rank's rows start at offset
+        img_all, txt_all = context.gather(image_tokens), context.gather(text_tokens)
+        mask_all = context.gather(text_mask.to(torch.uint8), with_grad=False).bool()
+        offset = context.rank * b
+    with no_autocast(device):
         x, y = _prepare(image_tokens, text_tokens)
-        s = _scale(logit_scale, x.dtype, device)
-        a, c = filip_scores(x, y, text_mask)
-        target = torch.arange(a.shape[0], device=device)
+        if img_all is image_tokens:
+            s = as_scale(logit_scale, x.dtype, device)
+            a, c = filip_scores(x, y, text_mask)
+        else:
+            xa, ya = _prepare(img_all, txt_all)
+            s = as_scale(logit_scale, x.dtype, device)
+            a, _ = filip_scores(x, ya, mask_all)  # local images vs all texts
+            _, c = filip_scores(xa, y, text_mask)  # all images vs local texts
+        target = torch.arange(b, device=device) + offset
         return 0.5 * (F.cross_entropy(s * a, target) + F.cross_entropy(s * c.T, target))
-
-
-def token_loss_distributed(image_tokens: Tensor, text_tokens: Tensor, text_mask: Tensor,
-                           logit_scale: Tensor | float) -> Tensor:
-    """This rank's share of L_tok: local images vs all texts, local texts vs all images."""
-    from hnbench.train.distributed import gather_features, world_info
-
-    rank, world = world_info()
-    if world == 1:
-        return token_loss(image_tokens, text_tokens, text_mask, logit_scale)
-    device = image_tokens.device
-    b = image_tokens.shape[0]
-    img_all, txt_all = gather_features(image_tokens), gather_features(text_tokens)
-    mask_all = gather_features(text_mask.to(torch.uint8), with_grad=False).bool()
-    with _no_autocast(device):
-        x, y = _prepare(image_tokens, text_tokens)
-        xa, ya = _prepare(img_all, txt_all)
-        s = _scale(logit_scale, x.dtype, device)
-        a_rows, _ = filip_scores(x, ya, mask_all)  # local images vs all texts
-        _, c_cols = filip_scores(xa, y, text_mask)  # all images vs local texts
-        target = torch.arange(b, device=device) + rank * b
-        return 0.5 * (F.cross_entropy(s * a_rows, target) + F.cross_entropy(s * c_cols.T, target))

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from hnbench.distributed import DistContext, from_env
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.registry import LOSSES, RECIPES
 from hnbench.settings import option
@@ -213,13 +214,15 @@ def cosine_lr(step: int, total: int, base: float, warmup: int) -> float:
 
 
 def train(config: TrainConfig, *, progress: bool = True) -> Path:
-    """Run one training job (one process, or one rank under ``torchrun``); returns the checkpoint path."""
-    from hnbench.train.distributed import setup_distributed
+    """Run one training job (one process, or one rank under ``torchrun``); returns the checkpoint path.
 
+    Under ``torchrun`` the process group follows :mod:`hnbench.distributed`'s timeout policy
+    (``HNBENCH_DIST_TIMEOUT_S``, default 6 hours): the other ranks wait that long for rank 0's evaluation.
+    """
     config.validate()
     check_output(config)
     created = _first_missing(Path(config.output))
-    dist = setup_distributed(config.device)
+    dist = from_env(config.device)
     try:
         return _Run(config, dist, progress).run()
     except BaseException:
@@ -259,7 +262,7 @@ def _nothing_of_value(root: Path) -> bool:
 class _Run:
     """One training run: builds everything in a fixed order (it decides the RNG stream), then loops."""
 
-    def __init__(self, config: TrainConfig, dist: Any, progress: bool) -> None:
+    def __init__(self, config: TrainConfig, dist: DistContext, progress: bool) -> None:
         from hnbench.data import load_dataset
         from hnbench.models import load_model
         from hnbench.train.batches import GlobalBatchSampler, PairItems, group_positions, subset_fraction
@@ -270,7 +273,7 @@ class _Run:
         c, device = config, dist.device
         seed_everything(c.seed)
         self.objective = Objective(LOSSES.get(c.loss), c.loss, c.gamma, c.label_smoothing, c.mask_duplicates,
-                                   c.token_loss_weight)
+                                   c.token_loss_weight, dist)
         self.out_dir = Path(c.output)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.encoder = load_model(c.model, c.pretrained, model_config=c.model_config,
@@ -435,10 +438,7 @@ class _Run:
             self.opt.zero_grad(set_to_none=True)
             loss = run_step(self.ddp, self.towers, group, self.objective, mode=c.accum_mode,
                             autocast=self._autocast, backward=self._backward)
-            if dist.world_size > 1:  # rank losses are local shares: their mean is the global loss
-                t = torch.tensor(loss, dtype=torch.float64, device=device)
-                torch.distributed.all_reduce(t)
-                loss = float(t) / dist.world_size
+            loss = dist.mean(loss)  # rank losses are local shares: their mean is the global loss
             if self.scaler is not None:
                 self.scaler.unscale_(self.opt)
             if c.grad_clip:
