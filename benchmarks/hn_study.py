@@ -459,9 +459,10 @@ def verdicts(arms: Sequence[dict[str, Any]], paired: Sequence[dict[str, Any]], o
         lines.append(f"- {ARMS[p['arm']].doc if p['arm'] in ARMS else p['arm']}: {p['arm']} vs {p['baseline']}: "
                      + "; ".join(f"{d} {_diff(r[d])} (pooled p = {r[d]['p_value']:.3g})" for d in DIRECTIONS) + ".")
     if onset:
-        lines.append("- *Where saturation starts*: " + "; ".join(
-            f"{d} logits: between s·gap {_num(o['max_s_gap_nonzero'])} and {_num(o['min_s_gap_zero'])}"
-            for d, o in onset.items()) + " (no zero measured: –).")
+        lines.append("- *Where saturation starts* (probe batches of the InfoNCE checkpoints): " + "; ".join(
+            f"{d} logits: ∇ = 0 first seen at s·gap {_num(o['min_s_gap_zero'])}, ∇ ≠ 0 last seen at "
+            f"{_num(o['max_s_gap_nonzero'])}, ∇ = 0 in {_pct(o['share_zero_at_s100'])} of batches at s = 100"
+            for d, o in onset.items()) + " (–: never seen).")
     return "\n".join(lines) + "\n"
 
 

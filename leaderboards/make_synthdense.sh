@@ -24,5 +24,7 @@ for cfg in runs/*/train_config.json; do
         --pretrained "$run/checkpoint.safetensors" --dataset synthdense --protocol test \
         --device "$DEVICE" --output "$RESULTS"
 done
-"$HNBENCH" leaderboard "$RESULTS" --benchmark synthdense --protocol test --baseline 'hnbench-tiny (synthdense)' \
+# leaderboards/results/synthdense-study/: the 50 fine-tunes of benchmarks/hn_study.py (issue 16), copied from its
+# OUT/results/*/ (regenerate with: python benchmarks/hn_study.py --output runs/hn-study)
+"$HNBENCH" leaderboard "$RESULTS" leaderboards/results/synthdense-study --benchmark synthdense --protocol test --baseline 'hnbench-tiny (synthdense)' \
     --title 'synthdense: hnbench models' --output leaderboards/synthdense.md
