@@ -367,7 +367,7 @@ def _pct(x: float | None) -> str:
 
 
 def render(arms: Sequence[dict[str, Any]], paired: Sequence[dict[str, Any]], onset: dict[str, Any] | None,
-           sizes: StudySizes) -> str:
+           sizes: StudySizes, start: dict[str, float] | None = None) -> str:
     """The study's markdown: arms table, paired comparisons against InfoNCE, saturation onset, verdicts."""
     from tabulate import tabulate
 
@@ -375,6 +375,9 @@ def render(arms: Sequence[dict[str, Any]], paired: Sequence[dict[str, Any]], ons
              _fmt_ci(a["t2i_R@1"]), _fmt_ci(a["i2t_R@1"]), _pct(a["share_infonce_grad_zero"]),
              _pct(a["share_infonce_zero_bf16"]), _pct(a["share_infonce_zero_fp16"]),
              _pct(a["share_inactive_infonce"]), _pct(a["share_inactive_train"])] for a in arms]
+    if start:
+        rows.append(["start", "the start model, not fine-tuned", "", f"{start['t2i_R@1']:.2f}", f"{start['i2t_R@1']:.2f}",
+                     "", "", "", "", ""])
     text = ("### Arms\n\nR@1 in %: mean over seeds [95% Student-t interval across seeds]. Shares are over all "
             f"diagnostics measurements of training (every {sizes.diag_every} steps): ∇InfoNCE exactly 0 with fp32 "
             "logits (what the run trains with), and what-if with bf16 / fp16 logits; inactive = InfoNCE loss "
@@ -407,7 +410,7 @@ def render(arms: Sequence[dict[str, Any]], paired: Sequence[dict[str, Any]], ons
                  f"{list(PROBE_SCALES)}; is ∇InfoNCE exactly 0 when the logits are in this precision?\n\n")
         text += tabulate(orow, headers=["logits", "largest s·gap with ∇ ≠ 0", "smallest s·gap with ∇ = 0",
                                         "∇ = 0 over the sweep", "∇ = 0 at s = 100"], tablefmt="github") + "\n"
-    return text + "\n" + verdicts(arms, paired, onset)
+    return text + "\n" + verdicts(arms, paired, onset, start)
 
 
 def _diff(r: dict[str, Any]) -> str:
@@ -422,7 +425,8 @@ def _num(x: float | None) -> str:
     return "–" if x is None else f"{x:.1f}"
 
 
-def verdicts(arms: Sequence[dict[str, Any]], paired: Sequence[dict[str, Any]], onset: dict[str, Any] | None) -> str:
+def verdicts(arms: Sequence[dict[str, Any]], paired: Sequence[dict[str, Any]], onset: dict[str, Any] | None,
+             start: dict[str, float] | None = None) -> str:
     """Plain statements of which of the paper's claims hold here, computed from the numbers above."""
     by = {a["arm"]: a for a in arms}
     lines = ["### The paper's claims on synthdense"]
@@ -458,6 +462,14 @@ def verdicts(arms: Sequence[dict[str, Any]], paired: Sequence[dict[str, Any]], o
         r = {d: p[d] for d in DIRECTIONS}
         lines.append(f"- {ARMS[p['arm']].doc if p['arm'] in ARMS else p['arm']}: {p['arm']} vs {p['baseline']}: "
                      + "; ".join(f"{d} {_diff(r[d])} (pooled p = {r[d]['p_value']:.3g})" for d in DIRECTIONS) + ".")
+    if start and base:
+        best = max((a for a in arms if a["arm"] in ARMS and ARMS[a["arm"]].loss == "hn"),
+                   key=lambda a: a["t2i_R@1"]["mean"] + a["i2t_R@1"]["mean"], default=None)
+        lines.append(f"- *Against the start model* (t2i {start['t2i_R@1']:.2f}, i2t {start['i2t_R@1']:.2f}): InfoNCE "
+                     + ", ".join(f"{d} {base[f'{d}_R@1']['mean'] - start[f'{d}_R@1']:+.2f}" for d in DIRECTIONS)
+                     + (f"; the best HN arm ({best['arm']}) " + ", ".join(
+                         f"{d} {best[f'{d}_R@1']['mean'] - start[f'{d}_R@1']:+.2f}" for d in DIRECTIONS) if best else "")
+                     + " (means over seeds).")
     if onset:
         lines.append("- *Where saturation starts* (probe batches of the InfoNCE checkpoints): " + "; ".join(
             f"{d} logits: ∇ = 0 first seen at s·gap {_num(o['min_s_gap_zero'])}, ∇ ≠ 0 last seen at "
@@ -572,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         finished[run] = execute(run, sizes, out, init, progress=not args.quiet)
     rows = [run_record(r, out, path) for r, path in finished.items()]
+    start = score_start(init, sizes, out, progress=not args.quiet)
     arms = aggregate(rows)
     per_seed = compare_runs(finished, out)
     paired = paired_vs_baseline(per_seed)
@@ -579,17 +592,29 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_probe:
         probe_rows = probe_all(finished, sizes, out, progress=not args.quiet)
     onset = saturation_onset(probe_rows) if probe_rows else None
-    text = render(arms, paired, onset, sizes)
+    text = render(arms, paired, onset, sizes, start)
     figs = [plot_arms(arms, out / "study_r1.png")] if arms else []
     if probe_rows:
         figs.append(plot_saturation(probe_rows, out / "study_saturation.png"))
-    summary = {"plan": manifest, "runs": rows, "arms": arms, "paired": paired, "onset": onset,
+    summary = {"plan": manifest, "runs": rows, "arms": arms, "start": start, "paired": paired, "onset": onset,
                "seconds": round(time.perf_counter() - t0, 1), "figures": [str(f) for f in figs]}
     (out / "study.json").write_text(json.dumps(summary, indent=2) + "\n")
     (out / "study.md").write_text(text)
     print(text)
     print(f"wrote {out / 'study.json'}, {out / 'study.md'}" + "".join(f", {f}" for f in figs))
     return 0
+
+
+def score_start(init: str, sizes: StudySizes, out: Path, *, progress: bool) -> dict[str, float]:
+    """R@1 both ways of the start model (no fine-tuning) on the same test split, a result file in ``OUT/results/start/``."""
+    from hnbench.evaluate import evaluate
+    from hnbench.results import read_result
+
+    found = sorted((out / "results" / "start").glob("*.json"))
+    res = read_result(found[0]) if found else evaluate(
+        "hnbench-tiny", "synthdense", pretrained=init, protocol="test", dataset_options=sizes.dataset_options(),
+        output_dir=out / "results" / "start", progress=progress)
+    return {f"{d}_R@1": res.metrics[d]["R@1"] for d in DIRECTIONS}
 
 
 def probe_all(finished: dict[Run, Path], sizes: StudySizes, out: Path, *, progress: bool) -> list[dict[str, Any]]:

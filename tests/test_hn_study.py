@@ -145,6 +145,11 @@ def test_render_states_the_claims_from_the_numbers():
     assert "HN arm vs its InfoNCE twin: hn-g0.5 0.0% vs infonce 44.0%." in text
     assert "does not hold in fp32; it holds only for fp16 logits." in text  # 0% fp32 zeros, 50% fp16
     assert "the best main arm (hn-g0.5) vs InfoNCE on the same 2 seeds: t2i +3.00 [+3.00, +3.00] (excludes 0" in text
+    text = study.render(arms, [], None, study.StudySizes(), start={"t2i_R@1": 41.0, "i2t_R@1": 40.0})
+    # InfoNCE means 41 / 39, the HN arm 44 / 39.5
+    assert "*Against the start model* (t2i 41.00, i2t 40.00): InfoNCE t2i +0.00, i2t -1.00; the best HN arm " \
+           "(hn-g0.5) t2i +3.00, i2t -0.50 (means over seeds)." in text
+
 
 
 def test_bf16_autocast_trains_on_cpu(micro_config, tmp_path):
