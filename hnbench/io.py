@@ -1,10 +1,11 @@
-"""Internal file helpers: atomic writes with the umask's mode, and CSV/TSV/JSONL row readers."""
+"""Internal file helpers: atomic writes with the umask's mode, CSV/TSV/JSONL row readers, file hashes."""
 
 from __future__ import annotations
 
 import contextlib
 import csv
 import functools
+import hashlib
 import io
 import json
 import os
@@ -14,7 +15,7 @@ from typing import Any
 
 from hnbench.errors import DataError
 
-__all__ = ["atomic_write_bytes", "process_umask", "read_rows", "read_text_utf8", "write_temp"]
+__all__ = ["atomic_write_bytes", "process_umask", "read_rows", "read_text_utf8", "sha256_file", "write_temp"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -97,3 +98,12 @@ def read_rows(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
         rows.append(row)
         lines.append(n)
     return rows, lines
+
+
+def sha256_file(path: str | Path) -> str:
+    """The hex SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -8,15 +8,13 @@ import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from hnbench.hardness.captions import CaptionSet
 from hnbench.hardness.schema import HardnessReport, read_report
 from hnbench.io import atomic_write_bytes
-
-if TYPE_CHECKING:
-    from hnbench.hardness.run import CaptionSet
 
 
 def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

@@ -18,6 +18,7 @@ import torch
 from hnbench.errors import CheckpointError, ConfigError, did_you_mean
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
 from hnbench.models.checkpoint import load_into, read_state_dict
+from hnbench.models.longclip_tables import convert_longclip_state_dict
 
 logger = logging.getLogger(__name__)
 
@@ -183,8 +184,6 @@ def load_openclip(
     local_file, tag = (None, None) if schema else _resolve_pretrained(arch, pretrained)
     local_sd = None
     if local_file:
-        from hnbench.models.longclip import convert_longclip_state_dict
-
         local_sd, long_ctx = convert_longclip_state_dict(read_state_dict(local_file))
         if long_ctx and context_length is None:  # a released Long-CLIP checkpoint: 248 positions
             context_length = long_ctx

@@ -23,7 +23,7 @@ import torch
 
 from hnbench.errors import CheckpointError, ConfigError
 from hnbench.settings import resume_free
-from hnbench.train.trainer import TrainConfig
+from hnbench.train.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Readers for the benchmarks' published file formats, shared by every spec that uses them.
 
-Each reader takes the data root, a :class:`~hnbench.data.benchmarks.spec.Protocol` and a
-:class:`~hnbench.data.benchmarks.spec.LoadContext`, and returns ``(image_id, image_path, [caption])``
+Each reader takes the data root, a :class:`~hnbench.data.benchmarks.protocol.Protocol` and a
+:class:`~hnbench.data.benchmarks.protocol.LoadContext`, and returns ``(image_id, image_path, [caption])``
 records in the order the reference code uses. Caption text is made by the protocol's named rule in
 :data:`CAPTION_RULES`, so the rule that ran is recorded with the result.
 """
@@ -18,8 +18,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from hnbench.data.benchmarks.spec import LoadContext, Protocol, sha256_file
+from hnbench.data.benchmarks.protocol import LoadContext, Protocol
 from hnbench.errors import DataError
+from hnbench.io import sha256_file
 
 logger = logging.getLogger(__name__)
 

@@ -6,66 +6,29 @@ must produce. :func:`load_benchmark` resolves the protocol, finds the split list
 (:class:`SplitList`, e.g. GOAL's ``DCI_test.json``), runs the protocol's reader from
 ``readers.py`` to get ``(image_id, image_path, [caption])`` records, builds the dataset with
 :func:`~hnbench.data.base.build_dataset`, and checks the loaded counts against the spec's.
+(:class:`Protocol`, :class:`SplitList` and the readers' :class:`LoadContext` live in ``protocol.py``,
+below both this module and ``readers.py``; they are importable from here too.)
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hnbench.data.base import FileImages, ImageTextDataset, build_dataset
+from hnbench.data.benchmarks.protocol import LoadContext, Protocol, SplitList
+from hnbench.data.benchmarks.readers import CAPTION_RULES, READERS
 from hnbench.errors import ConfigError, DataError
+from hnbench.io import sha256_file
 from hnbench.paths import cache_dir
 
 logger = logging.getLogger(__name__)
 
-GOAL_REPO = "PerceptualAI-Lab/GOAL"
-GOAL_COMMIT = "2db3d4a0c03576bb961632832af7a43aaf3c60db"
 DOWNLOAD_RECORD = "hnbench_download.json"
-
-
-@dataclass(frozen=True)
-class SplitList:
-    """A third-party list that defines a protocol's items: a JSON list of ``{"filename", "caption"}``."""
-
-    filename: str
-    n_items: int
-    sha256: str | None = None
-    repo: str = GOAL_REPO
-    folder: str = "datasets"
-    commit: str = GOAL_COMMIT
-
-    @property
-    def url(self) -> str:
-        return f"https://raw.githubusercontent.com/{self.repo}/{self.commit}/{self.folder}/{self.filename}"
-
-    @property
-    def where(self) -> str:
-        return f"GitHub {self.repo}, {self.folder}/{self.filename} at commit {self.commit}"
-
-
-@dataclass(frozen=True)
-class Protocol:
-    """One published way of turning a release into a test set; ``n_images``/``n_captions`` are what it yields."""
-
-    name: str
-    families: tuple[str, ...]
-    n_images: int | None
-    n_captions: int | None
-    reader: str  # key of readers.READERS
-    caption: str  # key of readers.CAPTION_RULES
-    description: str = ""
-    options: Mapping[str, Any] = field(default_factory=dict)
-    lists: tuple[SplitList, ...] = ()
-    aliases: tuple[str, ...] = ()
-    # The reference loader feeds empty / whitespace-only captions as queries (Long-CLIP's Urban-1K reading,
-    # TULIP's Long-DCI): keep them, counted in ``meta.empty_captions``, instead of treating them as invalid.
-    keep_empty: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,32 +75,6 @@ class BenchmarkSpec:
 
     def default_root(self) -> Path:
         return cache_dir() / "benchmarks" / (self.data_dir or self.name)
-
-
-@dataclass
-class LoadContext:
-    """What a reader needs besides the data root, and where it reports what it did."""
-
-    name: str
-    skip_invalid: bool
-    progress: bool = False
-    lists: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-    skipped: dict[str, list[str]] = field(default_factory=dict)
-
-    def invalid(self, where: str, reason: str, kind: str) -> None:
-        """A bad item: an error naming it, or with ``skip_invalid`` a counted skip."""
-        if not self.skip_invalid:
-            raise DataError(f"{self.name}: {where}: {reason} (pass --skip-invalid to drop it)")
-        self.skipped.setdefault(kind, []).append(where)
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _read_split_list(path: Path) -> list[dict[str, Any]]:
@@ -255,8 +192,6 @@ def load_benchmark(
     count mismatch (after skipping) into a warning. Either is recorded in ``ds.meta["count_check"]``.
     ``progress`` shows a bar while a reader opens thousands of annotation files.
     """
-    from hnbench.data.benchmarks.readers import CAPTION_RULES, READERS
-
     if unknown:
         raise ConfigError(f"{spec.name}: unknown option(s) {sorted(unknown)}")
     proto = spec.protocol(protocol or split)

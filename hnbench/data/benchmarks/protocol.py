@@ -1,0 +1,74 @@
+"""A benchmark protocol and what its reader gets: the types shared by ``spec.py`` and ``readers.py``.
+
+A :class:`Protocol` names the reader and caption rule (keys of ``readers.READERS`` and
+``readers.CAPTION_RULES``) that turn a release into a test set; a reader gets a :class:`LoadContext`
+and reports skipped items and metadata through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hnbench.errors import DataError
+
+GOAL_REPO = "PerceptualAI-Lab/GOAL"
+GOAL_COMMIT = "2db3d4a0c03576bb961632832af7a43aaf3c60db"
+
+
+@dataclass(frozen=True)
+class SplitList:
+    """A third-party list that defines a protocol's items: a JSON list of ``{"filename", "caption"}``."""
+
+    filename: str
+    n_items: int
+    sha256: str | None = None
+    repo: str = GOAL_REPO
+    folder: str = "datasets"
+    commit: str = GOAL_COMMIT
+
+    @property
+    def url(self) -> str:
+        return f"https://raw.githubusercontent.com/{self.repo}/{self.commit}/{self.folder}/{self.filename}"
+
+    @property
+    def where(self) -> str:
+        return f"GitHub {self.repo}, {self.folder}/{self.filename} at commit {self.commit}"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One published way of turning a release into a test set; ``n_images``/``n_captions`` are what it yields."""
+
+    name: str
+    families: tuple[str, ...]
+    n_images: int | None
+    n_captions: int | None
+    reader: str  # key of readers.READERS
+    caption: str  # key of readers.CAPTION_RULES
+    description: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    lists: tuple[SplitList, ...] = ()
+    aliases: tuple[str, ...] = ()
+    # The reference loader feeds empty / whitespace-only captions as queries (Long-CLIP's Urban-1K reading,
+    # TULIP's Long-DCI): keep them, counted in ``meta.empty_captions``, instead of treating them as invalid.
+    keep_empty: bool = False
+
+
+@dataclass
+class LoadContext:
+    """What a reader needs besides the data root, and where it reports what it did."""
+
+    name: str
+    skip_invalid: bool
+    progress: bool = False
+    lists: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, list[str]] = field(default_factory=dict)
+
+    def invalid(self, where: str, reason: str, kind: str) -> None:
+        """A bad item: an error naming it, or with ``skip_invalid`` a counted skip."""
+        if not self.skip_invalid:
+            raise DataError(f"{self.name}: {where}: {reason} (pass --skip-invalid to drop it)")
+        self.skipped.setdefault(kind, []).append(where)

@@ -1,0 +1,167 @@
+"""Training settings: :class:`TrainConfig` (every field a flag, a recipe key and a resume rule) and recipes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from hnbench.errors import ConfigError, did_you_mean
+from hnbench.registry import LOSSES, RECIPES
+from hnbench.settings import option
+
+
+@dataclass
+class TrainConfig:
+    """Everything that decides a training run (a recipe file holds a subset of these fields)."""
+
+    model: str = option("hnbench-tiny", group="model", help="open_clip architecture or hf:ORG/NAME, as for eval")
+    pretrained: str | None = option(None, group="model", help="open_clip tag or a local checkpoint to start from")
+    model_config: str | None = option(None, group="model",
+                                      help="JSON file registering a custom open_clip architecture")
+    dataset: str = option("synthdense", group="data", help="registered name or a path, as for eval")
+    protocol: str | None = option("train", group="data", help="benchmark protocol / split")
+    data_root: str | None = option(None, group="data", help="where a registered benchmark's files are")
+    dataset_options: dict[str, Any] = option(default_factory=dict, cli=False,
+                                             help="options for the dataset's loader (recipe / --set only)")
+    loss: str = option("hn", group="objective", choices=tuple(LOSSES.names()), help="HN-CLIP or the CLIP InfoNCE loss")
+    gamma: float = option(0.5, group="objective", help="HN margin weight γ (paper: 0.5)")
+    epochs: int = option(1, group="optimisation", help="passes over the training images")
+    batch_size: int = option(64, group="optimisation", help="global micro-batch (split over processes)")
+    lr: float = option(5e-4, group="optimisation", help="peak learning rate (after warm-up, cosine decay)")
+    weight_decay: float = option(0.1, group="optimisation", help="AdamW weight decay")
+    warmup_steps: int = option(10, group="optimisation", help="optimizer steps of linear warm-up")
+    max_logit_scale: float = option(100.0, group="objective", help="clamp of the learned logit scale s")
+    seed: int = option(0, group="optimisation", help="seed of the initialisation, data order and subsets")
+    device: str = option("cpu", group="model", resume_free=True, help="cpu or cuda (default: cpu)")
+    context_length: int | None = option(None, group="model", help="text context length (default: the model's)")
+    num_workers: int | None = option(None, group="optimisation", resume_free=True, help="data loading workers")
+    log_every: int = option(10, group="run, diagnostics, evaluation", resume_free=True,
+                            help="optimizer steps between log.jsonl lines")
+    output: str = option("runs/train", group="run, diagnostics, evaluation", resume_free=True,
+                         help="run directory (checkpoint, train_config.json, log.jsonl, diagnostics.jsonl)")
+    # loss options
+    label_smoothing: float = option(0.0, group="objective", help="label smoothing of the contrastive targets")
+    mask_duplicates: bool = option(False, group="objective",
+                                   help="mask same-image / identical-caption pairs inside a batch")
+    g_source: str = option("current", group="objective", choices=("current", "frozen_init"),
+                           help="Ḡ from the text encoder being trained (default) or a frozen copy of the initial one")
+    token_loss_weight: float = option(0.0, group="objective", help="λ of the FILIP token-level term (open_clip)")
+    # optimisation
+    accum_steps: int = option(1, group="optimisation", help="micro-batches per optimizer step")
+    accum_mode: str = option("loss", group="optimisation", choices=("loss", "cached"),
+                             help="loss: per-micro-batch loss (the paper's); cached: the whole effective batch as "
+                                  "negatives")
+    grad_clip: float | None = option(None, group="optimisation", help="clip the gradient norm")
+    amp: bool = option(False, group="optimisation", help="autocast on CUDA (bf16/fp16; CPU: bf16); the losses "
+                                                          "stay fp32")
+    amp_dtype: str = option("bf16", group="optimisation", choices=("bf16", "fp16"), help="autocast dtype")
+    lock_image: bool = option(False, group="optimisation", help="freeze the image tower")
+    lock_text: bool = option(False, group="optimisation", help="freeze the text tower")
+    init_logit_scale: float | None = option(None, group="objective", help="set s (not its log) before training")
+    train_logit_scale: bool = option(True, group="objective",
+                                     help="train the logit scale (on by default; --no-train-logit-scale freezes it)")
+    data_fraction: float = option(1.0, group="optimisation",
+                                  help="train on this seeded fraction of the images (paper: 0.2)")
+    group_by: str | None = option(None, group="optimisation",
+                                  help="regex on image ids: batches made of whole groups, e.g. \"^(.*)-v\\d+$\" "
+                                       "(synthdense families)")
+    # Long-CLIP and PEFT
+    stretch_context: int | None = option(None, group="PEFT and Long-CLIP",
+                                         help="stretch the text positions the Long-CLIP way (77 → 248)")
+    peft: str | None = option(None, group="PEFT and Long-CLIP", choices=("lora", "dora"), help="LoRA or DoRA adapters")
+    lora_r: int = option(16, group="PEFT and Long-CLIP", help="adapter rank")
+    lora_alpha: float = option(32.0, group="PEFT and Long-CLIP", help="adapter scale α")
+    lora_dropout: float = option(0.0, group="PEFT and Long-CLIP", help="adapter dropout")
+    lora_targets: list[str] | None = option(None, group="PEFT and Long-CLIP", sep=",",
+                                            help="comma-separated module names (open_clip default: c_fc,c_proj; "
+                                                 "HF: q_proj,k_proj,v_proj,out_proj)")
+    peft_save: str = option("both", group="PEFT and Long-CLIP", choices=("merged", "adapter", "both"),
+                            help="what a PEFT run writes: the merged checkpoint, the adapter, or both")
+    # checkpoints, diagnostics, evaluation
+    save_every: int = option(0, group="run, diagnostics, evaluation", resume_free=True,
+                             help="optimizer steps between resumable states (also saved at every epoch end)")
+    resume: str | None = option(None, group="run, diagnostics, evaluation", resume_free=True, nargs="?", const="",
+                                metavar="RUN_DIR", help="continue an interrupted run (default: the --output directory)")
+    overwrite: bool = option(False, group="run, diagnostics, evaluation", resume_free=True,
+                             help="start afresh in a non-empty --output (its earlier run's outputs are removed); "
+                                  "without it a non-empty run directory is refused")
+    stop_at_step: int | None = option(None, group="run, diagnostics, evaluation", resume_free=True,
+                                      help="stop resumably after this many optimizer steps (the schedule is unchanged)")
+    diag_every: int = option(0, group="run, diagnostics, evaluation", resume_free=True,
+                             help="optimizer steps between saturation diagnostics (0: off)")
+    active_threshold: float = option(1e-3, group="run, diagnostics, evaluation", resume_free=True,
+                                     help="a batch is active if its loss is at least this (1e-3)")
+    eval_dataset: str | None = option(None, group="run, diagnostics, evaluation", resume_free=True,
+                                      help="evaluate on this dataset after every --eval-every epochs")
+    eval_protocol: str | None = option(None, group="run, diagnostics, evaluation", resume_free=True,
+                                       help="protocol of --eval-dataset")
+    eval_data_root: str | None = option(None, group="run, diagnostics, evaluation", resume_free=True,
+                                        help="data root of --eval-dataset")
+    eval_dataset_options: dict[str, Any] = option(default_factory=dict, cli=False, resume_free=True,
+                                                  help="options for the eval dataset's loader (recipe / --set only)")
+    eval_every: int = option(1, group="run, diagnostics, evaluation", resume_free=True,
+                             help="epochs between evaluations")
+    eval_at_start: bool = option(True, group="run, diagnostics, evaluation", resume_free=True,
+                                 help="evaluate before training too (on by default; --no-eval-at-start: not)")
+    eval_batch_size: int = option(64, group="run, diagnostics, evaluation", resume_free=True,
+                                  help="encoder batch of the evaluations")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            hints = {u: did_you_mean(u, sorted(known), n=1) for u in unknown}
+            hint = "; ".join(f"{u} ({h})" for u, h in hints.items() if h)
+            raise ConfigError(f"unknown training options {unknown}{'; ' + hint if hint else ''}; "
+                              f"known: {sorted(known)}")
+        cfg = cls(**d)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        checks = [
+            (self.loss in LOSSES, f"loss must be {' or '.join(map(repr, LOSSES.names()))}, got {self.loss!r}"),
+            (self.accum_steps >= 1, "accum_steps must be >= 1"),
+            (self.accum_mode in ("loss", "cached"), f"accum_mode must be 'loss' or 'cached', got {self.accum_mode!r}"),
+            (self.g_source in ("current", "frozen_init"), f"g_source must be 'current' or 'frozen_init', got {self.g_source!r}"),
+            (self.peft in (None, "lora", "dora"), f"peft must be 'lora' or 'dora', got {self.peft!r}"),
+            (self.peft_save in ("merged", "adapter", "both"), f"peft_save must be merged/adapter/both, got {self.peft_save!r}"),
+            (self.amp_dtype in ("bf16", "fp16"), f"amp_dtype must be 'bf16' or 'fp16', got {self.amp_dtype!r}"),
+            (0 < self.data_fraction <= 1, f"data_fraction must be in (0, 1], got {self.data_fraction}"),
+            (not (self.lock_image and self.lock_text), "lock_image and lock_text together leave nothing to train"),
+            (self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}: a run that trains nothing would still "
+                               "write a checkpoint"),
+            (self.batch_size >= 2, f"batch_size must be >= 2, got {self.batch_size}: with one pair per batch there "
+                                   "are no in-batch negatives and the contrastive loss is constant"),
+        ]
+        problems = [msg for ok, msg in checks if not ok]
+        if problems:
+            raise ConfigError("invalid training options: " + "; ".join(problems))
+
+
+def load_recipe(name_or_path: str) -> dict[str, Any]:
+    """Read a recipe (TOML, or YAML with pyyaml): a built-in name from ``hnbench/train/recipes/`` or a path."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        if name_or_path not in RECIPES:
+            hint = did_you_mean(name_or_path, RECIPES.names())
+            raise ConfigError(f"no recipe {name_or_path!r}{'; ' + hint if hint else ''} (built-in: {RECIPES.names()})")
+        path = RECIPES.get(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError as e:
+            raise ConfigError("YAML recipes need pyyaml: pip install 'hnbench[train]'") from e
+        data = yaml.safe_load(path.read_text()) or {}
+    else:
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib  # type: ignore[no-redef]
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    if not isinstance(data, dict):
+        raise ConfigError(f"recipe {path}: expected a table of options")
+    return data
