@@ -204,7 +204,8 @@ def run_evaluation(encoder: Encoder, dataset: ImageTextDataset, settings: EvalSe
                 model=encoder.info.to_dict(), metrics={},
                 dataset={"name": dataset.name, "protocol": dataset.protocol, "fingerprint": dataset.fingerprint(),
                          "meta": dataset.meta},
-                settings={"precision": s.precision, "amp": s.amp, "ks": list(s.ks), "ci": s.ci, "search": s.search}),
+                settings={"precision": s.precision, "amp": s.amp, "ks": list(s.ks), "ci": s.ci, "search": s.search,
+                          "seed": s.seed}),
                 output_dir, s.overwrite)
 
         cache = EmbeddingCache.for_encoder(encoder, s.cache_dir, amp=s.amp) if s.use_cache else None

@@ -111,10 +111,13 @@ class EvalResult:
         with the defaults of their time."""
         s, meta = self.settings or {}, self.dataset.get("meta") or {}
         ks = s.get("ks") or sorted(int(k[2:]) for k in self.metrics.get("t2i", {}) if k.startswith("R@"))
-        return {"context_length": self.model.get("context_length") or (self.tokens or {}).get("context_length"),
-                "precision": s.get("precision", "fp32"), "amp": bool(s.get("amp", False)),
-                "ks": sorted(int(k) for k in ks), "ci": bool(s.get("ci", any((self.ci95 or {}).values()))),
-                "search": s.get("search", "exact"), "caption_rule": meta.get("caption_rule")}
+        out = {"context_length": self.model.get("context_length") or (self.tokens or {}).get("context_length"),
+               "precision": s.get("precision", "fp32"), "amp": bool(s.get("amp", False)),
+               "ks": sorted(int(k) for k in ks), "ci": bool(s.get("ci", any((self.ci95 or {}).values()))),
+               "search": s.get("search", "exact"), "caption_rule": meta.get("caption_rule")}
+        if s.get("seed"):  # the bootstrap seed changes the intervals; seed 0 (unrecorded) keeps earlier names
+            out["seed"] = int(s["seed"])
+        return out
 
     def settings_hash(self) -> str:
         """8 hex digits of sha256 over :meth:`result_settings`."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from conftest import make_pairs, write_jsonl
@@ -180,3 +181,15 @@ def test_every_hardness_setting_is_a_flag_and_the_cli_matches_python(tmp_path):
     for name, param in inspect.signature(analyze).parameters.items():
         if name in {f.name for f in dataclasses.fields(HardnessSettings)} and name != "progress":
             assert param.default == getattr(defaults, name), name
+
+
+def test_another_bootstrap_seed_is_its_own_result_file(micro_config, tmp_path):
+    """The bootstrap seed changes the intervals, so it is in the settings hash: a --seed 7 run never replaces
+    the seed-0 file in the same folder; the default seed keeps the names files had before seeds existed."""
+    pairs = make_pairs(tmp_path, n=8)
+    data = str(write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs]))
+    kw = {"model_config": str(micro_config), "progress": False, "num_workers": 0, "output_dir": tmp_path / "out"}
+    zero = evaluate("hnb-micro", data, **kw)
+    seven = evaluate("hnb-micro", data, seed=7, **kw)
+    assert zero.path != seven.path and Path(zero.path).is_file() and Path(seven.path).is_file()
+    assert "seed" not in zero.result_settings() and seven.result_settings()["seed"] == 7
