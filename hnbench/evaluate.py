@@ -25,6 +25,7 @@ from hnbench.metrics import csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
 from hnbench.models.remembered import load_remembered
 from hnbench.results import (
+    PER_QUERY_KEY,
     PER_QUERY_SCHEMA_VERSION,
     PER_QUERY_TOP,
     EvalResult,
@@ -107,7 +108,7 @@ def per_query_frame(ds: ImageTextDataset, outs: dict[str, RetrievalOutput]) -> A
             "topk_score": list(out.topk_score[:, :PER_QUERY_TOP]),
         }))
     frame = pd.concat(frames, ignore_index=True)
-    frame.attrs["hnbench_per_query_schema"] = PER_QUERY_SCHEMA_VERSION  # stored by pandas in the parquet
+    frame.attrs[PER_QUERY_KEY] = PER_QUERY_SCHEMA_VERSION  # stored by pandas in the parquet
     return frame
 
 
@@ -204,8 +205,7 @@ def run_evaluation(encoder: Encoder, dataset: ImageTextDataset, settings: EvalSe
                 model=encoder.info.to_dict(), metrics={},
                 dataset={"name": dataset.name, "protocol": dataset.protocol, "fingerprint": dataset.fingerprint(),
                          "meta": dataset.meta},
-                settings={"precision": s.precision, "amp": s.amp, "ks": list(s.ks), "ci": s.ci, "search": s.search,
-                          "seed": s.seed}),
+                settings=s.recorded()),  # the same settings the result will record, so the same file name
                 output_dir, s.overwrite)
 
         cache = EmbeddingCache.for_encoder(encoder, s.cache_dir, amp=s.amp) if s.use_cache else None

@@ -60,7 +60,7 @@ SCHEMA_VERSION = 1
 KNOWN_SCHEMA_VERSIONS = tuple(range(SCHEMA_VERSION + 1))  # 0: before settings.search and ci95 were recorded
 PER_QUERY_SCHEMA_VERSION = 2
 PER_QUERY_TOP = 10  # gallery items stored per query (what `hnbench browse` shows)
-_PER_QUERY_KEY = "hnbench_per_query_schema"
+PER_QUERY_KEY = "hnbench_per_query_schema"  # pandas attrs key holding the version
 
 
 class ResultFormatError(HnbenchError):
@@ -277,7 +277,7 @@ def per_query_path(result: EvalResult) -> Path:
 def per_query_version(frame: Any, where: str | Path) -> int:
     """The per-query schema version of a frame read from a parquet (pandas attrs, else its columns);
     a newer one than this hnbench reads is refused by name."""
-    version = frame.attrs.get(_PER_QUERY_KEY) or (2 if "topk_index" in frame else 1)
+    version = frame.attrs.get(PER_QUERY_KEY) or (2 if "topk_index" in frame else 1)
     if not isinstance(version, int) or version > PER_QUERY_SCHEMA_VERSION:
         raise ResultFormatError(f"{where}: per-query schema version {version!r} is newer than this hnbench reads "
                                 f"({PER_QUERY_SCHEMA_VERSION}); upgrade hnbench")
