@@ -26,10 +26,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from hnbench.data.synthdense import FAMILY_PATTERN
 from hnbench.train.report import epoch_table, read_run, render_table, train_report
 from hnbench.train.trainer import TrainConfig, train
-
-FAMILY_PATTERN = r"^(.*)-v\d+$"
 
 
 def _dataset_options(args: argparse.Namespace) -> dict:

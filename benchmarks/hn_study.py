@@ -32,7 +32,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-FAMILY_PATTERN = r"^(.*)-v\d+$"
+from hnbench.data.synthdense import FAMILY_PATTERN
+
 DIRECTIONS = ("t2i", "i2t")
 
 
@@ -114,10 +115,10 @@ def train_config(run: Run, sizes: StudySizes, out: Path, init: str) -> Any:
     a = run.arm
     return TrainConfig(
         model="hnbench-tiny", pretrained=init, dataset="synthdense", protocol="train",
-        dataset_options=sizes.dataset_options(), loss=a.loss, gamma=a.gamma if a.loss == "hn" else 0.5,
+        dataset_options=sizes.dataset_options(), loss=a.loss, gamma=a.gamma if a.loss == "hn" else 0.5,  # InfoNCE ignores γ (the default 0.5)
         epochs=sizes.epochs, batch_size=sizes.batch_size, lr=sizes.lr, weight_decay=0.1,
         warmup_steps=sizes.warmup_steps, seed=run.seed, data_fraction=a.data_fraction,
-        amp=a.precision != "fp32", amp_dtype="bf16" if a.precision == "bf16" else "bf16",
+        amp=a.precision != "fp32", amp_dtype="bf16",
         init_logit_scale=100.0 if a.scale == "fixed100" else None, train_logit_scale=a.scale == "learned",
         group_by=FAMILY_PATTERN if a.batching == "family" else None, diag_every=sizes.diag_every,
         log_every=5, num_workers=0, output=str(out / "runs" / run.name))

@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 VERSION = 1
 MANIFEST = "synthdense.json"
+FAMILY_PATTERN = r"^(.*)-v\d+$"  # item ids are "<family>-v<variant>": the group_by regex of whole-family batches
 SHAPES = ("circle", "square", "triangle", "star", "hexagon", "diamond", "cross")
 COLOURS = {
     "red": (220, 30, 30), "green": (30, 170, 40), "blue": (30, 70, 230), "yellow": (250, 220, 20),
