@@ -205,6 +205,7 @@ def compare(results: Sequence[str | Path | EvalResult], *, ks: Sequence[int] = (
         settings={"ks": ks, "n_boot": n_boot, "seed": seed, "alpha": 0.05, **METHODS}, rows=rows)
     if output_dir is not None:
         out_dir = Path(output_dir)
-        atomic_write_bytes(out_dir / "compare.json", (json.dumps(out.to_dict(), indent=2) + "\n").encode())
-        atomic_write_bytes(out_dir / "compare.md", out.markdown().encode())
+        js, md = (json.dumps(out.to_dict(), indent=2) + "\n").encode(), out.markdown().encode()  # both rendered first
+        atomic_write_bytes(out_dir / "compare.json", js)
+        atomic_write_bytes(out_dir / "compare.md", md)
     return out

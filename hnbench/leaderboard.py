@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from hnbench._version import __version__
-from hnbench.comparison import tests_against
+from hnbench.comparison import model_label, tests_against
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.reported import KS, families_of, mapped_families, reported_rows
 from hnbench.results import EvalResult, ResultFormatError, metric_values, read_result
@@ -63,12 +63,8 @@ def _row(r: EvalResult) -> dict:
     m, d = r.model, r.dataset
     pretrained = m.get("pretrained")
     weights = str(pretrained) if pretrained else "random init"
-    if pretrained and (os.sep in weights or "." in weights):  # "runs/hn/checkpoint.pt" → "hn/checkpoint"
-        short = "/".join(filter(None, [Path(weights).parent.name, Path(weights).stem]))
-    else:
-        short = weights
     ctx = m.get("context_length") or (r.tokens or {}).get("context_length") or 0
-    row = {"kind": "measured", "model": f"{m['arch']} ({short})",
+    row = {"kind": "measured", "model": model_label(m),
            "identity": f"measured:{m['arch']}:{pretrained}:{m.get('fingerprint', '')}", "arch": m["arch"],
            "weights": weights, "fingerprint": str(m.get("fingerprint") or "")[:8], "benchmark": d["name"],
            "protocol": d.get("protocol") or "default", "context_length": int(ctx),

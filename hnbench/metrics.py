@@ -22,6 +22,7 @@ __all__ = [
     "csr_from_assignment",
     "csr_from_lists",
     "rank_summary",
+    "bootstrap_mean_ci",
     "ranks_from_scores",
     "recall_at_k",
     "summarize",
@@ -85,18 +86,26 @@ def bootstrap_ci(
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    n = r.size
     # Hits matrix (N, len(ks)) as float so one fancy-index + mean gives every K at once.
     hits = (r[:, None] <= np.asarray(ks)[None, :]).astype(np.float32)
+    lo, hi = bootstrap_mean_ci(hits, n_boot=n_boot, alpha=alpha, seed=seed)
+    return {f"R@{k}": (float(lo[j]), float(hi[j])) for j, k in enumerate(ks)}
+
+
+def bootstrap_mean_ci(values: np.ndarray, *, n_boot: int, alpha: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap of the column means of ``values`` (N, C), in percent: resample the N rows with
+    replacement ``n_boot`` times (the same draw for every column), return the (alpha/2, 1 - alpha/2)
+    percentiles of 100 · mean, each of shape (C,). Draws in chunks so memory stays bounded."""
+    n = values.shape[0]
     rng = np.random.default_rng(seed)
-    stats = np.empty((n_boot, len(ks)), dtype=np.float64)
-    rows = max(1, _BOOT_CHUNK_ELEMS // n)  # bounds memory at ~rows*N*(8 + 4*len(ks)) bytes
+    stats = np.empty((n_boot, values.shape[1]), dtype=np.float64)
+    rows = max(1, _BOOT_CHUNK_ELEMS // n)  # bounds memory at ~rows*N*(8 + itemsize*C) bytes
     for start in range(0, n_boot, rows):
         stop = min(n_boot, start + rows)
         idx = rng.integers(0, n, size=(stop - start, n))
-        stats[start:stop] = hits[idx].mean(axis=1, dtype=np.float64)
+        stats[start:stop] = values[idx].mean(axis=1, dtype=np.float64)
     lo, hi = np.percentile(100.0 * stats, [100.0 * alpha / 2, 100.0 * (1 - alpha / 2)], axis=0)
-    return {f"R@{k}": (float(lo[j]), float(hi[j])) for j, k in enumerate(ks)}
+    return lo, hi
 
 
 def validate_csr(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_BOOT_CHUNK_ELEMS = 4_000_000  # resampled indices per chunk (~32 MB of int64)
+from hnbench.metrics import bootstrap_mean_ci
 
 
 @dataclass(frozen=True)
@@ -71,16 +71,8 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, n_boot: int = 1000, seed: 
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     d = b.astype(np.int8) - a.astype(np.int8)  # per-query difference: resampling it resamples both jointly
-    n = d.size
-    rng = np.random.default_rng(seed)
-    stats = np.empty(n_boot)
-    rows = max(1, _BOOT_CHUNK_ELEMS // n)
-    for start in range(0, n_boot, rows):
-        stop = min(n_boot, start + rows)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        stats[start:stop] = d[idx].mean(axis=1, dtype=np.float64)
-    lo, hi = np.percentile(100.0 * stats, [100 * alpha / 2, 100 * (1 - alpha / 2)])
-    return float(lo), float(hi)
+    lo, hi = bootstrap_mean_ci(d[:, None], n_boot=n_boot, alpha=alpha, seed=seed)
+    return float(lo[0]), float(hi[0])
 
 
 def paired_test(a: np.ndarray, b: np.ndarray, *, n_boot: int = 1000, seed: int = 0) -> PairedTest:

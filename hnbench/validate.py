@@ -52,10 +52,15 @@ def check_precision(precision: str) -> None:
         raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
 
 
-def check_device(device: str) -> None:
-    """cpu, cuda, cuda:N or mps, and the accelerator must be there."""
+def check_device_name(device: str) -> None:
+    """cpu, cuda, cuda:N or mps (the spelling only: a recipe may name a device this machine lacks)."""
     if not isinstance(device, str) or not _DEVICE.match(device):
         raise ConfigError(f"--device must be cpu, cuda, cuda:N or mps, got {device!r}")
+
+
+def check_device(device: str) -> None:
+    """cpu, cuda, cuda:N or mps, and the accelerator must be there."""
+    check_device_name(device)
     if device == "cpu":
         return
     import torch

@@ -340,3 +340,33 @@ def test_quiet_also_hides_transformers_progress_bars(tmp_path, hf_clip_dir):
     assert loud.returncode == quiet.returncode == 0, loud.stderr
     assert "Loading weights" in loud.stderr  # transformers' own bar, shown without -q
     assert quiet.stderr.strip() == ""
+
+
+# --- found in review: more inputs that must be one line --------------------------------------------
+@pytest.mark.parametrize("options, words", [({"loss": "HN"}, "loss must be one of"),  # dispatched on the exact name
+                                            ({"num_workers": -1}, "--num-workers"), ({"log_every": 0}, "log_every"),
+                                            ({"device": "cuda:x"}, "--device")])
+def test_bad_training_options_are_refused_by_the_config(options, words):
+    from hnbench.train.trainer import TrainConfig
+
+    with pytest.raises(ConfigError, match=words):
+        TrainConfig.from_dict(options)
+
+
+def test_caption_files_with_bad_bytes_or_a_missing_column_are_handled(tmp_path):
+    from hnbench.hardness.captions import load_captions
+
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"a caption\n\xff\xfe\n")
+    with pytest.raises(DataError, match="bad.txt:2: not UTF-8"):
+        load_captions(bad)
+    rows = tmp_path / "c.jsonl"
+    rows.write_text('{"caption": "a red square"}\n{"id": 3}\n{"caption": "a blue star"}\n')
+    assert load_captions(rows).captions == ["a red square", "a blue star"]  # the row without one keeps nothing
+
+
+def test_unreadable_model_config_is_one_line_with_the_cache_on(tmp_path):
+    manifest = _manifest(tmp_path / "data", n=2)
+    with pytest.raises(ConfigError, match="model-config"):
+        evaluate("hnb-missing", str(manifest), model_config=str(tmp_path / "absent.json"), progress=False,
+                 num_workers=0, cache_dir=tmp_path / "cache")

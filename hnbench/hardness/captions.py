@@ -12,7 +12,7 @@ import numpy as np
 
 from hnbench.data.base import ImageSource, ImageTextDataset
 from hnbench.errors import DataError
-from hnbench.io import read_rows
+from hnbench.io import read_rows, read_text_utf8
 
 CAPTION_COLUMNS = ("caption", "text", "description", "captions")
 AUTO_LABEL_FIELDS = ("family",)
@@ -52,7 +52,7 @@ def load_captions(path: str | Path, *, column: str | None = None, label_field: s
     if not path.is_file():
         raise DataError(f"caption file not found: {path}")
     if path.suffix not in (".csv", ".tsv", ".jsonl"):
-        lines = [(n, ln.strip()) for n, ln in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)]
+        lines = [(n, ln.strip()) for n, ln in enumerate(read_text_utf8(path).splitlines(), 1)]
         kept = [(n, c) for n, c in lines if c]
         if not kept:
             raise DataError(f"{path}: no captions")
@@ -70,7 +70,8 @@ def load_captions(path: str | Path, *, column: str | None = None, label_field: s
         raise DataError(f"{path}: no label column {label_field!r}; columns are {columns}")
     captions, caption_ids, caption_image, image_ids, labels = [], [], [], [], []
     for n, row in enumerate(rows):
-        texts = row[col] if isinstance(row[col], list) else [row[col]]
+        value = row.get(col)  # a JSONL row may lack the column: nothing to keep from it
+        texts = value if isinstance(value, list) else [value]
         texts = [t for t in texts if isinstance(t, str) and t.strip()]
         if not texts:
             continue
@@ -90,7 +91,7 @@ def image_labels(ds: ImageTextDataset, field: str, *, required: bool = True) -> 
     """Per-image values of ``field`` read from the dataset's manifest (``metadata.jsonl``/CSV), e.g.
     synthdense's ``family``; None (or an error when ``required``) if the manifest lacks it."""
     src = Path(ds.source) if ds.source else None
-    rows = read_rows(src)[0] if src is not None and src.is_file() and src.suffix in (".jsonl", ".csv") else []
+    rows = read_rows(src)[0] if src is not None and src.is_file() and src.suffix in (".jsonl", ".csv", ".tsv") else []
     by_id: dict[str, str] = {}
     for row in rows:
         if field not in row:

@@ -132,7 +132,7 @@ def _load_key(model: str, pretrained: str | None, model_config: str | Path | Non
     rng = (f"seed {init_seed}" if init_seed is not None else _rng_digest()) if random_init else None
     blob = {"model": model, "pretrained": pretrained, "model_config": config, "context_length": context_length,
             "precision": precision, "rng": rng, "files": list(files), "hnbench": __version__,
-            **{p: _version(p) for p in ("torch", "open_clip_torch", "transformers", "timm")}}
+            **{p: _version(p) for p in ("torch", "torchvision", "open_clip_torch", "transformers", "timm")}}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -248,7 +248,11 @@ def load_remembered(model: str, pretrained: str | None, *, root: str | Path, mod
     files = weight_files(model, pretrained, model_config)
     if files is None:
         return req.build()
-    path = Path(root) / RECORD_DIR / f"{_load_key(model, pretrained, model_config, context_length, precision, files, init_seed)}.json"
+    try:
+        key = _load_key(model, pretrained, model_config, context_length, precision, files, init_seed)
+    except OSError:  # an unreadable --model-config: load_model reports it in one line
+        return req.build()
+    path = Path(root) / RECORD_DIR / f"{key}.json"
     try:
         record = json.loads(path.read_text())
         valid, refreshed = _still_valid(record)

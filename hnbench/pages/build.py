@@ -49,16 +49,17 @@ def _thumb(ds: ImageTextDataset, i: int, px: int) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def _hardness_per_caption(path: str, ds: ImageTextDataset) -> tuple[np.ndarray, np.ndarray, list[float]]:
-    """Hardest-negative index/score per caption of ``ds`` (by id) from a hardness run, and its bucket edges."""
+def _hardness_per_caption(path: str, report: Any, ds: ImageTextDataset) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Hardest-negative index/score per caption of ``ds`` (by id) from a hardness run (read from ``path`` as
+    ``report``), and its bucket edges."""
     import pandas as pd
 
-    from hnbench.hardness.schema import read_report
-
-    report = read_report(path)
     if "captions" not in report.files:
         raise ConfigError(f"{path}: the hardness run has no per-caption file")
-    cap = pd.read_parquet(Path(path).parent / report.files["captions"])
+    try:
+        cap = pd.read_parquet(Path(path).parent / report.files["captions"])
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: its per-caption file {report.files['captions']} is unreadable ({e})") from e
     pos = {c: i for i, c in enumerate(ds.caption_ids)}
     hn_index = np.full(ds.n_captions, -1, np.int64)
     hn_score = np.full(ds.n_captions, np.nan)
@@ -105,9 +106,14 @@ def _rows(frame: Any, ds: ImageTextDataset, direction: str, top: int, keep: np.n
 
 
 def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | None = None,
-               hardness: str | None = None, limit: int = 200, top: int = 5, progress: bool = True) -> Page:
-    """Select the worst queries (and with ``other`` every disagreement at K=1), collect texts and thumbnails."""
-    frame = read_per_query(result)
+               hardness: str | None = None, limit: int = 200, top: int = 5, progress: bool = True,
+               frame: Any = None, hardness_report: Any = None) -> Page:
+    """Select the worst queries (and with ``other`` every disagreement at K=1), collect texts and thumbnails.
+
+    ``frame`` / ``hardness_report``: the result's per-query frame and the hardness report when the caller
+    has read them already (else they are read here)."""
+    if frame is None:
+        frame = read_per_query(result)
     other_frame = read_per_query(other) if other is not None else None
     notes = []
     if frame.attrs.get("schema_version", 1) < 2:
@@ -117,8 +123,10 @@ def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | 
     records = []
     if hardness:
         from hnbench.hardness.recall import recall_by_hardness
+        from hnbench.hardness.schema import read_report
 
-        hn_index, hn_score, edges = _hardness_per_caption(hardness, ds)
+        report = hardness_report if hardness_report is not None else read_report(hardness)
+        hn_index, hn_score, edges = _hardness_per_caption(hardness, report, ds)
         hard_t2i = hn_score
         hard_i2t = np.full(ds.n_images, -np.inf)
         ok = np.isfinite(hn_score)
@@ -174,20 +182,21 @@ def browse(result: str | Path, output_dir: str | Path, *, compare: str | Path | 
         raise ConfigError(f"--limit must be >= 0 (0: all queries), got {limit}")
     if not 1 <= top <= PER_QUERY_TOP:
         raise ConfigError(f"--top must be between 1 and {PER_QUERY_TOP}, got {top}")
+    report = None
     if hardness is not None:
         from hnbench.hardness.schema import read_report
 
         if not Path(hardness).is_file():
             raise ConfigError(f"{hardness}: no such hardness file")
-        read_report(hardness)  # a corrupt or newer file fails before any data is loaded
+        report = read_report(hardness)  # a corrupt or newer file fails before any data is loaded
     res = read_result(result)
     other = read_result(compare) if compare is not None else None
     if other is not None:
         check_comparable([res, other])
-    read_per_query(res)  # fail on a missing per-query file before loading any data
+    frame = read_per_query(res)  # fails on a missing per-query file before any data is loaded
     ds = reload_dataset(res, dataset, data_root=data_root, split_file=split_file)
     page = build_page(res, ds, other=other, hardness=str(hardness) if hardness else None, limit=limit, top=top,
-                      progress=progress)
+                      progress=progress, frame=frame, hardness_report=report)
     out = Path(output_dir) / "index.html"
     atomic_write_bytes(out, render(page).encode())
     return out

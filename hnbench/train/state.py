@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from hnbench.errors import CheckpointError, ConfigError
+from hnbench.io import atomic_write_bytes
 from hnbench.settings import resume_free
 from hnbench.train.config import TrainConfig
 
@@ -131,4 +132,4 @@ def trim_jsonl(path: Path, keep: Any) -> None:
     if not path.is_file():
         return
     lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
-    path.write_text("".join(ln + "\n" for ln in lines if keep(json.loads(ln))))
+    atomic_write_bytes(path, "".join(ln + "\n" for ln in lines if keep(json.loads(ln))).encode())  # never a cut log

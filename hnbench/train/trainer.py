@@ -36,6 +36,7 @@ from hnbench.errors import ConfigError
 from hnbench.registry import LOSSES
 from hnbench.train.config import TrainConfig, load_recipe  # noqa: F401  (load_recipe: re-exported)
 from hnbench.train.state import TrainState, load_state, resolve_resume, save_state, trim_jsonl
+from hnbench.validate import check_device
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ def train(config: TrainConfig, *, progress: bool = True) -> Path:
     (``HNBENCH_DIST_TIMEOUT_S``, default 6 hours): the other ranks wait that long for rank 0's evaluation.
     """
     config.validate()
+    check_device(config.device)  # here, not in validate(): a recipe may be written for another machine's GPU
     check_output(config)
     created = _first_missing(Path(config.output))
     dist = from_env(config.device)

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hnbench.data.benchmarks.spec import DOWNLOAD_RECORD, BenchmarkSpec, Resource, sha256_file
+from hnbench.data.benchmarks.spec import DOWNLOAD_RECORD, BenchmarkSpec, Resource
 from hnbench.errors import ConfigError, DataError
+from hnbench.io import atomic_write_bytes, sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -168,9 +169,7 @@ def verify_sha256(r: Resource, digest: str) -> dict[str, Any]:
 
 
 def _write_record(to: Path, record: dict[str, Any]) -> None:
-    tmp = to / (DOWNLOAD_RECORD + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(to / DOWNLOAD_RECORD)
+    atomic_write_bytes(to / DOWNLOAD_RECORD, (json.dumps(record, indent=2) + "\n").encode())
 
 
 def download(
