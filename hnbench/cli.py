@@ -401,6 +401,11 @@ def _parse_value(text: str) -> object:
         return text
 
 
+# data flags of _add_data_args that are loader options, not TrainConfig fields
+_TRAIN_DATA_FLAGS = ("split", "image_column", "caption_column", "split_file", "skip_invalid", "allow_count_mismatch",
+                     "allow_outside_paths")
+
+
 def _run_train(args: argparse.Namespace) -> int:
     from dataclasses import fields
 
@@ -419,8 +424,9 @@ def _run_train(args: argparse.Namespace) -> int:
         if not sep:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         cfg[key.strip().replace("-", "_")] = _parse_value(value)
-    if args.allow_outside_paths:
-        cfg["dataset_options"] = {**cfg.get("dataset_options", {}), "allow_outside_paths": True}
+    data_flags = {k: getattr(args, k) for k in _TRAIN_DATA_FLAGS if getattr(args, k)}
+    if data_flags:  # the data flags eval shares reach train's loader through dataset_options
+        cfg["dataset_options"] = {**cfg.get("dataset_options", {}), **data_flags}
     if args.resume is not None:
         cfg["resume"] = args.resume or cfg.get("output") or TrainConfig.output
     ckpt = train(TrainConfig.from_dict(cfg), progress=not args.quiet)

@@ -66,3 +66,21 @@ def test_last_resumable_state_is_the_end_of_the_run(train_argv, tmp_path):
     meta = json.loads((run / "train_config.json").read_text())
     saved = torch.load(run / "last" / "trainer_state.pt", map_location="cpu", weights_only=True)
     assert meta["steps"] == 4 and (saved["step"], saved["epoch"], saved["batch_in_epoch"]) == (4, 2, 0)
+
+
+def test_data_flags_reach_the_training_loader(micro_config, tmp_path, capsys):
+    """train shares eval's data flags (--caption-column, --skip-invalid, …); each one is honoured and recorded."""
+    pairs = make_pairs(tmp_path, n=8)
+    rows = [{"image": p, "long_text": c} for p, c in pairs] + [{"image": "images/missing.png", "long_text": "gone"}]
+    data = write_jsonl(tmp_path / "m.jsonl", rows)
+    argv = ["-q", "train", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset", str(data),
+            "--epochs", "1", "--batch-size", "4", "--num-workers", "0", "--output", str(tmp_path / "run")]
+    assert main(argv) == 2  # no "caption" column: the flag is needed, and without it nothing runs
+    assert_one_line_error(capsys.readouterr().err, "caption")
+    assert not (tmp_path / "run").exists()
+    assert main([*argv, "--caption-column", "long_text"]) == 2  # the missing image is an error…
+    assert_one_line_error(capsys.readouterr().err, "missing.png")
+    assert main([*argv, "--caption-column", "long_text", "--skip-invalid"]) == 0  # …unless skipped
+    meta = json.loads((tmp_path / "run" / "train_config.json").read_text())
+    assert meta["config"]["dataset_options"] == {"caption_column": "long_text", "skip_invalid": True}
+    assert meta["steps"] == 2  # 8 valid pairs, batch 4
