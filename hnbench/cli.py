@@ -464,13 +464,16 @@ def _add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", help="directory for compare.md and compare.json (default: print Markdown)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (recorded)")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws (recorded)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a compare.md/compare.json made from other inputs (a rerun from the same inputs replaces its own)")
     p.set_defaults(handler=_run_compare)
 
 
 def _run_compare(args: argparse.Namespace) -> int:
     from hnbench.comparison import compare
 
-    out = compare(args.results, ks=args.k, output_dir=args.output, seed=args.seed, n_boot=args.n_boot)
+    out = compare(args.results, ks=args.k, output_dir=args.output, seed=args.seed, n_boot=args.n_boot,
+                  overwrite=args.overwrite)
     print(out.markdown(), end="")
     if args.output:
         print(f"wrote {os.path.join(args.output, 'compare.md')} and compare.json")
@@ -489,6 +492,8 @@ def _add_browse_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split-file", action="append", metavar="PATH", help="the protocol's split list, as for eval")
     p.add_argument("--limit", type=int, default=200, help="worst queries shown per direction (0: all)")
     p.add_argument("--top", type=int, default=5, help="retrieved items shown per query (at most 10)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an index.html made from other inputs (a rerun from the same inputs replaces its own)")
     p.set_defaults(handler=_run_browse)
 
 
@@ -497,7 +502,7 @@ def _run_browse(args: argparse.Namespace) -> int:
 
     path = browse(args.result, args.output, compare=args.compare, hardness=args.hardness, dataset=args.dataset,
                   data_root=args.data_root, split_file=args.split_file, limit=args.limit, top=args.top,
-                  progress=not args.quiet)
+                  progress=not args.quiet, overwrite=args.overwrite)
     print(f"wrote {path}")
     return 0
 

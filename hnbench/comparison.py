@@ -29,7 +29,7 @@ import numpy as np
 
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
-from hnbench.io import atomic_write_bytes
+from hnbench.io import atomic_write_bytes, check_output, record_output
 from hnbench.results import EvalResult, read_per_query, read_result
 from hnbench.significance import PairedTest, holm, paired_test
 
@@ -172,8 +172,11 @@ def _p(p: float) -> str:
 
 
 def compare(results: Sequence[str | Path | EvalResult], *, ks: Sequence[int] = (1, 5, 10),
-            output_dir: str | Path | None = None, seed: int = 0, n_boot: int = 1000) -> Comparison:
-    """Compare stored results against the first; write ``compare.md`` and ``compare.json`` to ``output_dir``."""
+            output_dir: str | Path | None = None, seed: int = 0, n_boot: int = 1000,
+            overwrite: bool = False) -> Comparison:
+    """Compare stored results against the first; write ``compare.md`` and ``compare.json`` to ``output_dir``.
+
+    A comparison of other results already there is not replaced unless ``overwrite``."""
     if len(results) < 2:
         raise ConfigError("compare needs at least two result files (the first is the baseline)")
     ks = [int(k) for k in ks]
@@ -183,6 +186,10 @@ def compare(results: Sequence[str | Path | EvalResult], *, ks: Sequence[int] = (
         raise ConfigError(f"n_boot must be >= 1, got {n_boot}")
     loaded = [r if isinstance(r, EvalResult) else read_result(r) for r in results]
     check_comparable(loaded)
+    if output_dir is not None:
+        inputs = {"results": [r.path and Path(r.path).name for r in loaded], "ks": ks, "seed": seed, "n_boot": n_boot}
+        for name in ("compare.json", "compare.md"):
+            check_output(Path(output_dir) / name, "a comparison", inputs, overwrite=overwrite)
     frames = [read_per_query(r) for r in loaded]
     tests = [paired_tests(loaded[0], r, ks, frames=(frames[0], f), n_boot=n_boot, seed=seed)
              for r, f in zip(loaded[1:], frames[1:])]
@@ -206,6 +213,7 @@ def compare(results: Sequence[str | Path | EvalResult], *, ks: Sequence[int] = (
     if output_dir is not None:
         out_dir = Path(output_dir)
         js, md = (json.dumps(out.to_dict(), indent=2) + "\n").encode(), out.markdown().encode()  # both rendered first
-        atomic_write_bytes(out_dir / "compare.json", js)
-        atomic_write_bytes(out_dir / "compare.md", md)
+        for name, data in (("compare.json", js), ("compare.md", md)):
+            record_output(out_dir / name, inputs)
+            atomic_write_bytes(out_dir / name, data)
     return out

@@ -13,9 +13,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hnbench.errors import DataError
+from hnbench.errors import ConfigError, DataError
 
-__all__ = ["atomic_write_bytes", "process_umask", "read_rows", "read_text_utf8", "sha256_file", "write_temp"]
+__all__ = ["atomic_write_bytes", "check_output", "process_umask", "read_rows", "read_text_utf8", "record_output",
+           "sha256_file", "write_temp"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -107,3 +108,35 @@ def sha256_file(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def check_output(path: str | Path, what: str, inputs: dict[str, Any], *, overwrite: bool = False) -> None:
+    """Refuse to replace ``path``, a derived output (a report, a comparison, a page), made from other inputs.
+
+    ``inputs`` (JSON-able: what the output is computed from) is what :func:`record_output` wrote beside
+    it (``.<name>.inputs.json``) when it was made: a rerun from the same inputs may replace its own
+    output, anything else there (other inputs, or a file with no record) only with ``overwrite``. Call it
+    before loading anything.
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        try:
+            same = json.loads(_record_path(path).read_text()) == _canonical(inputs)
+        except (OSError, ValueError):
+            same = False
+        if not same:
+            raise ConfigError(f"{path} exists and holds {what} made from other inputs; pass --overwrite "
+                              "(overwrite=True) to replace it, or choose another --output")
+
+
+def record_output(path: str | Path, inputs: dict[str, Any]) -> None:
+    """Record the inputs of the output about to be written to ``path`` (see :func:`check_output`)."""
+    atomic_write_bytes(_record_path(Path(path)), (json.dumps(_canonical(inputs), indent=1, sort_keys=True) + "\n").encode())
+
+
+def _record_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.inputs.json")
+
+
+def _canonical(inputs: dict[str, Any]) -> Any:
+    return json.loads(json.dumps(inputs, default=str))

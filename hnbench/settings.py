@@ -9,14 +9,13 @@ import it.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hnbench.errors import ConfigError, did_you_mean
-from hnbench.validate import BACKENDS, PRECISIONS, SEARCHES, check_eval
+from hnbench.errors import did_you_mean
+from hnbench.validate import BACKENDS, PRECISIONS, SEARCHES, check_at_least, check_eval
 
 __all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "from_options", "option", "option_help", "resume_free"]
 
@@ -52,13 +51,15 @@ def resume_free(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get("resume_free"))
 
 
-def check_minimums(settings: Any) -> None:
-    """Fields declared with ``minimum`` hold an integer at least that large."""
+def check_minimums(settings: Any, *, with_key: bool = False) -> None:
+    """Fields declared with ``minimum`` hold an integer at least that large (None where None is the default).
+
+    The message names the flag, and with ``with_key`` the field's name too (a recipe's key)."""
     for f in dataclasses.fields(settings):
         low, value = f.metadata.get("minimum"), getattr(settings, f.name)
-        if low is not None and (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low):
+        if low is not None and not (value is None and f.default is None):
             flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-            raise ConfigError(f"{flag} must be an integer >= {low}, got {value!r}")
+            check_at_least(f"{flag} ({f.name})" if with_key else flag, value, low)
 
 
 def from_options(cls: type, base: Any | None, options: Mapping[str, Any]) -> Any:
@@ -79,7 +80,7 @@ class EvalSettings:
     """
 
     device: str = option("cpu", group="model", record=True, help="cpu, cuda, cuda:N or mps (default: cpu)")
-    batch_size: int = option(64, group="evaluation", record=True, help="images per encoder batch (default 64)")
+    batch_size: int = option(64, group="evaluation", record=True, minimum=1, help="images per encoder batch (default 64)")
     precision: str = option("fp32", group="evaluation", record=True, choices=PRECISIONS,
                             help="model weights precision; the images are cast to it (all three run on CPU and CUDA)")
     amp: bool = option(False, group="evaluation", record=True, help="autocast the encoders (CUDA only)")
@@ -92,9 +93,9 @@ class EvalSettings:
                       help="bootstrap confidence intervals of R@K (on by default; --no-ci skips them)")
     seed: int = option(0, group="evaluation", record="if_set", minimum=0,
                        help="seed of the bootstrap resampling (default 0)")
-    text_batch_size: int | None = option(None, group="evaluation",
+    text_batch_size: int | None = option(None, group="evaluation", minimum=1,
                                          help="captions per encoder batch (default: max(--batch-size, 64))")
-    num_workers: int | None = option(None, group="evaluation",
+    num_workers: int | None = option(None, group="evaluation", minimum=0,
                                      help="image decoding and tokenizing workers (default: CPU count, at most 8); "
                                           "0 decodes in the main process and needs no shared memory")
     context_length: int | None = option(None, group="model", help="text context length (default: the model's)")
@@ -121,10 +122,9 @@ class EvalSettings:
 
     def validate(self, output_dir: str | Path | None = None) -> None:
         """Every setting (and the output directory), before any model or data is loaded."""
-        check_eval(ks=self.ks, batch_size=self.batch_size, text_batch_size=self.text_batch_size,
-                   num_workers=self.num_workers, device=self.device, precision=self.precision,
-                   output_dir=output_dir, search=self.search, backend=self.backend)
         check_minimums(self)
+        check_eval(ks=self.ks, device=self.device, precision=self.precision, output_dir=output_dir,
+                   search=self.search, backend=self.backend)
 
     def recorded(self) -> dict[str, Any]:
         """The fields marked ``record``, as written to a result's ``settings`` (tuples as lists)."""
@@ -146,8 +146,8 @@ class HardnessSettings:
 
     device: str = option("cpu", group="model", help="cpu or cuda (default: cpu)")
     context_length: int | None = option(None, group="model", help="text context length (default: the model's)")
-    batch_size: int = option(128, group="statistics", help="B of the in-batch negative buckets (default 128)")
-    n_batches: int = option(200, group="statistics", help="random batches to average (default 200)")
+    batch_size: int = option(128, group="statistics", minimum=1, help="B of the in-batch negative buckets (default 128)")
+    n_batches: int = option(200, group="statistics", minimum=1, help="random batches to average (default 200)")
     edges: tuple[float, ...] = option(DEFAULT_EDGES, group="statistics",
                                       help="similarity bucket edges (default 0 0.5 0.7 0.8 0.9 1)")
     threshold: float = option(0.95, group="statistics", help="near-duplicate caption similarity (default 0.95)")
@@ -165,10 +165,12 @@ class HardnessSettings:
                                            "confusions; repeatable")
     n_show: int = option(10, group="statistics", flag="--show",
                          help="pairs / wrong queries listed in the report (default 10)")
-    encode_batch_size: int = option(64, help="images per encoder batch (captions: at least 64)")
-    num_workers: int | None = option(None, help="image decoding workers")
+    encode_batch_size: int = option(64, minimum=1, help="images per encoder batch (captions: at least 64)")
+    num_workers: int | None = option(None, minimum=0, help="image decoding workers")
     use_cache: bool = option(True, flag="--cache",
                              help="read and write the embedding cache (on by default; --no-cache: neither)")
+    overwrite: bool = option(False, help="replace a report made from other data, model or statistics settings "
+                                          "(a rerun from the same inputs replaces its own)")
     progress: bool = option(True, cli=False, help="progress bars (the CLI's -q turns them off)")
 
     def __post_init__(self) -> None:

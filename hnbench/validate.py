@@ -25,17 +25,12 @@ def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def check_positive(name: str, value: int | None, *, allow_none: bool = True) -> None:
-    """``value`` is an integer >= 1 (or None where the option has a default)."""
-    if value is None and allow_none:
+def check_at_least(name: str, value: object, low: int) -> None:
+    """``value`` is an integer >= ``low`` (the bound a settings field declares with ``option(minimum=)``)."""
+    if _is_int(value) and value >= low:  # type: ignore[operator]
         return
-    if not _is_int(value) or value < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-
-
-def check_num_workers(value: int | None) -> None:
-    if value is not None and (not _is_int(value) or value < 0):
-        raise ConfigError(f"--num-workers must be 0 or more, got {value!r}")
+    what = {0: "0 or more", 1: "a positive integer"}.get(low, f"an integer >= {low}")
+    raise ConfigError(f"{name} must be {what}, got {value!r}")
 
 
 def check_ks(ks: Sequence[int]) -> None:
@@ -97,13 +92,10 @@ def check_output_dir(path: str | Path | None, option: str = "--output") -> None:
         raise ConfigError(f"{option} {path}: cannot write in {existing} ({e.strerror or e})") from e
 
 
-def check_eval(*, ks: Sequence[int], batch_size: int, text_batch_size: int | None, num_workers: int | None,
-               device: str, precision: str, output_dir: str | Path | None, search: str, backend: str) -> None:
-    """Every evaluation setting, before anything is loaded (called by the CLI through ``evaluate``)."""
+def check_eval(*, ks: Sequence[int], device: str, precision: str, output_dir: str | Path | None, search: str,
+               backend: str) -> None:
+    """The evaluation settings beyond their declared integer bounds, before anything is loaded."""
     check_ks(ks)
-    check_positive("--batch-size", batch_size, allow_none=False)
-    check_positive("text_batch_size", text_batch_size)
-    check_num_workers(num_workers)
     check_precision(precision)
     if search not in SEARCHES:
         raise ConfigError(f"--search must be 'exact' or 'approximate', got {search!r}")

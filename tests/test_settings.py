@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,10 @@ from hnbench.cli import build_parser, eval_settings, main
 from hnbench.data import load_dataset
 from hnbench.errors import ConfigError
 from hnbench.evaluate import evaluate, run_evaluation
+from hnbench.hardness import run as hardness_run
 from hnbench.models import load_model
-from hnbench.settings import EvalSettings
+from hnbench.settings import EvalSettings, HardnessSettings, check_minimums
+from hnbench.train.config import TrainConfig
 
 
 def _subparser(name: str):
@@ -193,3 +196,20 @@ def test_another_bootstrap_seed_is_its_own_result_file(micro_config, tmp_path):
     seven = evaluate("hnb-micro", data, seed=7, **kw)
     assert zero.path != seven.path and Path(zero.path).is_file() and Path(seven.path).is_file()
     assert "seed" not in zero.result_settings() and seven.result_settings()["seed"] == 7
+
+
+@pytest.mark.parametrize("cls", [EvalSettings, HardnessSettings, TrainConfig])
+def test_declared_integer_bounds_are_the_only_integer_checks(cls):
+    """Each field's ``minimum`` is checked by one rule (flag named, None allowed where it is the default)."""
+    bounded = [f for f in dataclasses.fields(cls) if f.metadata.get("minimum") is not None]
+    assert bounded
+    for f in bounded:
+        for bad in (f.metadata["minimum"] - 1, 2.5, True):
+            with pytest.raises(ConfigError, match=re.escape("--" + f.name.replace("_", "-"))):
+                check_minimums(cls(**{f.name: bad}))
+        if f.default is None:
+            check_minimums(cls(**{f.name: None}))
+    entry = {EvalSettings: EvalSettings.validate, HardnessSettings: hardness_run._check_args,
+             TrainConfig: TrainConfig.validate}[cls]  # each settings' own validation goes through it
+    with pytest.raises(ConfigError, match="--num-workers"):
+        entry(*([cls(num_workers=-1)] + ([None] if cls is HardnessSettings else [])))

@@ -19,9 +19,10 @@ from hnbench.hardness.analyze import analyze
 from hnbench.hardness.captions import CaptionSet, from_dataset, load_captions, text_fingerprint
 from hnbench.hardness.outputs import compare, write_outputs
 from hnbench.hardness.schema import HardnessReport, write_report
+from hnbench.io import check_output, record_output
 from hnbench.registry import TEXT_ENCODERS
-from hnbench.settings import HardnessSettings, from_options
-from hnbench.validate import check_device, check_num_workers, check_output_dir, check_positive
+from hnbench.settings import HardnessSettings, check_minimums, from_options
+from hnbench.validate import check_device, check_output_dir
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,11 @@ def hardness(
                           fingerprint=text_fingerprint(captions), kind="captions")
     cs = from_dataset(data, label_field) if isinstance(data, ImageTextDataset) else data
     timings["load_data"] = time.perf_counter() - t0
+    inputs = {"data": cs.fingerprint, "label_field": cs.label_field, "statistics": _statistics(s),
+              "model": model if isinstance(model, str) else model.info.fingerprint, "pretrained": pretrained,
+              "model_config": model_config}
+    if output_dir is not None:  # before the model loads
+        check_output(Path(output_dir) / "hardness.json", "a hardness report", inputs, overwrite=s.overwrite)
     from hnbench.hardness.recall import load_per_query, recall_by_hardness
 
     scored = [(path, *load_per_query(path)) for path in s.results]  # checked before the model loads
@@ -133,6 +139,7 @@ def hardness(
         all_errors.append(errors)
     report.arrays["errors"] = all_errors
     if output_dir is not None:
+        record_output(Path(output_dir) / "hardness.json", inputs)
         write_outputs(report, output_dir, cs, n_show=s.n_show)
     report.timings["total"] = round(time.perf_counter() - t0, 4)
     if output_dir is not None:
@@ -142,12 +149,18 @@ def hardness(
 
 def _check_args(s: HardnessSettings, output_dir: str | Path | None) -> None:
     """The settings that can be checked before anything is loaded (one line each, see hnbench.validate)."""
-    for name, value in (("--batch-size", s.batch_size), ("--n-batches", s.n_batches),
-                        ("--encode-batch-size", s.encode_batch_size)):
-        check_positive(name, value, allow_none=False)
-    check_num_workers(s.num_workers)
+    check_minimums(s)
     check_device(s.device)
     check_output_dir(output_dir)
+
+
+# HardnessSettings fields that do not change a report's numbers
+_NOT_STATISTICS = frozenset({"device", "encode_batch_size", "num_workers", "use_cache", "progress", "overwrite"})
+
+
+def _statistics(s: HardnessSettings) -> dict[str, Any]:
+    """The settings a report's numbers depend on (what makes two reports of one model and data differ)."""
+    return {k: v for k, v in dataclasses.asdict(s).items() if k not in _NOT_STATISTICS}
 
 
 def _check_result_matches(path: str | Path, res: Any, frame: Any, cs: CaptionSet) -> None:
@@ -179,7 +192,12 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
         raise ValueError(f"{len(pretrained)} --pretrained values for {len(models)} models")
     if len(pretrained) == 1:
         pretrained = pretrained * len(models)
-    model_config = kwargs.pop("model_config", None)
+    model_config = kwargs.get("model_config")
+    inputs = {"data": [d if isinstance(d, str) else getattr(d, "fingerprint", None) for d in datasets],
+              "models": [m if isinstance(m, str) else m.info.fingerprint for m in models], "pretrained": pretrained,
+              "model_config": model_config, "statistics": _statistics(s)}
+    check_output(Path(output_dir) / "comparison.json", "a hardness comparison", inputs, overwrite=s.overwrite)
+    kwargs.pop("model_config", None)
     reports = []
     for m, pt in zip(models, pretrained):
         enc = _load_encoder(m, pt, model_config, s.context_length, s.device)
@@ -189,5 +207,6 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
             weights = f"-{_slug(Path(pt).stem)}" if pt and not text_only else ""
             sub = Path(output_dir) / f"{_slug(name)}__{_slug(m if isinstance(m, str) else enc.info.arch)}{weights}"
             reports.append(hardness(d, enc, output_dir=sub, settings=s, **kwargs))
+    record_output(Path(output_dir) / "comparison.json", inputs)
     compare(reports, output_dir)
     return reports

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from hnbench.comparison import check_comparable, model_label
 from hnbench.data import ImageTextDataset, load_dataset
 from hnbench.errors import ConfigError
-from hnbench.io import atomic_write_bytes
+from hnbench.io import atomic_write_bytes, check_output, record_output
 from hnbench.pages.html import render
 from hnbench.pages.page import Page, Row
 from hnbench.registry import DATASETS
@@ -176,8 +176,11 @@ def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | 
 
 def browse(result: str | Path, output_dir: str | Path, *, compare: str | Path | None = None,
            hardness: str | Path | None = None, dataset: str | None = None, data_root: str | None = None,
-           split_file: Sequence[str] | None = None, limit: int = 200, top: int = 5, progress: bool = True) -> Path:
-    """Write ``output_dir/index.html``: summary, recall by hardness, worst queries, disagreements."""
+           split_file: Sequence[str] | None = None, limit: int = 200, top: int = 5, progress: bool = True,
+           overwrite: bool = False) -> Path:
+    """Write ``output_dir/index.html``: summary, recall by hardness, worst queries, disagreements.
+
+    A page of other inputs already there is not replaced unless ``overwrite``."""
     if limit < 0:
         raise ConfigError(f"--limit must be >= 0 (0: all queries), got {limit}")
     if not 1 <= top <= PER_QUERY_TOP:
@@ -194,9 +197,13 @@ def browse(result: str | Path, output_dir: str | Path, *, compare: str | Path | 
     if other is not None:
         check_comparable([res, other])
     frame = read_per_query(res)  # fails on a missing per-query file before any data is loaded
+    out = Path(output_dir) / "index.html"
+    inputs = {"result": Path(res.path).name, "compare": other and Path(other.path).name,
+              "hardness": hardness and str(Path(hardness).resolve()), "limit": limit, "top": top}
+    check_output(out, "a page", inputs, overwrite=overwrite)
     ds = reload_dataset(res, dataset, data_root=data_root, split_file=split_file)
     page = build_page(res, ds, other=other, hardness=str(hardness) if hardness else None, limit=limit, top=top,
                       progress=progress, frame=frame, hardness_report=report)
-    out = Path(output_dir) / "index.html"
+    record_output(out, inputs)
     atomic_write_bytes(out, render(page).encode())
     return out

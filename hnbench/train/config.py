@@ -8,8 +8,8 @@ from typing import Any
 
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.registry import LOSSES, RECIPES
-from hnbench.settings import option
-from hnbench.validate import check_device_name, check_num_workers
+from hnbench.settings import check_minimums, option
+from hnbench.validate import check_device_name
 
 
 @dataclass
@@ -36,8 +36,8 @@ class TrainConfig:
     seed: int = option(0, group="optimisation", help="seed of the initialisation, data order and subsets")
     device: str = option("cpu", group="model", resume_free=True, help="cpu or cuda (default: cpu)")
     context_length: int | None = option(None, group="model", help="text context length (default: the model's)")
-    num_workers: int | None = option(None, group="optimisation", resume_free=True, help="data loading workers")
-    log_every: int = option(10, group="run, diagnostics, evaluation", resume_free=True,
+    num_workers: int | None = option(None, group="optimisation", resume_free=True, minimum=0, help="data loading workers")
+    log_every: int = option(10, group="run, diagnostics, evaluation", resume_free=True, minimum=1,
                             help="optimizer steps between log.jsonl lines")
     output: str = option("runs/train", group="run, diagnostics, evaluation", resume_free=True,
                          help="run directory (checkpoint, train_config.json, log.jsonl, diagnostics.jsonl)")
@@ -49,7 +49,7 @@ class TrainConfig:
                            help="Ḡ from the text encoder being trained (default) or a frozen copy of the initial one")
     token_loss_weight: float = option(0.0, group="objective", help="λ of the FILIP token-level term (open_clip)")
     # optimisation
-    accum_steps: int = option(1, group="optimisation", help="micro-batches per optimizer step")
+    accum_steps: int = option(1, group="optimisation", minimum=1, help="micro-batches per optimizer step")
     accum_mode: str = option("loss", group="optimisation", choices=("loss", "cached"),
                              help="loss: per-micro-batch loss (the paper's); cached: the whole effective batch as "
                                   "negatives")
@@ -127,18 +127,16 @@ class TrainConfig:
                     for f in fields(self) if f.metadata.get("choices") and getattr(self, f.name) not in f.metadata["choices"]
                     and not (getattr(self, f.name) is None and f.default is None)]
         checks = [
-            (self.accum_steps >= 1, "accum_steps must be >= 1"),
             (0 < self.data_fraction <= 1, f"data_fraction must be in (0, 1], got {self.data_fraction}"),
             (not (self.lock_image and self.lock_text), "lock_image and lock_text together leave nothing to train"),
             (self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}: a run that trains nothing would still "
                                "write a checkpoint"),
             (self.batch_size >= 2, f"batch_size must be >= 2, got {self.batch_size}: with one pair per batch there "
                                    "are no in-batch negatives and the contrastive loss is constant"),
-            (self.log_every >= 1, f"log_every must be >= 1, got {self.log_every}"),
         ]
         try:
             check_device_name(self.device)
-            check_num_workers(self.num_workers)
+            check_minimums(self, with_key=True)
         except ConfigError as e:
             problems.append(str(e))
         problems += [msg for ok, msg in checks if not ok]
