@@ -91,7 +91,7 @@ def paired_tests(a: EvalResult, b: EvalResult, ks: Sequence[int], *, frames: tup
 
 
 def tests_against(base: str | Path, others: Sequence[str | Path], ks: Sequence[int], *, n_boot: int = 1000,
-                  seed: int = 0) -> tuple[dict[str, dict], dict[str, str]]:
+                  seed: int = 0) -> tuple[dict[str, dict[tuple[str, int], PairedTest]], dict[str, str]]:
     """Paired tests of each result in ``others`` against ``base``: ``(tests by path, why not, by path)``.
 
     A result without a readable per-query file, or on other data, is left untested with the reason."""

@@ -14,6 +14,7 @@ Conventions used throughout hnbench:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -200,13 +201,13 @@ def summarize(
     ci: bool = True,
     n_boot: int = 1000,
     seed: int = 0,
-) -> dict:
+) -> dict[str, Any]:
     """One JSON-ready dict: R@K (%), mean/median rank, MRR, n_queries, n_tied, ci95 (or None)."""
     r = _as_ranks(ranks)
     t = np.asarray(tied, dtype=bool)
     if t.shape != r.shape:
         raise ValueError(f"tied has shape {t.shape}, ranks has shape {r.shape}")
-    out: dict = {**recall_at_k(r, ks), **rank_summary(r)}
+    out: dict[str, Any] = {**recall_at_k(r, ks), **rank_summary(r)}
     out["n_queries"] = int(r.size)
     out["n_tied"] = int(t.sum())
     if ci:
