@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tabulate import tabulate
 
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
@@ -131,8 +132,6 @@ class Comparison:
 
     def markdown(self) -> str:
         """A Markdown report: provenance, method, and one row per model × direction × K."""
-        from tabulate import tabulate
-
         base = self.models[0]["label"]
         several = len(self.models) > 2
         table = []
