@@ -10,13 +10,24 @@ import os
 import sys
 import types
 import typing
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from typing import Any, TypeAlias, TypeVar
+
+from tabulate import tabulate
 
 from hnbench._version import __version__
-from hnbench.errors import HnbenchError
+from hnbench.errors import ConfigError, HnbenchError
 from hnbench.registry import DATASETS, MODELS, RECIPES, TEXT_ENCODERS
 from hnbench.settings import EvalSettings, HardnessSettings, option_help
+from hnbench.train.config import TrainConfig, load_recipe
+from hnbench.train.report import epoch_table, read_run, train_report
+
+# The in-function imports below are of modules that import numpy, pandas or torch: the CLI parses its
+# arguments (and answers --help or bad input) without loading them.
+
+_Subparsers: TypeAlias = "argparse._SubParsersAction[_Parser]"
+_S = TypeVar("_S", EvalSettings, HardnessSettings)
 
 logger = logging.getLogger("hnbench")
 
@@ -101,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # --- datasets (benchmarks) -------------------------------------------------------------------------
-def _add_datasets_parser(sub: argparse._SubParsersAction) -> None:
+def _add_datasets_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("datasets", help="the registered benchmarks: list, describe, download")
     dsub = p.add_subparsers(dest="datasets_command", required=True)
     ls = dsub.add_parser("list", help="registered datasets with their protocols (* = default)")
@@ -165,7 +176,7 @@ def _run_datasets_download(args: argparse.Namespace) -> int:
 
 
 # --- leaderboard ---------------------------------------------------------------------------------
-def _add_leaderboard_parser(sub: argparse._SubParsersAction) -> None:
+def _add_leaderboard_parser(sub: _Subparsers) -> None:
     lb = sub.add_parser("leaderboard", help="tables of stored results (and published numbers): one per "
                                             "benchmark, protocol and context length")
     lb.add_argument("results", nargs="*", metavar="RESULTS_DIR", help="result directories or JSON files")
@@ -195,7 +206,7 @@ def _run_leaderboard(args: argparse.Namespace) -> int:
 
 
 # --- hardness ------------------------------------------------------------------------------------
-def _add_hardness_parser(sub: argparse._SubParsersAction) -> None:
+def _add_hardness_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("hardness", help="how near-duplicate a caption set's negatives are (for an encoder), and "
                                         "where a model fails on them: JSON, PNG plots, Markdown report")
     src = p.add_mutually_exclusive_group(required=True)
@@ -221,7 +232,8 @@ def _add_hardness_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_hardness(args: argparse.Namespace) -> int:
-    from hnbench.hardness.run import hardness, hardness_many, load_captions
+    from hnbench.hardness.captions import load_captions
+    from hnbench.hardness.run import hardness, hardness_many
 
     label = None if args.label_field == "none" else args.label_field
     data = args.dataset or [load_captions(c, column=args.caption_column,
@@ -236,6 +248,7 @@ def _run_hardness(args: argparse.Namespace) -> int:
         reports = hardness_many(data, args.model, pretrained=args.pretrained, output_dir=args.output, **kw)
     for r in reports:
         t = r.text
+        assert t.buckets is not None  # the text statistics always carry the in-batch buckets
         shares = ", ".join(f"{lab} {100 * s:.1f}%" for lab, s in zip(t.buckets.labels, t.buckets.shares))
         print(f"{r.label}: pairwise mean {t.pairwise.mean:.3f} ({t.pairwise.method}), hardest negative mean "
               f"{t.nearest.mean:.3f}; in-batch (B={t.buckets.batch_size}): {shares}")
@@ -244,7 +257,7 @@ def _run_hardness(args: argparse.Namespace) -> int:
 
 
 # --- cache ---------------------------------------------------------------------------------------
-def _add_cache_parser(sub: argparse._SubParsersAction) -> None:
+def _add_cache_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("cache", help="the embedding cache: list, disk usage, clear")
     csub = p.add_subparsers(dest="cache_command", required=True)
     ls = csub.add_parser("ls", help="cached models: key, architecture, weights fingerprint, items, size")
@@ -268,8 +281,6 @@ def _human(n: float) -> str:
 
 
 def _run_cache(args: argparse.Namespace) -> int:
-    from tabulate import tabulate
-
     from hnbench import cache
 
     root = args.cache_dir or cache.default_root()
@@ -346,7 +357,7 @@ def _add_eval_options(p: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print the result record as JSON instead of a table")
 
 
-def settings_from_args(cls: type, args: argparse.Namespace) -> Any:
+def settings_from_args(cls: type[_S], args: argparse.Namespace) -> _S:
     """The settings ``cls`` of parsed flags made by :func:`_add_settings_args` (the global -q turns progress off)."""
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.metadata["cli"]}
     return cls(**given, progress=not args.quiet)
@@ -357,7 +368,7 @@ def eval_settings(args: argparse.Namespace) -> EvalSettings:
     return settings_from_args(EvalSettings, args)
 
 
-def _run_eval(args: argparse.Namespace, model: dict) -> int:
+def _run_eval(args: argparse.Namespace, model: dict[str, Any]) -> int:
     from hnbench.evaluate import evaluate
 
     result = evaluate(
@@ -384,8 +395,6 @@ def _run_eval(args: argparse.Namespace, model: dict) -> int:
 # --- train ---------------------------------------------------------------------------------------
 def _add_train_options(tr: argparse.ArgumentParser) -> None:
     """One flag per TrainConfig field (none of them defaults: only the flags given override the recipe)."""
-    from hnbench.train.trainer import TrainConfig
-
     for title in ("objective", "optimisation", "PEFT and Long-CLIP", "run, diagnostics, evaluation"):
         _group(tr, title)  # in this order in --help (fields name their group; field order is the recipe's)
     _add_settings_args(tr, TrainConfig, sparse=True)
@@ -407,10 +416,7 @@ _TRAIN_DATA_FLAGS = ("split", "image_column", "caption_column", "split_file", "s
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from dataclasses import fields
-
-    from hnbench.errors import ConfigError
-    from hnbench.train.trainer import TrainConfig, load_recipe, train
+    from hnbench.train.trainer import train
 
     cfg = load_recipe(args.recipe) if args.recipe else {}
     if args.dataset and args.dataset != cfg.get("dataset"):
@@ -434,7 +440,7 @@ def _run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_train_report_parser(sub: argparse._SubParsersAction) -> None:
+def _add_train_report_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("train-report", help="plot a training run's diagnostics (losses, gradient norms, "
                                             "exact-zero InfoNCE gradients, active batches, R@1) to PNG")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories (several are overlaid)")
@@ -444,8 +450,6 @@ def _add_train_report_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_train_report(args: argparse.Namespace) -> int:
-    from hnbench.train.report import epoch_table, read_run, train_report
-
     png, table = train_report(args.runs, args.output)
     if args.json:
         print(json.dumps({r: epoch_table(read_run(r)) for r in args.runs}, indent=2))
@@ -456,7 +460,7 @@ def _run_train_report(args: argparse.Namespace) -> int:
 
 
 # --- compare, browse --------------------------------------------------------------------------------
-def _add_compare_parser(sub: argparse._SubParsersAction) -> None:
+def _add_compare_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("compare", help="paired significance of R@K differences between stored results "
                                        "(bootstrap interval, exact McNemar, Holm against the first)")
     p.add_argument("results", nargs="+", metavar="RESULT.json", help="result files; the first is the baseline")
@@ -480,7 +484,7 @@ def _run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_browse_parser(sub: argparse._SubParsersAction) -> None:
+def _add_browse_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("browse", help="a static HTML page of a result's failures: worst queries with thumbnails "
                                       "and word diffs, recall by hardness, disagreements with another model")
     p.add_argument("result", metavar="RESULT.json")
@@ -513,7 +517,7 @@ def _configure_logging(verbose: bool, quiet: bool) -> None:
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
     if quiet:  # also the Hugging Face download / weight-loading bars (transformers reads this flag on import)
         os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-        from huggingface_hub.utils import disable_progress_bars
+        from huggingface_hub.utils.tqdm import disable_progress_bars
 
         disable_progress_bars()
         if "transformers" in sys.modules:
@@ -531,7 +535,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "train":
             return _run_train(args)
         if hasattr(args, "handler"):  # subcommands registered with set_defaults(handler=...)
-            return args.handler(args)
+            handler: Callable[[argparse.Namespace], int] = args.handler
+            return handler(args)
     except HnbenchError as e:
         print(f"hnbench: error: {e}", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tabulate import tabulate
 
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
@@ -91,7 +92,7 @@ def paired_tests(a: EvalResult, b: EvalResult, ks: Sequence[int], *, frames: tup
 
 
 def tests_against(base: str | Path, others: Sequence[str | Path], ks: Sequence[int], *, n_boot: int = 1000,
-                  seed: int = 0) -> tuple[dict[str, dict], dict[str, str]]:
+                  seed: int = 0) -> tuple[dict[str, dict[tuple[str, int], PairedTest]], dict[str, str]]:
     """Paired tests of each result in ``others`` against ``base``: ``(tests by path, why not, by path)``.
 
     A result without a readable per-query file, or on other data, is left untested with the reason."""
@@ -131,8 +132,6 @@ class Comparison:
 
     def markdown(self) -> str:
         """A Markdown report: provenance, method, and one row per model × direction × K."""
-        from tabulate import tabulate
-
         base = self.models[0]["label"]
         several = len(self.models) > 2
         table = []

@@ -43,7 +43,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
@@ -127,7 +127,7 @@ class DistContext:
         if not self.enabled:
             return x
         if with_grad:
-            return _GatherWithGrad.apply(x, self.rank, self.world_size)
+            return cast(torch.Tensor, _GatherWithGrad.apply(x, self.rank, self.world_size))
         parts = [torch.empty_like(x) for _ in range(self.world_size)]
         torch_dist.all_gather(parts, x.detach().contiguous())
         return torch.cat(parts, dim=0)
@@ -277,4 +277,4 @@ def on_main(ctx: DistContext, fn: Callable[[], T]) -> T:
     status, value = ctx.broadcast()
     if status == "error":
         raise DistributedError(f"rank 0 failed: {value}")
-    return value
+    return cast(T, value)

@@ -6,6 +6,7 @@ i2t: each image queries the captions (any of its captions is a positive; R@K is 
 
 from __future__ import annotations
 
+import io
 import logging
 import shutil
 import tempfile
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from hnbench import distributed as dist
 from hnbench.cache import EmbeddingCache, default_root
@@ -62,7 +64,7 @@ def score_embeddings(
     progress: bool = False,
     search: str = "exact",
     seed: int = 0,
-) -> tuple[dict[str, dict], dict[str, dict], dict[str, RetrievalOutput]]:
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, RetrievalOutput]]:
     """Score given embeddings in both directions: returns (metrics, ci95, raw outputs) keyed t2i / i2t.
 
     ``search="approximate"`` uses :func:`hnbench.search_approximate.retrieve_approximate` (faiss HNSW): ranks
@@ -80,7 +82,8 @@ def score_embeddings(
 
     outs = {"t2i": run(text_vectors, image_vectors, t2i_ptr, t2i_idx, "search t2i"),
             "i2t": run(image_vectors, text_vectors, i2t_ptr, i2t_idx, "search i2t")}
-    metrics, ci95 = {}, {}
+    metrics: dict[str, dict[str, Any]] = {}
+    ci95: dict[str, dict[str, Any]] = {}
     for direction, out in outs.items():
         summary = summarize(out.rank, out.tied, ks=ks, ci=ci, seed=seed)
         ci95[direction] = summary.pop("ci95", None) or {}
@@ -88,12 +91,10 @@ def score_embeddings(
     return metrics, ci95, outs
 
 
-def per_query_frame(ds: ImageTextDataset, outs: dict[str, RetrievalOutput]) -> Any:
+def per_query_frame(ds: ImageTextDataset, outs: dict[str, RetrievalOutput]) -> pd.DataFrame:
     """One row per query and direction: rank, ground-truth and best-wrong item with their scores, and the
     top :data:`PER_QUERY_TOP` gallery ids and scores (per-query schema :data:`PER_QUERY_SCHEMA_VERSION`)."""
-    import pandas as pd
-
-    frames = []
+    frames: list[pd.DataFrame] = []
     for direction, out in outs.items():
         q_ids = ds.caption_ids if direction == "t2i" else ds.image_ids
         g_ids = np.asarray(ds.image_ids if direction == "t2i" else ds.caption_ids, dtype=object)
@@ -296,8 +297,6 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
     if dataset.n_skipped():
         logger.warning("%d items skipped: %s", dataset.n_skipped(), result.dataset["skipped"])
     if output_dir is not None:
-        import io
-
         buf = io.BytesIO()
         per_query_frame(dataset, outs).to_parquet(buf, index=False)
         write_result_pair(result, output_dir, buf.getvalue(), overwrite=s.overwrite)

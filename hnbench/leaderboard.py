@@ -38,15 +38,19 @@ import urllib.parse
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 import pandas as pd
+from tabulate import tabulate
 
 from hnbench._version import __version__
 from hnbench.comparison import model_label, tests_against
 from hnbench.errors import ConfigError, did_you_mean
+from hnbench.io import atomic_write_bytes
 from hnbench.reported import KS, families_of, mapped_families, reported_rows
 from hnbench.results import EvalResult, ResultFormatError, metric_values, read_result
+from hnbench.significance import PairedTest
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +61,12 @@ FORMATS = ("markdown", "csv", "html")
 TABLE_KEY = ["benchmark", "protocol", "context_length", "search"]
 BENCHMARK_ORDER = ["docci", "dci", "long-dci", "urban1k", "synthdense"]
 
+TableKey: TypeAlias = "tuple[str, str, int, str]"  # the TABLE_KEY values of one table
+Tests: TypeAlias = "dict[str, dict[tuple[str, int], PairedTest]]"  # paired tests by row identity, (direction, K)
+Block: TypeAlias = "tuple[str, str | list[str] | pd.DataFrame]"  # (h1/h2/h3/p, text), (ul, items), (table, cells)
 
-def _row(r: EvalResult) -> dict:
+
+def _row(r: EvalResult) -> dict[str, Any]:
     """One leaderboard row from a result record (tolerates fields older schema versions lack)."""
     m, d = r.model, r.dataset
     pretrained = m.get("pretrained")
@@ -91,7 +99,8 @@ def collect(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, list[tuple[str, 
         if not p.exists():
             raise ConfigError(f"{p}: no such results file or directory")
         files += sorted(p.rglob("*.json")) if p.is_dir() else [p]
-    rows, skipped = [], []
+    rows: list[dict[str, Any]] = []
+    skipped: list[tuple[str, str]] = []
     for f in files:
         try:
             result = read_result(f)
@@ -105,17 +114,18 @@ def collect(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, list[tuple[str, 
             skipped.append((str(f), f"malformed result record ({type(e).__name__}: {e})"))
     for path, reason in skipped:
         logger.warning("skipping %s: %s", path, reason)
-    return pd.DataFrame(rows), skipped
+    frame: pd.DataFrame = pd.DataFrame(rows)
+    return frame, skipped
 
 
-def _dedupe(frame: pd.DataFrame, link_base: Path) -> tuple[pd.DataFrame, dict[tuple, list[str]]]:
+def _dedupe(frame: pd.DataFrame, link_base: Path) -> tuple[pd.DataFrame, dict[TableKey, list[str]]]:
     """Keep the newest ``created`` per (model, table); notes naming the superseded files, per table."""
     frame = frame.assign(_t=pd.to_datetime(frame["created"], utc=True, errors="coerce", format="ISO8601"))
     frame = frame.sort_values(["_t", "path"], kind="stable", na_position="first")
     dup = frame.duplicated(["identity", *TABLE_KEY], keep="last")
-    notes: dict[tuple, list[str]] = {}
+    notes: dict[TableKey, list[str]] = {}
     for _, old in frame[dup].iterrows():
-        key = tuple(old[TABLE_KEY])
+        key = cast(TableKey, tuple(old[TABLE_KEY]))
         new = frame[~dup & (frame["identity"] == old["identity"])]
         new = new[(new[TABLE_KEY] == old[TABLE_KEY]).all(axis=1)].iloc[0]
         notes.setdefault(key, []).append(f"{old['model']}: {_rel(old['path'], link_base)} ({old['created']}) is "
@@ -153,10 +163,11 @@ def _rank(table: pd.DataFrame, sort: str) -> pd.DataFrame:
     metric = sort if sort in METRICS else "mean R@1"
     table = table.assign(rank=table[metric].round(2).rank(method="min", ascending=False))
     by = ["model"] if sort == "model" else ["rank", "model"]
-    return table.sort_values(by, na_position="last", kind="stable").reset_index(drop=True)
+    ranked: pd.DataFrame = table.sort_values(by, na_position="last", kind="stable").reset_index(drop=True)
+    return ranked
 
 
-def _table_order(key: tuple) -> tuple:
+def _table_order(key: TableKey) -> tuple[int, str, str, int, bool, str]:
     bench, protocol, ctx, search = key
     pos = BENCHMARK_ORDER.index(bench) if bench in BENCHMARK_ORDER else len(BENCHMARK_ORDER)
     return (pos, bench, protocol, ctx, search != "exact", search)
@@ -187,7 +198,7 @@ def _signed(x: float) -> str:
 
 
 def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_base: Path,
-           sig: dict[str, dict] | None = None) -> pd.DataFrame:
+           sig: Tests | None = None) -> pd.DataFrame:
     """Display cells of one ranked table: marks, deltas, intervals, metadata, links."""
     out = pd.DataFrame({"#": [str(int(r)) if r == r else "—" for r in t["rank"]],
                         "model": [mk.text(m) + (" †" if k == "reported" else "") for m, k in zip(t["model"], t["kind"])]})
@@ -203,7 +214,7 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
             s = mk.bold(s) if distinct and shown[i] == distinct[0] else \
                 f"<u>{s}</u>" if len(distinct) > 1 and shown[i] == distinct[1] else s
             if base is not None and base[col] == base[col] and t["identity"][i] != base["identity"]:
-                s += f" ({_delta(v - base[col], (sig or {}).get(t['identity'][i], {}).get(_test_key(col)), ci)})"
+                s += f" ({_delta(v - base[col], _test_of(sig or {}, t['identity'][i], col), ci)})"
             if ci and col != "mean R@1" and t[f"{col} lo"][i] == t[f"{col} lo"][i]:
                 s += f" [{t[f'{col} lo'][i]:.2f}, {t[f'{col} hi'][i]:.2f}]"
             cells.append(s)
@@ -215,7 +226,8 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
     out["source"] = [mk.link("result", _rel(p, link_base))
                      if k == "measured" else mk.text(f"reported: {s}" + (f" ({n})" if n else ""))
                      for k, p, s, n in zip(t["kind"], t["path"], t["source"], t["note"])]
-    return out.drop(columns=[c for c in ("fingerprint", "hnbench") if not any(out[c])])
+    cells_shown: pd.DataFrame = out.drop(columns=[c for c in ("fingerprint", "hnbench") if not any(out[c])])
+    return cells_shown
 
 
 def _test_key(col: str) -> tuple[str, int] | None:
@@ -224,14 +236,20 @@ def _test_key(col: str) -> tuple[str, int] | None:
     return (direction, int(k)) if direction in ("t2i", "i2t") else None
 
 
-def _delta(d: float, test, ci: bool) -> str:
+def _test_of(sig: Tests, identity: str, col: str) -> PairedTest | None:
+    """The paired test of row ``identity`` in column ``col``; None when untested (or mean R@1)."""
+    key = _test_key(col)
+    return None if key is None else sig.get(identity, {}).get(key)
+
+
+def _delta(d: float, test: PairedTest | None, ci: bool) -> str:
     """``+1.20``, ``+1.20*`` when the paired interval excludes zero, and with ``ci`` the interval itself."""
     if test is None:
         return _signed(d)
     return _signed(d) + "*" * test.excludes_zero + (f" [{_signed(test.ci95[0])}, {_signed(test.ci95[1])}]" if ci else "")
 
 
-def _significance(t: pd.DataFrame, base: pd.Series) -> tuple[dict[str, dict], list[str]]:
+def _significance(t: pd.DataFrame, base: pd.Series) -> tuple[Tests, list[str]]:
     """Paired tests of every measured row against a measured baseline, by identity, and notes on untested rows."""
     others = t[t["identity"] != base["identity"]]
     if base["kind"] != "measured":
@@ -244,17 +262,18 @@ def _significance(t: pd.DataFrame, base: pd.Series) -> tuple[dict[str, dict], li
     return {i: tests[p] for i, p in zip(measured["identity"], measured["path"]) if p in tests}, notes
 
 
-def _borda(tables: dict[tuple, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]:
-    """Borda tables per (protocol family, context length, search) spanning two benchmarks or more."""
-    groups: dict[tuple, list[tuple]] = {}
+def _borda(tables: dict[TableKey, pd.DataFrame]) -> list[tuple[str, pd.DataFrame, list[str]]]:
+    """Borda tables per (protocol family, context length, search) spanning two benchmarks or more:
+    ``(title, table, benchmarks)``."""
+    groups: dict[tuple[str, int, str], list[TableKey]] = {}
     for key in sorted(tables, key=_table_order):
         for fam in families_of(key[0], key[1]):
             groups.setdefault((fam, key[2], key[3]), []).append(key)
-    out = []
+    out: list[tuple[str, pd.DataFrame, list[str]]] = []
     for (fam, ctx, search), keys in groups.items():
         if len({k[0] for k in keys}) < 2:
             continue
-        score: dict[str, dict] = {}
+        score: dict[str, dict[str, Any]] = {}
         for key in keys:
             t = tables[key]
             for _, r in t.iterrows():
@@ -272,7 +291,7 @@ def _borda(tables: dict[tuple, pd.DataFrame]) -> list[tuple[str, pd.DataFrame]]:
 
 def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, baseline: str | None = None,
            sort: str = "mean R@1", fmt: str = "markdown", ci: bool = False, link_base: str | Path = ".",
-           notes: dict[tuple, list[str]] | None = None, command: str = "", title: str = "Leaderboard") -> str:
+           notes: dict[TableKey, list[str]] | None = None, command: str = "", title: str = "Leaderboard") -> str:
     """Render leaderboard rows (from :func:`collect` / ``reported_rows``) as Markdown, CSV or HTML."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})")
@@ -281,18 +300,20 @@ def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, base
     if len(frame):  # rows straight from collect() / reported_rows(): add what they may lack
         frame = frame.reindex(columns=list(dict.fromkeys([*frame.columns, *CI_COLUMNS])))
         frame = frame.assign(**{"mean R@1": (frame["t2i R@1"] + frame["i2t R@1"]) / 2})
-    tables = {key: _rank(t, sort) for key, t in frame.groupby(TABLE_KEY, sort=False)} if len(frame) else {}
-    blocks: list[tuple[str, object]] = [("h1", mk.text(title)), ("p", _header(frame, mk, command, sort, baseline, ci))]
-    flat = []
+    tables: dict[TableKey, pd.DataFrame] = {cast(TableKey, key): _rank(t, sort)
+                                             for key, t in frame.groupby(TABLE_KEY, sort=False)} if len(frame) else {}
+    blocks: list[Block] = [("h1", mk.text(title)), ("p", _header(frame, mk, command, sort, baseline, ci))]
+    flat: list[pd.DataFrame] = []
     for key in sorted(tables, key=_table_order):
         t, (bench, protocol, ctx, search) = tables[key], key
-        n_img = t.loc[t["kind"] == "measured", "n_images"].dropna().unique() if "n_images" in t else []
+        n_img: np.ndarray | list[Any] = t.loc[t["kind"] == "measured", "n_images"].dropna().unique() if "n_images" in t else []
         fams = ", ".join(mapped_families(bench, protocol))
         blocks.append(("h2", mk.text(f"{bench} · {protocol}" + (f" ({fams})" if fams else "") + f" · {ctx or '?'} tokens"
                                      + (f" · {int(n_img[0])} images" if len(n_img) == 1 else "")
                                      + ("" if search == "exact" else f" · {search} search (not comparable "
                                                                      "with exact search)"))))
-        base, table_notes, sig = None, list(notes.get(key, [])), {}
+        base, table_notes = None, list(notes.get(key, []))
+        sig: Tests = {}
         if baseline:
             hit = t[[m == baseline or fnmatchcase(m, baseline) for m in t["model"]]]
             if len(hit) == 1:
@@ -346,15 +367,15 @@ def _header(frame: pd.DataFrame, mk: _Markup, command: str, sort: str, baseline:
             + (" Brackets: 95% bootstrap confidence interval." if ci else ""))
 
 
-def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, sig: dict[str, dict]) -> pd.DataFrame:
+def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, sig: Tests) -> pd.DataFrame:
     cols = [*TABLE_KEY, "rank", "model", "kind", *METRICS]
-    out = t[cols].copy()
+    out: pd.DataFrame = t[cols].copy()
     out[METRICS] = out[METRICS].round(2)
     if base is not None:
         for col in METRICS:
             out[f"delta {col}"] = (t[col] - base[col]).round(2)
         for col in METRICS[:-1]:  # the paired interval of each delta (empty where untested)
-            tests = [sig.get(i, {}).get(_test_key(col)) for i in t["identity"]]
+            tests = [_test_of(sig, i, col) for i in t["identity"]]
             out[f"delta {col} lo"] = [round(x.ci95[0], 2) if x else np.nan for x in tests]
             out[f"delta {col} hi"] = [round(x.ci95[1], 2) if x else np.nan for x in tests]
     if ci:
@@ -367,15 +388,15 @@ def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, si
     return out
 
 
-def _emit(blocks: list[tuple[str, object]], fmt: str) -> str:
-    from tabulate import tabulate
-
+def _emit(blocks: list[Block], fmt: str) -> str:
     parts = []
     for kind, body in blocks:
-        if kind == "table":
-            parts.append(tabulate(body, headers="keys", tablefmt="github", showindex=False, disable_numparse=True)
+        if isinstance(body, pd.DataFrame):  # a "table" block
+            # tabulate documents DataFrame input; its stubs' table type does not include it
+            parts.append(tabulate(body, headers="keys", tablefmt="github", showindex=False,  # type: ignore[arg-type]
+                                  disable_numparse=True)
                          if fmt == "markdown" else body.to_html(index=False, escape=False, border=0))
-        elif kind == "ul":
+        elif isinstance(body, list):  # a "ul" block
             parts.append("\n".join(f"- {i}" for i in body) if fmt == "markdown"
                          else "<ul>" + "".join(f"<li>{i}</li>" for i in body) + "</ul>")
         elif fmt == "markdown":
@@ -387,8 +408,9 @@ def _emit(blocks: list[tuple[str, object]], fmt: str) -> str:
     return "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
 
 
-def _command(results_dirs, output, baseline, benchmarks, protocols, model_glob, sort, fmt, ci, reported,
-             title) -> str:
+def _command(results_dirs: Sequence[str | Path], output: str | Path | None, baseline: str | None,
+             benchmarks: Sequence[str] | None, protocols: Sequence[str] | None, model_glob: str | None, sort: str,
+             fmt: str, ci: bool, reported: bool, title: str) -> str:
     """The ``hnbench leaderboard`` command line that reproduces a board (written into its header)."""
     parts = ["hnbench", "leaderboard", *map(str, results_dirs)]
     for flag, values in (("--benchmark", benchmarks), ("--protocol", protocols)):
@@ -444,7 +466,5 @@ def leaderboard(results_dirs: Sequence[str | Path] = (), output: str | Path | No
                   command=_command(results_dirs, output, baseline, benchmarks, protocols, model_glob, sort, fmt,
                                    ci, reported, title), title=title)
     if output:
-        from hnbench.io import atomic_write_bytes
-
         atomic_write_bytes(output, text.encode())
     return text

@@ -14,8 +14,10 @@ Conventions used throughout hnbench:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "bootstrap_ci",
@@ -29,11 +31,14 @@ __all__ = [
     "validate_csr",
 ]
 
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
 # Bootstrap resamples are drawn in chunks of at most this many int64 indices (~32 MB).
 _BOOT_CHUNK_ELEMS = 4_000_000
 
 
-def _as_ranks(ranks: np.ndarray) -> np.ndarray:
+def _as_ranks(ranks: npt.ArrayLike) -> IntArray:
     """Validate a 1-D array of 1-based integer ranks and return it as int64."""
     r = np.asarray(ranks)
     if r.ndim != 1 or r.size == 0:
@@ -55,13 +60,13 @@ def _check_ks(ks: Sequence[int]) -> list[int]:
     return out
 
 
-def recall_at_k(ranks: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+def recall_at_k(ranks: npt.ArrayLike, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
     """R@K = 100 * #{q : rank_q <= K} / N, in percent."""
     r = _as_ranks(ranks)
     return {f"R@{k}": float(100.0 * np.mean(r <= k)) for k in _check_ks(ks)}
 
 
-def rank_summary(ranks: np.ndarray) -> dict[str, float]:
+def rank_summary(ranks: npt.ArrayLike) -> dict[str, float]:
     """mean_rank = mean(rank); median_rank = median(rank); MRR = mean(1 / rank) (a fraction 0-1)."""
     r = _as_ranks(ranks)
     return {
@@ -72,7 +77,7 @@ def rank_summary(ranks: np.ndarray) -> dict[str, float]:
 
 
 def bootstrap_ci(
-    ranks: np.ndarray,
+    ranks: npt.ArrayLike,
     ks: Sequence[int] = (1, 5, 10),
     n_boot: int = 1000,
     alpha: float = 0.05,
@@ -92,7 +97,8 @@ def bootstrap_ci(
     return {f"R@{k}": (float(lo[j]), float(hi[j])) for j, k in enumerate(ks)}
 
 
-def bootstrap_mean_ci(values: np.ndarray, *, n_boot: int, alpha: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap_mean_ci(values: npt.NDArray[np.number[Any] | np.bool_], *, n_boot: int, alpha: float,
+                      seed: int) -> tuple[FloatArray, FloatArray]:
     """Percentile bootstrap of the column means of ``values`` (N, C), in percent: resample the N rows with
     replacement ``n_boot`` times (the same draw for every column), return the (alpha/2, 1 - alpha/2)
     percentiles of 100 · mean, each of shape (C,). Draws in chunks so memory stays bounded."""
@@ -109,8 +115,8 @@ def bootstrap_mean_ci(values: np.ndarray, *, n_boot: int, alpha: float, seed: in
 
 
 def validate_csr(
-    pos_ptr: np.ndarray, pos_idx: np.ndarray, n_queries: int, n_gallery: int
-) -> tuple[np.ndarray, np.ndarray]:
+    pos_ptr: npt.ArrayLike, pos_idx: npt.ArrayLike, n_queries: int, n_gallery: int
+) -> tuple[IntArray, IntArray]:
     """Check a positives CSR (shape, monotone ptr, >=1 positive per query, indices in range)."""
     ptr = np.asarray(pos_ptr)
     idx = np.asarray(pos_idx)
@@ -136,7 +142,7 @@ def validate_csr(
     return ptr, idx
 
 
-def csr_from_lists(lists: Sequence[Sequence[int]], allow_empty: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def csr_from_lists(lists: Sequence[Sequence[int]], allow_empty: bool = False) -> tuple[IntArray, IntArray]:
     """CSR (ptr, idx) from per-query positive lists: ptr[i+1] - ptr[i] = len(lists[i])."""
     counts = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
     if not allow_empty and np.any(counts == 0):
@@ -149,8 +155,8 @@ def csr_from_lists(lists: Sequence[Sequence[int]], allow_empty: bool = False) ->
 
 
 def csr_from_assignment(
-    owner: np.ndarray, n_queries: int, allow_empty: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
+    owner: npt.ArrayLike, n_queries: int, allow_empty: bool = False
+) -> tuple[IntArray, IntArray]:
     """CSR whose row q lists {j : owner[j] == q} in ascending j (e.g. caption -> image gives i2t)."""
     own = np.asarray(owner)
     if own.ndim != 1 or (own.size and not np.issubdtype(own.dtype, np.integer)):
@@ -168,8 +174,8 @@ def csr_from_assignment(
 
 
 def ranks_from_scores(
-    scores: np.ndarray, pos_ptr: np.ndarray, pos_idx: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    scores: npt.ArrayLike, pos_ptr: npt.ArrayLike, pos_idx: npt.ArrayLike
+) -> tuple[IntArray, npt.NDArray[np.bool_]]:
     """Reference ranks on a full (N, M) score matrix: rank = 1 + #{j not in P : s_j >= max_P s}.
 
     Deliberately a plain per-query loop: every faster implementation is tested against it.
@@ -194,19 +200,19 @@ def ranks_from_scores(
 
 
 def summarize(
-    ranks: np.ndarray,
-    tied: np.ndarray,
+    ranks: npt.ArrayLike,
+    tied: npt.ArrayLike,
     ks: Sequence[int] = (1, 5, 10),
     ci: bool = True,
     n_boot: int = 1000,
     seed: int = 0,
-) -> dict:
+) -> dict[str, Any]:
     """One JSON-ready dict: R@K (%), mean/median rank, MRR, n_queries, n_tied, ci95 (or None)."""
     r = _as_ranks(ranks)
     t = np.asarray(tied, dtype=bool)
     if t.shape != r.shape:
         raise ValueError(f"tied has shape {t.shape}, ranks has shape {r.shape}")
-    out: dict = {**recall_at_k(r, ks), **rank_summary(r)}
+    out: dict[str, Any] = {**recall_at_k(r, ks), **rank_summary(r)}
     out["n_queries"] = int(r.size)
     out["n_tied"] = int(t.sum())
     if ci:

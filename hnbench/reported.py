@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -54,7 +55,7 @@ def reported_rows(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
     hnbench protocol name through :data:`PROTOCOL_FAMILIES` (unknown families raise ``KeyError``).
     """
     raw = load_published(path)
-    rows: dict[tuple, dict] = {}
+    rows: dict[tuple[str, ...], dict[str, Any]] = {}
     for rec in raw.to_dict("records"):
         protocol = PROTOCOL_FAMILIES[rec["protocol"]][rec["benchmark"]]
         key = (rec["source"], rec["method"], rec["backbone"], rec["benchmark"], protocol)
@@ -69,4 +70,5 @@ def reported_rows(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
             row[f"{rec['direction']} R@{k}"] = rec[f"R@{k}"]
         if isinstance(rec["note"], str) and rec["note"] and rec["note"] not in row["note"]:
             row["note"] = "; ".join(filter(None, [row["note"], rec["note"]]))
-    return pd.DataFrame(list(rows.values()))
+    table: pd.DataFrame = pd.DataFrame(list(rows.values()))  # (the stubs' overloads give Any for dict rows)
+    return table

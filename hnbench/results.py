@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import hashlib
+import io
 import json
 import logging
 import math
@@ -45,6 +46,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tabulate import tabulate
 
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
@@ -94,13 +97,11 @@ class EvalResult:
 
     def table(self, fmt: str = "github") -> str:
         """A small t2i/i2t × R@K table (tabulate)."""
-        from tabulate import tabulate
-
         ks = [k for k in self.metrics.get("t2i", {}) if k.startswith("R@")]
         rows = []
         for direction in ("t2i", "i2t"):
             m = self.metrics.get(direction, {})
-            row = [direction] + [f"{m[k]:.2f}" for k in ks]
+            row: list[Any] = [direction] + [f"{m[k]:.2f}" for k in ks]
             row += [f"{m.get('MRR', float('nan')):.4f}", f"{m.get('median_rank', float('nan')):g}",
                     m.get("n_queries"), m.get("n_tied")]
             rows.append(row)
@@ -177,7 +178,10 @@ def write_result_pair(result: EvalResult, output_dir: str | Path, per_query: byt
     out = Path(output_dir)
     json_path = out / f"{result.stem()}.json"
     replacing = check_target(result, out, overwrite)
-    pq_path, pq_tmp, js_tmp, placed = None, None, None, False
+    pq_path: Path | None = None
+    pq_tmp: str | None = None
+    js_tmp: str | None = None
+    placed = False
     try:
         if per_query is not None:
             digest = hashlib.sha256(per_query).hexdigest()
@@ -185,12 +189,12 @@ def write_result_pair(result: EvalResult, output_dir: str | Path, per_query: byt
             result.per_query, result.per_query_sha256 = pq_path.name, digest
             pq_tmp = write_temp(pq_path, per_query)
         js_tmp = write_temp(json_path, (json.dumps(result.to_dict(), indent=2, allow_nan=True) + "\n").encode())
-        if pq_tmp is not None:
+        if pq_path is not None and pq_tmp is not None:
             existed = pq_path.exists()  # the same bytes from an earlier run: the old JSON may name it
             os.replace(pq_tmp, pq_path)
             pq_tmp, placed = None, not existed
         os.replace(js_tmp, json_path)
-        js_tmp = placed = None
+        js_tmp, placed = None, False
     except BaseException:
         for tmp in (pq_tmp, js_tmp, pq_path if placed else None):  # the JSON on disk never names these
             if tmp is not None:
@@ -290,9 +294,7 @@ def per_query_version(frame: Any, where: str | Path) -> int:
 def read_per_query(result: EvalResult) -> Any:
     """The per-query DataFrame of a result, any per-query schema version (``frame.attrs["schema_version"]``;
     version-1 files have no ``topk_*`` columns), checked against the sha256 its JSON records."""
-    import io
-
-    import pandas as pd
+    import pandas as pd  # only for the per-query file: reading a result JSON does not load pandas
 
     path = per_query_path(result)
     try:

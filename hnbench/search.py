@@ -48,9 +48,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,10 +89,10 @@ class RetrievalOutput:
     topk_score: np.ndarray  # (N, k) float32
     backend: str  # backend that actually ran: "torch", "faiss", "faiss-gpu" (approximate: "faiss-hnsw"/"faiss-ivf")
     approximate: bool = False  # True: from an approximate index, never to be ranked with exact results
-    recall_vs_exact: dict | None = None  # approximate only: agreement with exact search on a query sample
+    recall_vs_exact: dict[str, Any] | None = None  # approximate only: agreement with exact search on a query sample
 
 
-def _faiss():
+def _faiss() -> ModuleType | None:
     """Import faiss lazily (it is heavy and optional at runtime); None when missing."""
     try:
         import faiss
@@ -164,7 +166,7 @@ def _ieee_fp32_matmul() -> Iterator[None]:
             torch.set_float32_matmul_precision(saved_legacy)
 
 
-def _as_tensor(x, name: str) -> torch.Tensor:
+def _as_tensor(x: np.ndarray | torch.Tensor, name: str) -> torch.Tensor:
     """(n, d) float32 tensor view/copy of a numpy array or tensor; rejects NaN/inf."""
     if isinstance(x, torch.Tensor):
         t = x.detach()
@@ -177,7 +179,7 @@ def _as_tensor(x, name: str) -> torch.Tensor:
     # In row blocks: torch.isfinite over a whole 1M x 768 gallery allocates 1.6x its size at once.
     block = max(1, 2**24 // max(1, t.shape[1]))
     # numpy on CPU: torch.isfinite(...).all() measured 80x slower there (3.4 ms vs 0.04 ms for 1k x 512).
-    finite = (lambda b: bool(np.isfinite(b.numpy()).all())) if t.device.type == "cpu" else \
+    finite: Callable[[torch.Tensor], bool] = (lambda b: bool(np.isfinite(b.numpy()).all())) if t.device.type == "cpu" else \
         (lambda b: bool(torch.isfinite(b).all()))
     if not all(finite(t[s:s + block]) for s in range(0, t.shape[0], block)):
         raise ValueError(f"{name} contains NaN or inf")
@@ -252,7 +254,7 @@ def _count_ge_gt(s: torch.Tensor, t: torch.Tensor, rows: torch.Tensor) -> tuple[
 
 
 def _torch_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray,
-                k: int, chunk: int, out: RetrievalOutput, pbar) -> None:
+                k: int, chunk: int, out: RetrievalOutput, pbar: tqdm[Any]) -> None:
     """Exact results for the (ascending) query indices `rows`, written into `out` in place."""
     dev, m = g.device, g.shape[0]
     # One score block reused by every chunk: a fresh (chunk, M) allocation per chunk costs as much
@@ -302,7 +304,7 @@ def _torch_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarr
 
 
 def _rank_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray, chunk: int,
-               out: RetrievalOutput, pbar) -> None:
+               out: RetrievalOutput, pbar: tqdm[Any]) -> None:
     """rank, tied, gt_index and gt_score of `rows` by counting over their full score rows.
 
     For queries whose top-k and best wrong are already known (from the faiss list) but whose best
@@ -331,6 +333,7 @@ def _rank_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarra
 def _faiss_index(g: torch.Tensor, gpu_ids: list[int] | None) -> tuple[object, object]:
     """(IndexFlatIP over the gallery, GPU resources that must outlive it or None)."""
     faiss = _faiss()
+    assert faiss is not None  # only called once a faiss backend was resolved
     index, res = faiss.IndexFlatIP(g.shape[1]), None
     index.add(np.ascontiguousarray(g.cpu().numpy()))
     if gpu_ids:
@@ -345,7 +348,7 @@ def _faiss_index(g: torch.Tensor, gpu_ids: list[int] | None) -> tuple[object, ob
 
 
 def _faiss_phase(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarray, k: int, faiss_chunk: int,
-                 chunk: int, gpu_ids: list[int] | None, out: RetrievalOutput, pbar, desc: str,
+                 chunk: int, gpu_ids: list[int] | None, out: RetrievalOutput, pbar: tqdm[Any], desc: str,
                  costs: dict[str, float] | None = None) -> tuple[np.ndarray, str]:
     """Search every query with faiss; return the queries left for the exact torch path and the backend name.
 
@@ -387,8 +390,8 @@ def _faiss_phase(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndar
     return np.concatenate([redo_rows, rest]), name
 
 
-def _faiss_rows(index, q_np: np.ndarray, start: int, stop: int, kp: int, k: int, keys: np.ndarray, m: int,
-                out: RetrievalOutput, pbar) -> tuple[np.ndarray, np.ndarray]:
+def _faiss_rows(index: Any, q_np: np.ndarray, start: int, stop: int, kp: int, k: int, keys: np.ndarray, m: int,
+                out: RetrievalOutput, pbar: tqdm[Any]) -> tuple[np.ndarray, np.ndarray]:
     """Fill queries [start, stop) of `out` from an IndexFlatIP list of depth kp.
 
     Returns (count, redo): queries whose top-k and best wrong the list decides but whose best
@@ -439,7 +442,8 @@ def _measure_costs(m: int, n_queries: int, dim: int, seed: int = 0) -> dict[str,
                           np.zeros((n_queries, k), np.float32), "calibration")
     index, _ = _faiss_index(gt, None)
     kp = min(m, k + 1 + _MARGIN)
-    runs = {"faiss": lambda: _faiss_rows(index, q, 0, n_queries, kp, k, idx * m + idx, m, out, pbar),
+    pbar: tqdm[Any]  # opened below, around the runs
+    runs: dict[str, Callable[[], object]] = {"faiss": lambda: _faiss_rows(index, q, 0, n_queries, kp, k, idx * m + idx, m, out, pbar),
             "count": lambda: _rank_rows(qt, gt, ptr, idx, rows, chunk, out, pbar),
             "torch": lambda: _torch_rows(qt, gt, ptr, idx, rows, k, chunk, out, pbar)}
     best = dict.fromkeys(runs, float("inf"))
@@ -452,7 +456,7 @@ def _measure_costs(m: int, n_queries: int, dim: int, seed: int = 0) -> dict[str,
     return best
 
 
-def retrieve(queries, gallery, pos_ptr: np.ndarray, pos_idx: np.ndarray, *, k: int = 10,
+def retrieve(queries: np.ndarray | torch.Tensor, gallery: np.ndarray | torch.Tensor, pos_ptr: np.ndarray, pos_idx: np.ndarray, *, k: int = 10,
              backend: str = "auto", device: str | None = None, chunk_size: int | None = None,
              progress: bool = False, desc: str = "search") -> RetrievalOutput:
     """Exact retrieval of (N, d) queries against an (M, d) gallery; positives in CSR form."""

@@ -7,8 +7,10 @@ output is marked ``approximate`` so results built on it never reach a leaderboar
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from hnbench.metrics import validate_csr
@@ -28,7 +30,7 @@ __all__ = ["retrieve_approximate"]
 log = logging.getLogger(__name__)
 
 
-def _approx_index(g: np.ndarray, kind: str, kp: int, nprobe: int | None, seed: int):
+def _approx_index(g: np.ndarray, kind: str, kp: int, nprobe: int | None, seed: int) -> Any:
     faiss = _faiss()
     if faiss is None:
         raise ValueError("approximate search needs faiss, which is not installed")
@@ -50,7 +52,7 @@ def _approx_index(g: np.ndarray, kind: str, kp: int, nprobe: int | None, seed: i
     return index
 
 
-def retrieve_approximate(queries, gallery, pos_ptr: np.ndarray, pos_idx: np.ndarray, *, k: int = 10,
+def retrieve_approximate(queries: np.ndarray | torch.Tensor, gallery: np.ndarray | torch.Tensor, pos_ptr: np.ndarray, pos_idx: np.ndarray, *, k: int = 10,
                          index: str = "hnsw", nprobe: int | None = None, sample: int = 1000, seed: int = 0,
                          progress: bool = False, desc: str = "search") -> RetrievalOutput:
     """Approximate retrieval (faiss HNSW or IVF-Flat) for exploring large galleries; not a benchmark number.

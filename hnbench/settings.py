@@ -43,7 +43,8 @@ def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None =
 
 def option_help(cls: type, name: str) -> str:
     """The help text declared for field ``name`` of ``cls``."""
-    return next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
+    text: str = next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
+    return text
 
 
 def resume_free(cls: type) -> frozenset[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 _WORD = re.compile(r"(\w[\w'-]*)")
 
@@ -28,7 +28,7 @@ def words(text: str) -> list[str]:
     return _split(text)[1]
 
 
-def opcodes(a: str, b: str) -> list[tuple[str, int, int, int, int]]:
+def opcodes(a: str, b: str) -> Sequence[tuple[str, int, int, int, int]]:
     """difflib opcodes over the (lower-cased) words of ``a`` and ``b``."""
     wa, wb = (_split(t)[1] for t in (a, b))
     return difflib.SequenceMatcher(a=[w.lower() for w in wa], b=[w.lower() for w in wb],

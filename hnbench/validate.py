@@ -11,6 +11,7 @@ import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeGuard
 
 from hnbench.errors import ConfigError
 
@@ -21,7 +22,7 @@ SEARCHES = ("exact", "approximate")
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
@@ -58,7 +59,7 @@ def check_device(device: str) -> None:
     check_device_name(device)
     if device == "cpu":
         return
-    import torch
+    import torch  # only for an accelerator: settings (and so the CLI) validate without importing torch
 
     if device == "mps":
         if not torch.backends.mps.is_available():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from hnbench.data import local
 from hnbench.data.base import FileImages, HFImages, ImageSource, ImageTextDataset
 from hnbench.errors import DataError
 from hnbench.registry import DATASETS
@@ -32,12 +33,12 @@ def load_dataset(
     written ``hf:ORG/NAME`` (or ``ORG/NAME``). A manifest's image paths must stay inside its folder
     unless ``allow_outside_paths``.
     """
-    from hnbench.data import local
-
     columns = {"image_column": image_column, "caption_column": caption_column}
     if name_or_path in DATASETS:
         loader = DATASETS.get(name_or_path)
-        return loader(data_root=data_root, protocol=protocol, split=split, skip_invalid=skip_invalid, **kwargs)
+        ds: ImageTextDataset = loader(data_root=data_root, protocol=protocol, split=split,
+                                      skip_invalid=skip_invalid, **kwargs)
+        return ds
     p = Path(name_or_path)
     if p.is_file() and p.suffix in (".jsonl", ".csv"):
         return local.load_manifest(p, skip_invalid=skip_invalid, allow_outside_paths=allow_outside_paths, **columns)

@@ -72,7 +72,7 @@ class SynthDenseError(DataError, ValueError):
     """Bad synthdense config, or an out_dir that holds something else."""
 
 
-class _Counts(Mapping):
+class _Counts(Mapping[str, int]):
     """Immutable, hashable ``{split: n_families}`` mapping (keeps the config frozen and hashable)."""
 
     def __init__(self, items: Mapping[str, int] | Any):
@@ -202,7 +202,8 @@ def _variant(rng: np.random.Generator, base: dict[str, Any], cfg: SynthDenseConf
              seen: set[str]) -> tuple[dict[str, Any], list[str]]:
     keys = [f"obj{i}.{a}" for i in range(len(base["objects"])) for a in ATTRS] + ["background"]
     for _ in range(200):
-        scene, changes = copy.deepcopy(base), []
+        scene = copy.deepcopy(base)
+        changes: list[str] = []
         k = int(rng.integers(1, cfg.max_changes + 1))
         for j in rng.permutation(len(keys)):
             if len(changes) == k:
@@ -380,15 +381,15 @@ def _existing_is_complete(out_dir: Path, fingerprint: str) -> bool:
     return True
 
 
-def _write_split(root: Path, split: str, cfg: SynthDenseConfig, bar: tqdm) -> int:
+def _write_split(root: Path, split: str, cfg: SynthDenseConfig, bar: tqdm[Any]) -> int:
     (root / split / "images").mkdir(parents=True)
     width = max(5, len(str(cfg.n_families[split] - 1)))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for f in range(cfg.n_families[split]):
         rng = _family_rng(cfg.seed, split, f)
         base = _base_scene(rng, cfg)
         seen = {json.dumps(base, sort_keys=True)}
-        members = [(base, [])] + [_variant(rng, base, cfg, seen) for _ in range(cfg.family_size - 1)]
+        members: list[tuple[dict[str, Any], list[str]]] = [(base, [])] + [_variant(rng, base, cfg, seen) for _ in range(cfg.family_size - 1)]
         family = f"{split}-f{f:0{width}d}"
         for v, (scene, changes) in enumerate(members):
             item_id = f"{family}-v{v}"

@@ -7,6 +7,7 @@ from typing import Any
 
 from hnbench.data.base import ImageTextDataset
 from hnbench.data.local import load_imagefolder
+from hnbench.data.synthdense import SynthDenseConfig, generate_synthdense
 from hnbench.errors import ConfigError
 from hnbench.paths import cache_dir
 
@@ -14,7 +15,7 @@ PROTOCOLS = ("test", "train")
 DEFAULT_PROTOCOL = "test"
 
 
-def synthdense_dir(config: Any, data_root: str | Path | None = None) -> Path:
+def synthdense_dir(config: SynthDenseConfig, data_root: str | Path | None = None) -> Path:
     """Where the benchmark for ``config`` lives: ``DATA_ROOT`` or ``<cache>/synthdense/<fingerprint>``."""
     if data_root is not None:
         return Path(data_root)
@@ -26,7 +27,7 @@ def load_synthdense(
     protocol: str | None = None,
     split: str | None = None,
     skip_invalid: bool = False,
-    config: Any = None,
+    config: SynthDenseConfig | None = None,
     progress: bool = False,
     **overrides: Any,
 ) -> ImageTextDataset:
@@ -35,8 +36,6 @@ def load_synthdense(
     The protocol is the split name (``test`` by default, or ``train``). ``overrides`` are
     :class:`~hnbench.data.synthdense.SynthDenseConfig` fields (``seed``, ``n_families``, …).
     """
-    from hnbench.data.synthdense import SynthDenseConfig, generate_synthdense
-
     protocol = protocol or split or DEFAULT_PROTOCOL
     if protocol not in PROTOCOLS:
         raise ConfigError(f"synthdense has protocols {list(PROTOCOLS)}, not {protocol!r}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hnbench.errors import CheckpointError
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
+from hnbench.models.peft_loading import is_adapter_dir, load_with_adapter
 from hnbench.registry import MODELS, model_family
 from hnbench.validate import check_precision
 
@@ -51,13 +52,12 @@ def _first_reason(e: Exception) -> str:
 
 def _load(model: str, pretrained: str | None, *, model_config: str | Path | None, context_length: int | None,
           device: str, precision: str, init_seed: int | None) -> Encoder:
-    from hnbench.models.peft_loading import is_adapter_dir
-
-    if is_adapter_dir(pretrained):
-        from hnbench.models.peft_loading import load_with_adapter
-
-        return load_with_adapter(model, pretrained, model_config=model_config, context_length=context_length,
-                                 device=device, precision=precision)
-    return MODELS.get(model_family(model))(model, pretrained, model_config=model_config,
-                                           context_length=context_length, device=device, precision=precision,
-                                           init_seed=init_seed)
+    encoder: Encoder  # the loaders are looked up by name (the registry's targets are untyped)
+    if pretrained is not None and is_adapter_dir(pretrained):
+        encoder = load_with_adapter(model, pretrained, model_config=model_config, context_length=context_length,
+                                    device=device, precision=precision)
+    else:
+        encoder = MODELS.get(model_family(model))(model, pretrained, model_config=model_config,
+                                                  context_length=context_length, device=device,
+                                                  precision=precision, init_seed=init_seed)
+    return encoder

@@ -49,8 +49,10 @@ class Encoder(Protocol):
     """
 
     info: ModelInfo
-    image_transform: Callable[[Any], torch.Tensor]
     device: torch.device
+
+    @property
+    def image_transform(self) -> Callable[[Any], torch.Tensor]: ...  # read-only: a lazy encoder builds it
 
     def tokenize(self, texts: Sequence[str]) -> TokenizedTexts: ...
 

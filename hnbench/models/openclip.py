@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -62,10 +62,19 @@ def register_model_config(path: str | Path, name: str | None = None) -> str:
     return name
 
 
+class _CLIPModel(Protocol):
+    """What this adapter calls on an open_clip ``CLIP`` / ``CustomTextCLIP`` (open_clip ships no types)."""
+
+    def encode_image(self, image: torch.Tensor, normalize: bool = False) -> torch.Tensor: ...
+
+    def encode_text(self, text: torch.Tensor, normalize: bool = False) -> torch.Tensor: ...
+
+
 class OpenCLIPEncoder:
     """An open_clip CLIP model behind the :class:`~hnbench.models.base.Encoder` protocol."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, image_transform: Callable, info: ModelInfo):
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, image_transform: Callable[[Any], torch.Tensor],
+                 info: ModelInfo):
         import open_clip
 
         self.model = model.eval()
@@ -108,11 +117,11 @@ class OpenCLIPEncoder:
     @torch.inference_mode()
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
         pixels = pixels.to(device=self.device, dtype=self.input_dtype or pixels.dtype, non_blocking=True)
-        return self.model.encode_image(pixels, normalize=True).float()
+        return cast(_CLIPModel, self.model).encode_image(pixels, normalize=True).float()
 
     @torch.inference_mode()
     def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.model.encode_text(tokens.to(self.device, non_blocking=True), normalize=True).float()
+        return cast(_CLIPModel, self.model).encode_text(tokens.to(self.device, non_blocking=True), normalize=True).float()
 
 
 class _DropRandomInitWarning(logging.Filter):
@@ -208,7 +217,7 @@ def load_openclip(
         sd = convert_state_dict(model, sd)
         if "logit_scale" in sd and sd["logit_scale"].ndim != model.logit_scale.ndim:
             sd["logit_scale"] = sd["logit_scale"].reshape(model.logit_scale.shape)
-        sd = _fit_positional_embedding(model, sd, local_file)
+        sd = _fit_positional_embedding(model, sd, str(local_file))
         load_into(model, {k: v.to(model.state_dict()[k].dtype) if k in model.state_dict() else v
                           for k, v in sd.items()}, f"checkpoint {local_file}")
     sd = model.state_dict()
@@ -225,7 +234,8 @@ def load_openclip(
     return OpenCLIPEncoder(model.to(device), tokenizer, preprocess, info)
 
 
-def _fit_positional_embedding(model: torch.nn.Module, sd: dict[str, torch.Tensor], source: str) -> dict:
+def _fit_positional_embedding(model: torch.nn.Module, sd: dict[str, torch.Tensor],
+                              source: str) -> dict[str, torch.Tensor]:
     """A checkpoint whose text context differs from ``--context-length`` is an error, not a silent resize."""
     key = "positional_embedding"
     if key in sd and hasattr(model, key) and sd[key].shape != getattr(model, key).shape:
@@ -241,4 +251,4 @@ def _embed_dim(arch: str, model: torch.nn.Module) -> int:
     cfg = open_clip.get_model_config(arch) or {}
     if "embed_dim" in cfg:
         return int(cfg["embed_dim"])
-    return int(getattr(model.visual, "output_dim", 0) or model.text_projection.shape[-1])
+    return int(getattr(model.visual, "output_dim", 0) or cast(torch.Tensor, model.text_projection).shape[-1])

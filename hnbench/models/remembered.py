@@ -36,8 +36,12 @@ from typing import Any
 import torch
 
 from hnbench._version import __version__
+from hnbench.cache import model_spec
 from hnbench.errors import CheckpointError
+from hnbench.io import atomic_write_bytes
+from hnbench.models import load_model
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
+from hnbench.models.openclip import _resolve_pretrained
 from hnbench.models.peft_loading import is_adapter_dir
 from hnbench.registry import model_family
 
@@ -79,7 +83,8 @@ def _tag_file(arch: str, tag: str) -> str | None:
 
     cfg = op.get_pretrained_cfg(arch, tag)
     if cfg.get("file"):
-        return cfg["file"]
+        file: str = cfg["file"]
+        return file
     if not cfg.get("hf_hub"):
         return None  # a URL download: its path depends on open_clip internals; not remembered
     from huggingface_hub import try_to_load_from_cache
@@ -96,8 +101,6 @@ def _tag_file(arch: str, tag: str) -> str | None:
 def weight_files(model: str, pretrained: str | None, model_config: str | Path | None) -> list[str] | None:
     """The local files that define the weights ``load_model`` would build (``[_RNG]`` for random init),
     or None when they cannot be pinned down locally."""
-    from hnbench.models.openclip import _resolve_pretrained
-
     if is_adapter_dir(pretrained):
         return None
     if model_family(model) == "hf":
@@ -158,8 +161,6 @@ def _still_valid(record: dict[str, Any]) -> tuple[bool, bool]:
 
 
 def _write(path: Path, record: dict[str, Any]) -> None:
-    from hnbench.io import atomic_write_bytes
-
     try:
         atomic_write_bytes(path, (json.dumps(record, indent=1) + "\n").encode())
     except OSError as e:  # an unwritable cache only costs the next run a model build
@@ -177,8 +178,6 @@ class _Request:
     init_seed: int | None
 
     def build(self, device: str | None = None) -> Encoder:
-        from hnbench.models import load_model
-
         return load_model(self.model, self.pretrained, model_config=self.model_config,
                           context_length=self.context_length, device=device or self.device,
                           precision=self.precision, init_seed=self.init_seed)
@@ -204,8 +203,6 @@ class RememberedEncoder:
 
     def _real(self) -> Encoder:
         if self._encoder is None:
-            from hnbench.cache import model_spec
-
             enc = self._build(str(self.device))
             if model_spec(enc.info, enc.image_transform) != model_spec(self.info, None,
                                                                        preprocess=self.transform_description):
@@ -267,8 +264,6 @@ def load_remembered(model: str, pretrained: str | None, *, root: str | Path, mod
     before = _file_states(files)  # stat and digest before the build: a change during it is not remembered
     encoder = req.build()
     if [_stat(e["path"]) for e in before] == [{k: e[k] for k in ("size", "mtime_ns", "inode")} for e in before]:
-        from hnbench.cache import model_spec
-
         _write(path, {"load": {"model": model, "pretrained": pretrained, "context_length": context_length,
                                "precision": precision}, "files": before, "info": encoder.info.to_dict(),
                       "preprocess": model_spec(encoder.info, encoder.image_transform)["preprocess"]})

@@ -58,7 +58,8 @@ class SentenceEncoder:
 
 def load_text_encoder(name: str, device: str = "cpu") -> SentenceEncoder:
     """Load a registered text-only encoder by short name (``minilm``)."""
-    return TEXT_ENCODERS.get(name)(device=device)
+    encoder: SentenceEncoder = TEXT_ENCODERS.get(name)(device=device)  # (registry targets are untyped)
+    return encoder
 
 
 def load_minilm(device: str = "cpu") -> SentenceEncoder:

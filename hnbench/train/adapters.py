@@ -18,12 +18,15 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from hnbench.errors import ConfigError
 from hnbench.models.peft_loading import BASE_FILE
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 logger = logging.getLogger(__name__)
 
@@ -65,15 +68,16 @@ def apply_peft(model: nn.Module, framework: str, method: str, *, r: int = 16, al
         raise ConfigError(f"peft method must be one of {METHODS}, got {method!r}")
     targets = list(targets) if targets else default_targets(framework)
     _check_targets(model, targets, method)
-    cfg = LoraConfig(r=int(r), lora_alpha=float(alpha), lora_dropout=float(dropout), target_modules=targets,
-                     use_dora=method == "dora", bias="none")
+    # peft annotates lora_alpha as int, but only divides by r with it: a float α works (and is TrainConfig's type)
+    cfg = LoraConfig(r=int(r), lora_alpha=float(alpha),  # type: ignore[arg-type]
+                     lora_dropout=float(dropout), target_modules=targets, use_dora=method == "dora", bias="none")
     peft_model = get_peft_model(model, cfg)
     n_train = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     logger.info("%s r=%d on %s: %d trainable parameters", method, r, targets, n_train)
     return peft_model
 
 
-def save_adapter(peft_model: nn.Module, out_dir: Path, base: dict[str, Any]) -> Path:
+def save_adapter(peft_model: PeftModel, out_dir: Path, base: dict[str, Any]) -> Path:
     """Write peft's adapter files plus ``hnbench_base.json`` (base arch and weights) into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     peft_model.save_pretrained(str(out_dir), safe_serialization=True)

@@ -22,7 +22,7 @@ from hnbench.errors import ConfigError
 __all__ = ["GlobalBatchSampler", "PairItems", "group_positions", "subset_fraction"]
 
 
-class PairItems(torch.utils.data.Dataset):
+class PairItems(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
     """Image position → (pixels, position)."""
 
     def __init__(self, source: Any, transform: Any):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -159,10 +160,10 @@ def load_recipe(name_or_path: str) -> dict[str, Any]:
             raise ConfigError("YAML recipes need pyyaml: pip install 'hnbench[train]'") from e
         data = yaml.safe_load(path.read_text()) or {}
     else:
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib  # type: ignore[no-redef]
+        else:
+            import tomli as tomllib
         with open(path, "rb") as f:
             data = tomllib.load(f)
     if not isinstance(data, dict):

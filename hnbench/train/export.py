@@ -14,9 +14,13 @@ import copy
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from torch import nn
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +52,7 @@ def _save_open_clip(model: nn.Module, config: Any, out_dir: Path) -> Path:
 
 def _save_hf(model: nn.Module, encoder: Any, out_dir: Path) -> Path:
     target = out_dir / "hf_model"
-    model.save_pretrained(str(target), safe_serialization=True)
+    cast("PreTrainedModel", model).save_pretrained(str(target), safe_serialization=True)  # an HF CLIPModel
     encoder.tokenizer.save_pretrained(str(target))
     processor = getattr(encoder.image_transform, "processor", None)
     if processor is not None:
@@ -68,8 +72,8 @@ def export_checkpoints(model: nn.Module, encoder: Any, config: Any, out_dir: Pat
             if base["pretrained"] is None and not hf:
                 logger.warning("adapter-only checkpoint of a randomly initialised base: it loads only on "
                                "the same random init; use the merged checkpoint")
-            outputs["adapter"] = save_adapter(model, out_dir / "adapter", base)
-        merged = copy.deepcopy(model).merge_and_unload()
+            outputs["adapter"] = save_adapter(cast("PeftModel", model), out_dir / "adapter", base)
+        merged = copy.deepcopy(cast("PeftModel", model)).merge_and_unload()
         if config.peft_save in ("merged", "both") or "adapter" not in outputs:
             outputs["checkpoint"] = _save_hf(merged, encoder, out_dir) if hf else _save_open_clip(merged, config, out_dir)
         else:

@@ -308,7 +308,7 @@ class _PairLoss(nn.Module):
         elif image_ids is not None or caption_ids_or_texts is not None:
             dup = duplicate_mask(image_ids, caption_ids_or_texts)
             mask = dup if mask is None else mask | dup.to(mask.device)
-        kw = {
+        kw: dict[str, Any] = {
             "mask": mask,
             "label_smoothing": self.label_smoothing,
             "text_features_for_g": text_features_for_g,

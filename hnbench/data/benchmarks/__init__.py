@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from hnbench.data.base import ImageTextDataset
-from hnbench.data.benchmarks.spec import BenchmarkSpec, Protocol, Resource, SplitList, load_benchmark
+from hnbench.data.benchmarks.protocol import Protocol, SplitList
+from hnbench.data.benchmarks.spec import BenchmarkSpec, Resource, load_benchmark
 from hnbench.errors import unknown_name
 from hnbench.registry import BENCHMARK_SPECS
 

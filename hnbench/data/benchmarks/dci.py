@@ -1,13 +1,7 @@
 """DCI (Densely Captioned Images), Meta — CC BY-NC; the photos are SA-1B's ``sa_000138`` under SA-1B's terms."""
 
-from hnbench.data.benchmarks.spec import (
-    GOAL_DCI_TEST,
-    GOAL_DCI_TRAIN,
-    BenchmarkSpec,
-    Protocol,
-    Resource,
-    goal_resource,
-)
+from hnbench.data.benchmarks.protocol import Protocol
+from hnbench.data.benchmarks.spec import GOAL_DCI_TEST, GOAL_DCI_TRAIN, BenchmarkSpec, Resource, goal_resource
 
 SA1B = Resource(
     "sa_000138.tar", extract=True, members="*.jpg", into="densely_captioned_images/photos",

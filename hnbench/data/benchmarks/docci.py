@@ -1,6 +1,7 @@
 """DOCCI (Descriptions of Connected and Contrasting Images), Google — CC BY 4.0."""
 
-from hnbench.data.benchmarks.spec import BenchmarkSpec, Protocol, Resource
+from hnbench.data.benchmarks.protocol import Protocol
+from hnbench.data.benchmarks.spec import BenchmarkSpec, Resource
 
 _BASE = "https://storage.googleapis.com/docci/data"
 

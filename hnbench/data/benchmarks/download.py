@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from hnbench.data.benchmarks.spec import DOWNLOAD_RECORD, BenchmarkSpec, Resource
 from hnbench.errors import ConfigError, DataError
 from hnbench.io import atomic_write_bytes, sha256_file
@@ -47,7 +49,8 @@ def _source(r: Resource) -> str:
 
 def read_record(to: Path) -> dict[str, Any]:
     try:
-        return json.loads((to / DOWNLOAD_RECORD).read_text())
+        record: dict[str, Any] = json.loads((to / DOWNLOAD_RECORD).read_text())
+        return record
     except (OSError, json.JSONDecodeError):
         return {}
 
@@ -75,14 +78,12 @@ def plan(spec: BenchmarkSpec, to: str | Path, local: Sequence[str | Path] = ()) 
     return steps
 
 
-def _urlopen(url: str, timeout: float = 60):  # indirection so tests can simulate being offline
+def _urlopen(url: str, timeout: float = 60) -> Any:  # indirection so tests can simulate being offline
     return urllib.request.urlopen(url, timeout=timeout)
 
 
 def fetch_url(url: str, dest: Path, progress: bool = True) -> Path:
     """Stream ``url`` into ``dest``; a one-line :class:`DataError` when the network is unreachable."""
-    from tqdm import tqdm
-
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     try:
@@ -101,7 +102,7 @@ def fetch_url(url: str, dest: Path, progress: bool = True) -> Path:
     return dest
 
 
-def fetch_hf(repo: str, filename: str, revision: str | None) -> tuple[Path, str]:
+def fetch_hf(repo: str, filename: str, revision: str | None) -> tuple[Path, str | None]:
     """``filename`` from Hugging Face dataset ``repo`` at the commit ``revision`` resolves to (default main)."""
     try:
         from huggingface_hub import HfApi, hf_hub_download

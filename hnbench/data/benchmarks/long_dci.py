@@ -1,7 +1,8 @@
 """Long-DCI (TULIP, ICLR 2025): DCI's photos with ``extra_caption`` as the caption — CC BY-NC 4.0."""
 
 from hnbench.data.benchmarks.dci import DCI_RESOURCES
-from hnbench.data.benchmarks.spec import GOAL_DCI_TEST, GOAL_DCI_TRAIN, BenchmarkSpec, Protocol, Resource
+from hnbench.data.benchmarks.protocol import Protocol
+from hnbench.data.benchmarks.spec import GOAL_DCI_TEST, GOAL_DCI_TRAIN, BenchmarkSpec, Resource
 
 SPEC = BenchmarkSpec(
     name="long-dci",

@@ -34,7 +34,8 @@ DCI_PHOTOS = ("DCI's photos are SA-1B archive sa_000138.tar (accept SA-1B's term
 
 def _description(row: dict[str, Any]) -> str:
     """DOCCI's ``description`` field, raw (no cleaning, as in the reference code)."""
-    return row["description"]
+    text: str = row["description"]
+    return text
 
 
 def _first_nonempty_line(text: str) -> str:
@@ -62,7 +63,8 @@ def _sentences(ann: dict[str, Any]) -> str:
 
 def _extra(ann: dict[str, Any]) -> str:
     """DCI ``extra_caption`` alone, raw (GOAL, TULIP's Long-DCI)."""
-    return ann["extra_caption"]
+    text: str = ann["extra_caption"]
+    return text
 
 
 CAPTION_RULES: dict[str, Callable[[Any], str]] = {

@@ -84,8 +84,8 @@ def _read_split_list(path: Path) -> list[dict[str, Any]]:
         raise DataError(f"split list {path}: not readable JSON ({e})") from e
     if not isinstance(entries, list):
         raise DataError(f"split list {path}: expected a JSON list of {{filename, caption}} objects")
-    for i, e in enumerate(entries):
-        if not isinstance(e, dict) or not isinstance(e.get("filename"), str) or not e["filename"]:
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str) or not entry["filename"]:
             raise DataError(f"split list {path}: item {i} has no 'filename' string")
     return entries
 
@@ -126,7 +126,7 @@ def resolve_split_lists(
         lists[lst.filename] = _read_split_list(path)
         digest = sha256_file(path)
         verified = None if lst.sha256 is None else digest == lst.sha256
-        if verified is False:
+        if lst.sha256 is not None and not verified:
             logger.warning("%s: sha256 %s of %s differs from the published %s (%s); results may not be comparable",
                            spec.name, digest[:12], path, lst.sha256[:12], lst.where)
         record.append({"file": lst.filename, "path": str(path), "sha256": digest, "expected_sha256": lst.sha256,

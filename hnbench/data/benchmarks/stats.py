@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from hnbench.data import load_dataset
 from hnbench.data.benchmarks import BENCHMARKS, get_benchmark
 from hnbench.data.benchmarks.readers import CAPTION_RULES
 from hnbench.data.benchmarks.spec import BenchmarkSpec, load_benchmark
@@ -43,7 +44,7 @@ def spec_info(spec: BenchmarkSpec) -> dict[str, Any]:
         "default_protocol": spec.default_protocol, "notes": spec.notes,
         "protocols": [{"name": p.name, "families": list(p.families), "n_images": p.n_images,
                        "n_captions": p.n_captions, "caption_rule": p.caption,
-                       "caption_rule_text": " ".join(CAPTION_RULES[p.caption].__doc__.replace("``", "").split()),
+                       "caption_rule_text": " ".join((CAPTION_RULES[p.caption].__doc__ or "").replace("``", "").split()),
                        "keeps_empty_captions": p.keep_empty, "description": p.description,
                        "aliases": list(p.aliases), "needs": [f"{s.filename} ({s.where})" for s in p.lists]}
                       for p in spec.protocols],
@@ -61,8 +62,6 @@ def describe(
     """Everything ``hnbench datasets info`` shows. With data present (``data_root`` or the download
     location), the protocol is loaded as ``eval`` loads it (``skip_invalid``, ``allow_count_mismatch``
     alike) and its captions measured."""
-    from hnbench.data import load_dataset
-
     if name.lower() in BENCHMARKS:
         spec = get_benchmark(name)
         info = spec_info(spec)

@@ -1,6 +1,7 @@
 """Urban-1K (released with Long-CLIP) — CC BY-NC 4.0. Test only."""
 
-from hnbench.data.benchmarks.spec import BenchmarkSpec, Protocol, Resource
+from hnbench.data.benchmarks.protocol import Protocol
+from hnbench.data.benchmarks.spec import BenchmarkSpec, Resource
 
 SPEC = BenchmarkSpec(
     name="urban1k",
