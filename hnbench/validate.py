@@ -28,7 +28,7 @@ def _is_int(value: object) -> TypeGuard[int]:
 
 def check_at_least(name: str, value: object, low: int) -> None:
     """``value`` is an integer >= ``low`` (the bound a settings field declares with ``option(minimum=)``)."""
-    if _is_int(value) and value >= low:  # type: ignore[operator]
+    if _is_int(value) and value >= low:
         return
     what = {0: "0 or more", 1: "a positive integer"}.get(low, f"an integer >= {low}")
     raise ConfigError(f"{name} must be {what}, got {value!r}")
