@@ -413,6 +413,11 @@ def test_download_plan_names_official_sources(tmp_path):
     assert steps["sa_000138.tar"].action == "manual" and "segment-anything" in steps["sa_000138.tar"].source
     assert steps["DCI_test.json"].source == ("https://raw.githubusercontent.com/PerceptualAI-Lab/GOAL/"
                                              "2db3d4a0c03576bb961632832af7a43aaf3c60db/datasets/DCI_test.json")
+    for bad in ("[1, 2]", '{"resources": ["dci.tar.gz"]}', "\xff not text"):  # a hand-edited or foreign record
+        (tmp_path / "hnbench_download.json").write_bytes(bad.encode("latin-1"))
+        assert [s.action for s in download.plan(get_benchmark("dci"), tmp_path)] == [
+            s.action for s in steps.values()]  # read as no record: nothing counts as present
+    (tmp_path / "hnbench_download.json").unlink()
     urban = download.plan(get_benchmark("urban1k"), tmp_path)
     assert urban[0].source.startswith("https://huggingface.co/datasets/BeichenZhang/Urban1k")
     with pytest.raises(ConfigError, match="none of its files"):

@@ -26,7 +26,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from hnbench.data.benchmarks.spec import DOWNLOAD_RECORD, BenchmarkSpec, Resource
+from hnbench.data.benchmarks.spec import DOWNLOAD_RECORD, BenchmarkSpec, Resource, read_record
 from hnbench.errors import ConfigError, DataError
 from hnbench.io import atomic_write_bytes, sha256_file
 
@@ -45,14 +45,6 @@ class Step:
 
 def _source(r: Resource) -> str:
     return f"https://huggingface.co/datasets/{r.hf_repo} ({r.filename})" if r.hf_repo else str(r.url)
-
-
-def read_record(to: Path) -> dict[str, Any]:
-    try:
-        record: dict[str, Any] = json.loads((to / DOWNLOAD_RECORD).read_text())
-        return record
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 def plan(spec: BenchmarkSpec, to: str | Path, local: Sequence[str | Path] = ()) -> list[Step]:

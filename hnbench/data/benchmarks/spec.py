@@ -31,6 +31,17 @@ logger = logging.getLogger(__name__)
 DOWNLOAD_RECORD = "hnbench_download.json"
 
 
+def read_record(root: Path) -> dict[str, Any]:
+    """The download record in ``root``; empty when missing, unreadable or not shaped as one (it is rewritten)."""
+    try:
+        record = json.loads((root / DOWNLOAD_RECORD).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    if not isinstance(record, dict) or not isinstance(record.get("resources", {}), dict):
+        return {}
+    return record
+
+
 @dataclass(frozen=True)
 class Resource:
     """A file of a benchmark's release and how ``hnbench datasets download`` gets it."""
@@ -215,9 +226,8 @@ def load_benchmark(
     if list_record:
         meta["split_lists"] = list_record
     if (root / DOWNLOAD_RECORD).is_file():
-        try:
-            meta["download"] = json.loads((root / DOWNLOAD_RECORD).read_text())
-        except (OSError, json.JSONDecodeError):
+        meta["download"] = read_record(root)
+        if not meta["download"]:
             logger.warning("%s: ignoring unreadable %s", spec.name, root / DOWNLOAD_RECORD)
     ds = build_dataset(spec.name, records, make_source=FileImages, skip_invalid=skip_invalid, protocol=proto.name,
                        source=str(root.resolve()), meta=meta, keep_empty=proto.keep_empty)
