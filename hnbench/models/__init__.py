@@ -52,12 +52,9 @@ def _first_reason(e: Exception) -> str:
 
 def _load(model: str, pretrained: str | None, *, model_config: str | Path | None, context_length: int | None,
           device: str, precision: str, init_seed: int | None) -> Encoder:
-    encoder: Encoder  # the loaders are looked up by name (the registry's targets are untyped)
     if pretrained is not None and is_adapter_dir(pretrained):
-        encoder = load_with_adapter(model, pretrained, model_config=model_config, context_length=context_length,
-                                    device=device, precision=precision)
-    else:
-        encoder = MODELS.get(model_family(model))(model, pretrained, model_config=model_config,
-                                                  context_length=context_length, device=device,
-                                                  precision=precision, init_seed=init_seed)
-    return encoder
+        encoder: Encoder = load_with_adapter(model, pretrained, model_config=model_config,
+                                             context_length=context_length, device=device, precision=precision)
+        return encoder
+    return MODELS.get(model_family(model))(model, pretrained, model_config=model_config, context_length=context_length,
+                                           device=device, precision=precision, init_seed=init_seed)

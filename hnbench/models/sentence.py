@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from hnbench.errors import ConfigError
-from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
+from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts, state_dict_fingerprint
 from hnbench.registry import TEXT_ENCODERS
 
 __all__ = ["SentenceEncoder", "load_minilm", "load_text_encoder"]
@@ -56,10 +56,9 @@ class SentenceEncoder:
         raise ConfigError(f"{self.info.arch} is a text-only encoder")
 
 
-def load_text_encoder(name: str, device: str = "cpu") -> SentenceEncoder:
+def load_text_encoder(name: str, device: str = "cpu") -> Encoder:
     """Load a registered text-only encoder by short name (``minilm``)."""
-    encoder: SentenceEncoder = TEXT_ENCODERS.get(name)(device=device)  # (registry targets are untyped)
-    return encoder
+    return TEXT_ENCODERS.get(name)(device=device)
 
 
 def load_minilm(device: str = "cpu") -> SentenceEncoder:
