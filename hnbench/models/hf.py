@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -34,7 +34,7 @@ def _features(out: Any) -> torch.Tensor:
 
 
 class HFCLIPEncoder:
-    """A ``transformers.CLIPModel`` behind the :class:`~hnbench.models.base.Encoder` protocol.
+    """A ``transformers.CLIPModel`` behind the :class:`~hnbench.models.base.TrainableEncoder` protocol.
 
     Batches are padded to their longest caption, not the context (``dynamic_padding``): the
     attention mask ends at the end token and attention is causal, so padding never changes a
@@ -42,13 +42,20 @@ class HFCLIPEncoder:
     """
 
     dynamic_padding = True
+    framework: Literal["open_clip", "transformers"] = "transformers"
 
     def __init__(self, model: Any, tokenizer: Any, processor: Any, info: ModelInfo):
-        self.model = model.eval()
+        self.model: Any = model.eval()  # a transformers CLIPModel (or its PEFT-merged form)
         self.tokenizer = tokenizer
         self.image_transform = _HFImageTransform(processor)
         self.info = info
         self.device = next(model.parameters()).device
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """The tokenizer's end token: attention stops after its first occurrence (the pad token may equal it)."""
+        eos = self.tokenizer.eos_token_id
+        return None if eos is None else int(eos)
 
     def to(self, device: str | torch.device) -> HFCLIPEncoder:
         self.model.to(device)
@@ -73,8 +80,7 @@ class HFCLIPEncoder:
     def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.to(self.device, non_blocking=True)
         # Attend up to and including the first end token (the pad token may equal the end token).
-        eos = self.tokenizer.eos_token_id
-        first_eos = (tokens == eos).int().argmax(dim=1)
+        first_eos = (tokens == self.eos_token_id).int().argmax(dim=1)
         mask = (torch.arange(tokens.shape[1], device=tokens.device)[None, :] <= first_eos[:, None]).long()
         f = _features(self.model.get_text_features(input_ids=tokens, attention_mask=mask))
         return torch.nn.functional.normalize(f.float(), dim=-1)
@@ -116,6 +122,6 @@ def load_hf_clip(name: str, *, context_length: int | None = None, device: str = 
     info = ModelInfo(arch=f"hf:{path}" if not name.startswith("hf:") else name, pretrained=revision or "main",
                      fingerprint=state_dict_fingerprint(model.state_dict()), context_length=ctx,
                      n_params=sum(p.numel() for p in model.parameters()),
-                     embed_dim=int(model.config.projection_dim), framework="transformers",
+                     embed_dim=int(model.config.projection_dim), framework=HFCLIPEncoder.framework,
                      extra={"precision": precision})
     return HFCLIPEncoder(model.to(device), tokenizer, processor, info)

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -63,7 +63,10 @@ def register_model_config(path: str | Path, name: str | None = None) -> str:
 
 
 class OpenCLIPEncoder:
-    """An open_clip CLIP model behind the :class:`~hnbench.models.base.Encoder` protocol."""
+    """An open_clip CLIP model behind the :class:`~hnbench.models.base.TrainableEncoder` protocol."""
+
+    framework: Literal["open_clip", "transformers"] = "open_clip"
+    eos_token_id: int | None = None  # open_clip's text towers find the end token themselves
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, image_transform: Callable, info: ModelInfo):
         import open_clip
@@ -217,7 +220,7 @@ def load_openclip(
         arch=arch, pretrained=pretrained if not schema else arch, fingerprint=state_dict_fingerprint(sd),
         context_length=ctx, n_params=sum(p.numel() for p in model.parameters()),
         embed_dim=_embed_dim(arch, model),
-        framework="open_clip", extra={"precision": precision, **({"init_seed": seed} if seed is not None else {})},
+        framework=OpenCLIPEncoder.framework, extra={"precision": precision, **({"init_seed": seed} if seed is not None else {})},
     )
     if seed is not None:
         logger.info("%s: no weights given, random initialisation with seed %d", arch, seed)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.errors import CheckpointError, ConfigError
-from hnbench.models.base import state_dict_fingerprint
+from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,8 @@ def _read_base(adapter: Path) -> dict[str, Any]:
 
 
 def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_config: str | Path | None = None,
-                      context_length: int | None = None, device: str = "cpu", precision: str = "fp32") -> Any:
+                      context_length: int | None = None, device: str = "cpu",
+                      precision: str = "fp32") -> TrainableEncoder:
     """Base model (from ``hnbench_base.json`` unless given) + the adapter in ``adapter_dir``, merged."""
     try:
         from peft import PeftModel
@@ -51,6 +52,7 @@ def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_confi
         raise ConfigError(f"{adapter}: no {BASE_FILE}; pass --model with the base architecture")
     if base.get("model") and model and model != base["model"]:
         raise ConfigError(f"{adapter} was trained on {base['model']!r}, not {model!r}")
+    encoder: TrainableEncoder
     if base.get("framework") == "transformers" or arch.startswith("hf:") or Path(arch).is_dir():
         from hnbench.models.hf import load_hf_clip
 
@@ -65,7 +67,7 @@ def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_confi
         if base.get("stretch_context") and encoder.info.context_length != base["stretch_context"]:
             from hnbench.models.longclip import stretch_openclip
 
-            encoder = stretch_openclip(encoder, base["stretch_context"])
+            encoder = require_trainable(stretch_openclip(encoder, base["stretch_context"]), "a PEFT adapter")
     if base.get("model") and not base.get("pretrained") and base.get("framework") != "transformers":
         logger.warning("%s: the base model was randomly initialised; the merged weights will not match training",
                        adapter)

@@ -18,12 +18,14 @@ from typing import Any
 
 from torch import nn
 
+from hnbench.models.base import TrainableEncoder
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["export_checkpoints"]
 
 
-def _base_record(encoder: Any, config: Any) -> dict[str, Any]:
+def _base_record(encoder: TrainableEncoder, config: Any) -> dict[str, Any]:
     pretrained = config.pretrained
     if pretrained and os.path.exists(pretrained):
         pretrained = str(Path(pretrained).resolve())
@@ -46,7 +48,7 @@ def _save_open_clip(model: nn.Module, config: Any, out_dir: Path) -> Path:
     return ckpt
 
 
-def _save_hf(model: nn.Module, encoder: Any, out_dir: Path) -> Path:
+def _save_hf(model: nn.Module, encoder: TrainableEncoder, out_dir: Path) -> Path:
     target = out_dir / "hf_model"
     model.save_pretrained(str(target), safe_serialization=True)
     encoder.tokenizer.save_pretrained(str(target))
@@ -56,7 +58,7 @@ def _save_hf(model: nn.Module, encoder: Any, out_dir: Path) -> Path:
     return target
 
 
-def export_checkpoints(model: nn.Module, encoder: Any, config: Any, out_dir: Path) -> dict[str, Path]:
+def export_checkpoints(model: nn.Module, encoder: TrainableEncoder, config: Any, out_dir: Path) -> dict[str, Path]:
     """Write the run's checkpoints; returns ``{"checkpoint": …, "adapter": …}`` (adapter under PEFT only)."""
     outputs: dict[str, Path] = {}
     hf = encoder.info.framework == "transformers"

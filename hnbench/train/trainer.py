@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from hnbench.distributed import DistContext, from_env
 from hnbench.errors import ConfigError
+from hnbench.models.base import TrainableEncoder, require_trainable
 from hnbench.registry import LOSSES
 from hnbench.train.config import TrainConfig, load_recipe  # noqa: F401  (load_recipe: re-exported)
 from hnbench.train.state import TrainState, load_state, resolve_resume, save_state, trim_jsonl
@@ -122,10 +123,11 @@ class _Run:
         self.objective = Objective(LOSSES.get(c.loss), c.loss, c.gamma, c.label_smoothing, c.mask_duplicates,
                                    c.token_loss_weight, dist)
         self.out_dir = Path(c.output)
+        encoder = load_model(c.model, c.pretrained, model_config=c.model_config,
+                             context_length=c.context_length, device=device, init_seed=None)  # seeded above
+        self.encoder: TrainableEncoder = require_trainable(encoder, "training")
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.encoder = load_model(c.model, c.pretrained, model_config=c.model_config,
-                                  context_length=c.context_length, device=device, init_seed=None)  # seeded above
-        framework = self.encoder.info.framework
+        framework = self.encoder.framework
         if c.stretch_context and self.encoder.info.context_length != c.stretch_context:
             if framework != "open_clip":
                 raise ConfigError("stretch_context works on open_clip models")
@@ -135,7 +137,7 @@ class _Run:
         if c.init_logit_scale is not None:
             with torch.no_grad():
                 self.encoder.model.logit_scale.fill_(math.log(c.init_logit_scale))
-        eos = getattr(getattr(self.encoder, "tokenizer", None), "eos_token_id", None)
+        eos = self.encoder.eos_token_id
         base_towers = CLIPTowers(self.encoder.model, framework, max_logit_scale=c.max_logit_scale, eos_token_id=eos)
         self.frozen = base_towers.frozen_text_copy() if c.g_source == "frozen_init" and c.loss == "hn" else None
         model = self.encoder.model
