@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from PIL import Image
@@ -29,12 +29,22 @@ class ImageSource:
     """A sequence of images addressed by position; ``open(i)`` returns an RGB PIL image."""
 
     ids: list[str]
+    # content_bytes(i) reads one file per image, so callers may hash many of them on threads (I/O releases the GIL)
+    file_backed: ClassVar[bool] = False
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def open(self, i: int) -> Image.Image:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def content_bytes(self, i: int) -> bytes:
+        """The bytes that define image ``i``'s content (the embedding cache's key hashes them).
+
+        Here: the decoded pixels (``"{mode}:{size}:"`` + raw bytes); sources that hold the encoded file say so.
+        """
+        im = self.open(i)
+        return f"{im.mode}:{im.size}:".encode() + im.tobytes()
 
     def describe(self, i: int) -> str:
         """Where image ``i`` comes from (a path or a dataset row), for error messages."""
@@ -62,6 +72,8 @@ def _decode(data: bytes | str, item_id: str, where: str) -> Image.Image:
 class FileImages(ImageSource):
     """Images stored as files on disk."""
 
+    file_backed = True
+
     def __init__(self, paths: Sequence[str], ids: Sequence[str]):
         if len(paths) != len(ids):
             raise ValueError("paths and ids differ in length")
@@ -69,6 +81,11 @@ class FileImages(ImageSource):
 
     def open(self, i: int) -> Image.Image:
         return _decode(self.paths[i], self.ids[i], self.paths[i])
+
+    def content_bytes(self, i: int) -> bytes:
+        """The image file's bytes (not its path or name: a renamed copy is the same content)."""
+        with open(self.paths[i], "rb") as f:
+            return f.read()
 
     def describe(self, i: int) -> str:
         return self.paths[i]
@@ -116,6 +133,17 @@ class HFImages(ImageSource):
         if isinstance(value, str):
             return _decode(value, self.ids[i], value)
         raise ImageLoadError(self.ids[i], where, f"unsupported image value of type {type(value).__name__}")
+
+    def content_bytes(self, i: int) -> bytes:
+        """The row's stored encoded bytes, else the bytes of the file it names, else its decoded pixels."""
+        value = self._value(i)
+        if isinstance(value, dict) and value.get("bytes"):
+            return bytes(value["bytes"])
+        path = value.get("path") if isinstance(value, dict) else value
+        if isinstance(path, str):
+            with open(path, "rb") as f:
+                return f.read()
+        return super().content_bytes(i)
 
     def describe(self, i: int) -> str:
         return f"row {self.rows[i]} of column {self.column!r}"
