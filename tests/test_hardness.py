@@ -59,7 +59,7 @@ def test_orthogonal_set_has_zero_similarity_everywhere():
     r = analyze(x, batch_size=8, n_batches=5)
     assert r.text.pairwise.n == 190 and r.text.pairwise.mean == pytest.approx(0, abs=1e-7)
     assert r.text.pairwise.std == pytest.approx(0, abs=1e-6)
-    assert np.allclose(r.arrays["text_nearest_score"], 0)
+    assert np.allclose(r.arrays.text_nearest_score, 0)
     assert r.text.buckets.shares[0] == pytest.approx(1.0) and sum(r.text.buckets.shares[1:]) == 0
     assert r.text.near_duplicates.n_pairs == 0
 
@@ -132,7 +132,7 @@ def test_sampled_pairwise_within_its_standard_error_of_exact():
     assert s.stderr > 0 and abs(s.mean - e.mean) <= 4 * s.stderr
     assert s.stderr == pytest.approx(s.std / math.sqrt(s.n))
     # the hardest negatives are exact either way; the sample is seeded
-    assert np.array_equal(exact.arrays["text_nearest_index"], sampled.arrays["text_nearest_index"])
+    assert np.array_equal(exact.arrays.text_nearest_index, sampled.arrays.text_nearest_index)
     again = sample_pairs(x, n_sample=500, seed=3)
     assert np.array_equal(again.values, sample_pairs(x, n_sample=500, seed=3).values)
     assert (again.i < again.j).all()
@@ -317,5 +317,5 @@ def test_minilm_text_encoder_sees_paraphrases():
     pytest.importorskip("transformers")
     r = hardness(["a red circle on a grey background", "a red circle on a gray background",
                   "stock markets fell sharply on monday"], "minilm", batch_size=3, n_batches=1, progress=False)
-    assert r.encoder["arch"] == "all-MiniLM-L6-v2" and r.arrays["text_nearest_index"][0] == 1
-    assert r.arrays["text_nearest_score"][0] > 0.9 > r.text.pairwise.min + 0.5
+    assert r.encoder["arch"] == "all-MiniLM-L6-v2" and r.arrays.text_nearest_index[0] == 1
+    assert r.arrays.text_nearest_score[0] > 0.9 > r.text.pairwise.min + 0.5

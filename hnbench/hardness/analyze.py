@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hnbench.hardness.schema import HardnessReport, ModalityStats, Pair, PairList
+from hnbench.hardness.schema import HardnessArrays, HardnessReport, ModalityStats, Pair, PairList
 from hnbench.hardness.stats import (
     Distribution,
     Nearest,
@@ -94,8 +94,9 @@ def analyze(
 
     ``caption_image`` maps each caption to its image (default: each caption its own); captions of one
     image are never negatives of each other. ``labels`` (one per image) name known structure such as
-    synthdense's families. The returned report has empty ``dataset``/``encoder``; ``arrays`` holds the
-    per-item nearest neighbours, the full pair lists and one example batch's Ḡ.
+    synthdense's families. The returned report has empty ``dataset``/``encoder``; its ``arrays``
+    (:class:`~hnbench.hardness.schema.HardnessArrays`) hold the per-item nearest neighbours, the full pair
+    lists and one example batch's Ḡ.
     """
     edges = check_edges(edges)
     timings: dict[str, float] = {}
@@ -106,16 +107,15 @@ def analyze(
     image_threshold = threshold if image_threshold is None else image_threshold
     kw = dict(exact_max=exact_max, n_sample=n_sample_pairs, seed=seed, device=device, block_bytes=block_bytes,
               progress=progress, timings=timings)
-    arrays: dict = {}
 
     near, pairwise, sample = _geometry(text, cap_img, prefix="text", **kw)
     a, b, s = unique_pairs(near.index, near.score, threshold)
-    arrays.update(text_nearest_index=near.index, text_nearest_score=near.score, text_pairs=(a, b, s))
     t = time.perf_counter()
     buckets, gbar, batch = batch_buckets(text, cap_img, batch_size=batch_size, n_batches=n_batches, edges=edges,
                                          seed=seed, device=device)
     timings["text_buckets"] = time.perf_counter() - t
-    arrays.update(gbar=gbar, gbar_items=batch)
+    arrays = HardnessArrays(text_nearest_index=near.index, text_nearest_score=near.score, text_pairs=(a, b, s),
+                            gbar=gbar, gbar_items=batch)
     text_stats = ModalityStats(n_items=n, pairwise=pairwise, nearest=Distribution.from_values(near.score),
                                near_duplicates=_pair_list(a, b, s, caption_ids, captions, threshold, n, n_top),
                                buckets=buckets)
@@ -134,7 +134,8 @@ def analyze(
         image_ids = [str(i) for i in range(m)] if image_ids is None else list(image_ids)
         inear, ipair, isample = _geometry(img, None, prefix="image", **kw)
         ia, ib, iscore = unique_pairs(inear.index, inear.score, image_threshold)
-        arrays.update(image_nearest_index=inear.index, image_nearest_score=inear.score, image_pairs=(ia, ib, iscore))
+        arrays.image_nearest_index, arrays.image_nearest_score = inear.index, inear.score
+        arrays.image_pairs = (ia, ib, iscore)
         image_stats = ModalityStats(n_items=m, pairwise=ipair, nearest=Distribution.from_values(inear.score),
                                     near_duplicates=_pair_list(ia, ib, iscore, image_ids, None, image_threshold, m, n_top))
         if labels is not None:
@@ -158,7 +159,7 @@ def analyze(
         pa, pb, isim, csim = pa[ok], pb[ok], isim[ok], csim[ok]
         order = np.lexsort((pb, pa, -np.minimum(isim, csim)))
         pa, pb, isim, csim = pa[order], pb[order], isim[order], csim[order]
-        arrays["both_pairs"] = (pa, pb, isim, csim)
+        arrays.both_pairs = (pa, pb, isim, csim)
         both = _pair_list(pa, pb, isim, image_ids, None, image_threshold, m, n_top, other=csim)
         timings["both_modalities"] = time.perf_counter() - t
 

@@ -34,9 +34,9 @@ def write_outputs(report: HardnessReport, output_dir: str | Path, cs: CaptionSet
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    a = report.arrays
+    a = report.require_arrays()
     files: dict[str, str] = {}
-    hn_i, hn_s = a["text_nearest_index"], a["text_nearest_score"]
+    hn_i, hn_s = a.text_nearest_index, a.text_nearest_score
     ids = np.asarray(cs.caption_ids, dtype=object)
     img_ids = np.asarray(cs.image_ids, dtype=object)
     frame = pd.DataFrame({"caption_index": np.arange(len(ids)), "caption_id": ids,
@@ -50,20 +50,21 @@ def write_outputs(report: HardnessReport, output_dir: str | Path, cs: CaptionSet
     atomic_write_bytes(out / "captions.parquet", buf.getvalue())
     files["captions"] = "captions.parquet"
 
-    pa, pb, ps = a["text_pairs"]
+    pa, pb, ps = a.text_pairs
     _write_csv(out / "near_duplicates.csv", ["a_id", "b_id", "similarity", "a_caption", "b_caption"],
                [(ids[x], ids[y], f"{s:.6f}", cs.captions[x], cs.captions[y]) for x, y, s in zip(pa, pb, ps)])
     report.text.near_duplicates.file = files["near_duplicates"] = "near_duplicates.csv"
-    if report.image is not None:
-        ia, ib, isc = a["image_pairs"]
+    if report.image is not None and report.both is not None and a.image_pairs is not None and a.both_pairs is not None:
+        # analyze() fills the image statistics and their arrays together
+        ia, ib, isc = a.image_pairs
         _write_csv(out / "image_near_duplicates.csv", ["a_id", "b_id", "similarity"],
                    [(img_ids[x], img_ids[y], f"{s:.6f}") for x, y, s in zip(ia, ib, isc)])
         report.image.near_duplicates.file = files["image_near_duplicates"] = "image_near_duplicates.csv"
-        ba, bb, bi, bc = a["both_pairs"]
+        ba, bb, bi, bc = a.both_pairs
         _write_csv(out / "both_near_duplicates.csv", ["a_id", "b_id", "image_similarity", "caption_similarity"],
                    [(img_ids[x], img_ids[y], f"{s:.6f}", f"{c:.6f}") for x, y, s, c in zip(ba, bb, bi, bc)])
         report.both.file = files["both_near_duplicates"] = "both_near_duplicates.csv"
-    for k, errors in enumerate(a.get("errors", [])):
+    for k, errors in enumerate(a.errors):
         name = f"errors_{k}.csv"
         buf = io.StringIO()
         errors.to_csv(buf, index=False)
@@ -89,7 +90,7 @@ def write_outputs(report: HardnessReport, output_dir: str | Path, cs: CaptionSet
             p / "buckets.png", b.labels, [("captions", b.shares, b.stderr)],
             title=f"In-batch negatives by caption similarity (B = {b.batch_size}, {b.n_batches} batches)").name
         files["gbar"] = "plots/" + plots.plot_heatmap(
-            p / "gbar.png", a["gbar"], title=f"Ḡ of one random batch (B = {b.batch_size}, diagonal masked)").name
+            p / "gbar.png", a.gbar, title=f"Ḡ of one random batch (B = {b.batch_size}, diagonal masked)").name
     for mod, s in report.structure.items():
         files[f"structure_{mod}"] = "plots/" + plots.plot_histograms(
             p / f"structure_{mod}.png", [(f"same {s.field}", s.within.histogram, s.within.mean),

@@ -119,19 +119,18 @@ def hardness(
                                           "images_cached": getattr(img, "n_cached", 0) if img is not None else 0}
     report.timings = {**{k: round(v, 4) for k, v in timings.items()}, **report.timings}
 
-    all_errors = []
+    arrays = report.require_arrays()
     for path, res, frame in scored:
         if res.dataset.get("fingerprint") not in (None, cs.fingerprint):
             logger.warning("%s was scored on dataset fingerprint %s, this caption set is %s; joining on ids",
                            path, res.dataset.get("fingerprint"), cs.fingerprint)
         rec, errors = recall_by_hardness(
             frame, caption_ids=cs.caption_ids, image_ids=cs.image_ids, caption_image=cs.caption_image,
-            hn_index=report.arrays["text_nearest_index"], hn_score=report.arrays["text_nearest_score"],
+            hn_index=arrays.text_nearest_index, hn_score=arrays.text_nearest_score,
             edges=report.settings["edges"], captions=cs.captions, text_vectors=txt.vectors, n_wrong=s.n_show * 2,
             result=str(path), model=res.model)
         report.recall.append(rec)
-        all_errors.append(errors)
-    report.arrays["errors"] = all_errors
+        arrays.errors.append(errors)
     if output_dir is not None:
         write_outputs(report, output_dir, cs, n_show=s.n_show)
     report.timings["total"] = round(time.perf_counter() - t0, 4)
