@@ -23,14 +23,23 @@ class _HFImageTransform:
         return self.processor(images=image, return_tensors="pt")["pixel_values"][0]
 
 
-def _features(out: Any) -> torch.Tensor:
-    # transformers 5 may return a model output instead of a tensor from get_*_features
+def feature_tensor(out: Any) -> torch.Tensor:
+    """The embeddings from ``CLIPModel.get_image_features`` / ``get_text_features``: transformers 4 returns the
+    tensor, transformers 5 may return a model output that carries it (``image_embeds``, ``text_embeds`` or
+    ``pooler_output``)."""
     if isinstance(out, torch.Tensor):
         return out
     for attr in ("image_embeds", "text_embeds", "pooler_output"):
         if getattr(out, attr, None) is not None:
             return getattr(out, attr)
     raise TypeError(f"unexpected feature output {type(out).__name__}")
+
+
+def eos_attention_mask(tokens: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:
+    """HF CLIP's text attention mask: attend up to and including the first end token (the pad token may equal
+    it, so the tokenizer's own mask would stop too early or not at all)."""
+    first_eos = (tokens == eos_token_id).int().argmax(dim=1)
+    return (torch.arange(tokens.shape[1], device=tokens.device)[None, :] <= first_eos[:, None]).long()
 
 
 class HFCLIPEncoder:
@@ -73,16 +82,14 @@ class HFCLIPEncoder:
     @torch.inference_mode()
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
         pixels = pixels.to(device=self.device, dtype=self.model.dtype, non_blocking=True)  # fp16/bf16 weights
-        f = _features(self.model.get_image_features(pixel_values=pixels))
+        f = feature_tensor(self.model.get_image_features(pixel_values=pixels))
         return torch.nn.functional.normalize(f.float(), dim=-1)
 
     @torch.inference_mode()
     def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.to(self.device, non_blocking=True)
-        # Attend up to and including the first end token (the pad token may equal the end token).
-        first_eos = (tokens == self.eos_token_id).int().argmax(dim=1)
-        mask = (torch.arange(tokens.shape[1], device=tokens.device)[None, :] <= first_eos[:, None]).long()
-        f = _features(self.model.get_text_features(input_ids=tokens, attention_mask=mask))
+        mask = eos_attention_mask(tokens, self.eos_token_id)
+        f = feature_tensor(self.model.get_text_features(input_ids=tokens, attention_mask=mask))
         return torch.nn.functional.normalize(f.float(), dim=-1)
 
 

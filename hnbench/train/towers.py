@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hnbench.errors import ConfigError
+from hnbench.models.hf import eos_attention_mask, feature_tensor
 
 __all__ = ["CLIPTowers"]
 
@@ -43,22 +44,17 @@ class CLIPTowers(nn.Module):
     def encode_image(self, pixels: Tensor) -> Tensor:
         if self.framework == "open_clip":
             return self.model.encode_image(pixels, normalize=True)
-        from hnbench.models.hf import _features
-
-        return F.normalize(_features(self.model.get_image_features(pixel_values=pixels)), dim=-1)
+        return F.normalize(feature_tensor(self.model.get_image_features(pixel_values=pixels)), dim=-1)
 
     def encode_text(self, tokens: Tensor) -> Tensor:
         if self.framework == "open_clip":
             return self.model.encode_text(tokens, normalize=True)
-        from hnbench.models.hf import _features
-
-        return F.normalize(_features(self.model.get_text_features(
+        return F.normalize(feature_tensor(self.model.get_text_features(
             input_ids=tokens, attention_mask=self.hf_attention_mask(tokens))), dim=-1)
 
     def hf_attention_mask(self, tokens: Tensor) -> Tensor:
         """Attend up to and including the first end token (HF CLIP's pad token may equal it)."""
-        first_eos = (tokens == self.eos_token_id).int().argmax(dim=1)
-        return (torch.arange(tokens.shape[1], device=tokens.device)[None, :] <= first_eos[:, None]).long()
+        return eos_attention_mask(tokens, self.eos_token_id)
 
     def scale(self) -> Tensor:
         return self.model.logit_scale.exp().clamp(max=self.max_logit_scale)
