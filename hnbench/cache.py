@@ -347,7 +347,7 @@ class EmbeddingCache:
         """The cache of ``encoder`` as it will run (``amp`` only changes the key on CUDA)."""
         autocast = None
         if amp and encoder.device.type == "cuda":
-            import torch
+            import torch  # only here: `hnbench cache ls/du/clear` and the key helpers run without torch
 
             autocast = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
         # A RememberedEncoder knows its transform's description without building the model.

@@ -110,7 +110,7 @@ class HFImages(ImageSource):
     """Images in a column of a Hugging Face ``datasets.Dataset`` (decoded lazily, per row)."""
 
     def __init__(self, dataset: Any, column: str, ids: Sequence[str], rows: Sequence[int] | None = None):
-        from datasets import Image as HFImage
+        from datasets import Image as HFImage  # heavy (pyarrow, fsspec): only HF-backed sets need it
 
         feature = dataset.features.get(column)
         if isinstance(feature, HFImage) and feature.decode:

@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from hnbench import plots
 from hnbench.hardness.captions import CaptionSet
+from hnbench.hardness.markdown import render_comparison, render_report
 from hnbench.hardness.schema import HardnessReport, read_report
 from hnbench.io import atomic_write_bytes
 
@@ -27,10 +29,7 @@ def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]])
 
 def write_outputs(report: HardnessReport, output_dir: str | Path, cs: CaptionSet, *, n_show: int = 10) -> None:
     """Per-item parquet, pair CSVs, plots and the Markdown report (the JSON is written by the caller)."""
-    import pandas as pd
-
-    from hnbench import plots
-    from hnbench.hardness.markdown import render_report
+    import pandas as pd  # slow to import: only where a frame is written
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -108,9 +107,6 @@ def write_outputs(report: HardnessReport, output_dir: str | Path, cs: CaptionSet
 
 def compare(reports: Sequence[HardnessReport | str | Path], output_dir: str | Path) -> Path:
     """Write ``comparison.md`` (+ ``comparison.json`` and overlaid plots) for several hardness runs."""
-    from hnbench import plots
-    from hnbench.hardness.markdown import render_comparison
-
     out = Path(output_dir)
     loaded = [read_report(r) if isinstance(r, (str, Path)) else r for r in reports]
     if not loaded:

@@ -53,7 +53,7 @@ def recall_by_hardness(per_query: pd.DataFrame, *, caption_ids: Sequence[str], i
                        model: dict[str, Any] | None = None) -> tuple[RecallByHardness, pd.DataFrame]:
     """R@1 per hardness bucket both ways, and the t2i errors (all of them as a DataFrame, the
     ``n_wrong`` hardest in the record). ``per_query`` has hnbench's per-query columns."""
-    import pandas as pd
+    import pandas as pd  # slow to import: only where the frames are built
 
     e = check_edges(edges)
     cap_pos = {c: i for i, c in enumerate(caption_ids)}

@@ -13,12 +13,16 @@ from typing import Any
 
 import numpy as np
 
+from hnbench import encode
+from hnbench.data import load_dataset
 from hnbench.data.base import ImageTextDataset
 from hnbench.errors import ConfigError
 from hnbench.hardness.analyze import analyze
 from hnbench.hardness.captions import CaptionSet, from_dataset, load_captions, text_fingerprint
 from hnbench.hardness.outputs import compare, write_outputs
+from hnbench.hardness.recall import load_per_query, recall_by_hardness
 from hnbench.hardness.schema import HardnessReport, write_report
+from hnbench.models import load_model
 from hnbench.registry import TEXT_ENCODERS
 from hnbench.settings import HardnessSettings, from_options
 from hnbench.validate import check_device, check_num_workers, check_output_dir, check_positive
@@ -32,8 +36,6 @@ def _load_encoder(model: Any, pretrained: str | None, model_config: str | None, 
         return model
     if model in TEXT_ENCODERS:
         return TEXT_ENCODERS.get(model)(device=device)
-    from hnbench.models import load_model
-
     return load_model(model, pretrained, model_config=model_config, context_length=context_length, device=device)
 
 
@@ -67,8 +69,6 @@ def hardness(
     the keywords replace those of ``settings``). Statistics and their exact definitions:
     :mod:`hnbench.hardness.stats`.
     """
-    from hnbench import encode
-
     s = from_options(HardnessSettings, settings, options)
     _check_args(s, output_dir)
     t0 = time.perf_counter()
@@ -76,8 +76,6 @@ def hardness(
     if isinstance(data, str) and Path(data).suffix == ".txt":
         data = load_captions(data, label_field=None if label_field == "auto" else label_field)
     elif isinstance(data, str):
-        from hnbench.data import load_dataset
-
         data = load_dataset(data, data_root=data_root, protocol=protocol, **(dataset_options or {}))
     elif not isinstance(data, (ImageTextDataset, CaptionSet)):
         captions = [str(c) for c in data]
@@ -86,8 +84,6 @@ def hardness(
                           fingerprint=text_fingerprint(captions), kind="captions")
     cs = from_dataset(data, label_field) if isinstance(data, ImageTextDataset) else data
     timings["load_data"] = time.perf_counter() - t0
-    from hnbench.hardness.recall import load_per_query, recall_by_hardness
-
     scored = [(path, *load_per_query(path)) for path in s.results]  # checked before the model loads
     for path, res, frame in scored:
         _check_result_matches(path, res, frame, cs)

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from hnbench.search import _ieee_fp32_matmul  # the same full-fp32 matmul guard as the search backends
 from hnbench.settings import DEFAULT_EDGES  # declared with the other hardness settings
 
 HIST_BINS = 2000  # over [-1, 1]; bin width 0.001
@@ -224,8 +225,6 @@ def nearest_other(x, groups=None, *, pairwise: bool = False, device: str = "cpu"
     block = max(1, min(n, budget // (4 * max(n, 1))))
     index, score = np.full(n, -1, np.int64), np.full(n, np.nan, np.float32)
     acc = PairSums() if pairwise else None
-    from hnbench.search import _ieee_fp32_matmul  # the same full-fp32 matmul guard as the search backends
-
     with _ieee_fp32_matmul(), torch.inference_mode(), tqdm(total=n, desc="nearest", unit="row",
                                                              disable=not progress) as bar:
         for a in range(0, n, block):

@@ -22,6 +22,9 @@ from hnbench.models.longclip_tables import convert_longclip_state_dict
 
 logger = logging.getLogger(__name__)
 
+# open_clip (heavy: timm, torchvision models) is imported inside the functions that build or tokenize: a run
+# whose embeddings are all cached never imports it (tests/test_warm_path.py).
+
 CONFIG_DIR = Path(__file__).parent / "configs"
 ASSET_DIR = Path(__file__).parent.parent / "assets"
 # Weights hnbench ships itself, addressed like open_clip pretrained tags: (arch, tag) -> file in assets/.

@@ -15,6 +15,9 @@ from typing import Any
 
 from hnbench.errors import CheckpointError, ConfigError
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
+from hnbench.models.hf import load_hf_clip
+from hnbench.models.longclip import stretch_openclip
+from hnbench.models.openclip import load_openclip
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +45,7 @@ def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_confi
                       precision: str = "fp32") -> TrainableEncoder:
     """Base model (from ``hnbench_base.json`` unless given) + the adapter in ``adapter_dir``, merged."""
     try:
-        from peft import PeftModel
+        from peft import PeftModel  # optional: the train extra
     except ImportError as e:
         raise ConfigError("adapter checkpoints need peft: pip install 'hnbench[train]'") from e
     adapter = Path(adapter_dir)
@@ -54,19 +57,13 @@ def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_confi
         raise ConfigError(f"{adapter} was trained on {base['model']!r}, not {model!r}")
     encoder: TrainableEncoder
     if base.get("framework") == "transformers" or arch.startswith("hf:") or Path(arch).is_dir():
-        from hnbench.models.hf import load_hf_clip
-
         encoder = load_hf_clip(arch, context_length=context_length or base.get("context_length"), device="cpu",
                                revision=base.get("revision"), precision=precision)
     else:
-        from hnbench.models.openclip import load_openclip
-
         encoder = load_openclip(arch, base.get("pretrained"), model_config=model_config or base.get("model_config"),
                                 context_length=base.get("context_length") if context_length is None
                                 else context_length, precision=precision, device="cpu")
         if base.get("stretch_context") and encoder.info.context_length != base["stretch_context"]:
-            from hnbench.models.longclip import stretch_openclip
-
             encoder = require_trainable(stretch_openclip(encoder, base["stretch_context"]), "a PEFT adapter")
     if base.get("model") and not base.get("pretrained") and base.get("framework") != "transformers":
         logger.warning("%s: the base model was randomly initialised; the merged weights will not match training",

@@ -6,7 +6,7 @@ import base64
 import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -19,6 +19,11 @@ from hnbench.pages.html import render
 from hnbench.pages.page import Page, Row
 from hnbench.registry import DATASETS
 from hnbench.results import PER_QUERY_TOP, EvalResult, read_per_query, read_result
+
+# hnbench.hardness is imported only for a page that shows hardness: its statistics import torch, which a
+# page of an evaluation result does not otherwise need (and pandas, slow to import, only where frames are read).
+if TYPE_CHECKING:
+    from hnbench.hardness.schema import HardnessReport
 
 THUMB_PX = 96
 
@@ -49,7 +54,7 @@ def _thumb(ds: ImageTextDataset, i: int, px: int) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def _hardness_per_caption(path: str, report: Any, ds: ImageTextDataset) -> tuple[np.ndarray, np.ndarray, list[float]]:
+def _hardness_per_caption(path: str, report: HardnessReport, ds: ImageTextDataset) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """Hardest-negative index/score per caption of ``ds`` (by id) from a hardness run (read from ``path`` as
     ``report``), and its bucket edges."""
     import pandas as pd
@@ -107,7 +112,7 @@ def _rows(frame: Any, ds: ImageTextDataset, direction: str, top: int, keep: np.n
 
 def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | None = None,
                hardness: str | None = None, limit: int = 200, top: int = 5, progress: bool = True,
-               frame: Any = None, hardness_report: Any = None) -> Page:
+               frame: Any = None, hardness_report: HardnessReport | None = None) -> Page:
     """Select the worst queries (and with ``other`` every disagreement at K=1), collect texts and thumbnails.
 
     ``frame`` / ``hardness_report``: the result's per-query frame and the hardness report when the caller
@@ -122,7 +127,7 @@ def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | 
     hard_t2i = hard_i2t = None
     records = []
     if hardness:
-        from hnbench.hardness.recall import recall_by_hardness
+        from hnbench.hardness.recall import recall_by_hardness  # imports torch: see the top of the module
         from hnbench.hardness.schema import read_report
 
         report = hardness_report if hardness_report is not None else read_report(hardness)
@@ -182,9 +187,9 @@ def browse(result: str | Path, output_dir: str | Path, *, compare: str | Path | 
         raise ConfigError(f"--limit must be >= 0 (0: all queries), got {limit}")
     if not 1 <= top <= PER_QUERY_TOP:
         raise ConfigError(f"--top must be between 1 and {PER_QUERY_TOP}, got {top}")
-    report = None
+    report: HardnessReport | None = None
     if hardness is not None:
-        from hnbench.hardness.schema import read_report
+        from hnbench.hardness.schema import read_report  # imports torch: see the top of the module
 
         if not Path(hardness).is_file():
             raise ConfigError(f"{hardness}: no such hardness file")

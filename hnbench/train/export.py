@@ -16,9 +16,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from safetensors.torch import save_file
 from torch import nn
 
 from hnbench.models.base import TrainableEncoder
+from hnbench.train.adapters import save_adapter
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +40,6 @@ def _base_record(encoder: TrainableEncoder, config: Any) -> dict[str, Any]:
 
 
 def _save_open_clip(model: nn.Module, config: Any, out_dir: Path) -> Path:
-    from safetensors.torch import save_file
-
     ckpt = out_dir / "checkpoint.safetensors"
     tmp = out_dir / ".checkpoint.safetensors.tmp"
     save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp),
@@ -63,8 +63,6 @@ def export_checkpoints(model: nn.Module, encoder: TrainableEncoder, config: Any,
     outputs: dict[str, Path] = {}
     hf = encoder.info.framework == "transformers"
     if config.peft:
-        from hnbench.train.adapters import save_adapter
-
         base = _base_record(encoder, config)
         if config.peft_save in ("adapter", "both"):
             if base["pretrained"] is None and not hf:

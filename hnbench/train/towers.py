@@ -87,6 +87,7 @@ class CLIPTowers(nn.Module):
         return F.normalize(pooled, dim=-1), patches
 
     def _text_with_tokens(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        # heavy (open_clip and its model zoo): imported only when the token-level loss runs
         from open_clip.transformer import text_global_pool
 
         m = self.model

@@ -29,14 +29,26 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from hnbench.data import load_dataset
 from hnbench.distributed import DistContext, from_env
 from hnbench.errors import ConfigError
-from hnbench.models.base import TrainableEncoder, require_trainable
+from hnbench.evaluate import evaluate
+from hnbench.io import atomic_write_bytes
+from hnbench.models import load_model
+from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
+from hnbench.models.longclip import stretch_openclip
 from hnbench.registry import LOSSES
+from hnbench.train.adapters import apply_peft
+from hnbench.train.batches import GlobalBatchSampler, PairItems, group_positions, subset_fraction
 from hnbench.train.config import TrainConfig, load_recipe  # noqa: F401  (load_recipe: re-exported)
+from hnbench.train.diagnostics import measure, summarize_epoch
+from hnbench.train.export import export_checkpoints
 from hnbench.train.state import TrainState, load_state, resolve_resume, save_state, trim_jsonl
+from hnbench.train.step import MicroBatch, Objective, run_step
+from hnbench.train.towers import CLIPTowers, param_groups
 from hnbench.validate import check_device
 
 logger = logging.getLogger(__name__)
@@ -111,12 +123,6 @@ class _Run:
     """One training run: builds everything in a fixed order (it decides the RNG stream), then loops."""
 
     def __init__(self, config: TrainConfig, dist: DistContext, progress: bool) -> None:
-        from hnbench.data import load_dataset
-        from hnbench.models import load_model
-        from hnbench.train.batches import GlobalBatchSampler, PairItems, group_positions, subset_fraction
-        from hnbench.train.step import Objective
-        from hnbench.train.towers import CLIPTowers, param_groups
-
         self.config, self.dist, self.progress = config, dist, progress
         c, device = config, dist.device
         seed_everything(c.seed)
@@ -131,8 +137,6 @@ class _Run:
         if c.stretch_context and self.encoder.info.context_length != c.stretch_context:
             if framework != "open_clip":
                 raise ConfigError("stretch_context works on open_clip models")
-            from hnbench.models.longclip import stretch_openclip
-
             self.encoder = stretch_openclip(self.encoder, c.stretch_context)
         if c.init_logit_scale is not None:
             with torch.no_grad():
@@ -142,8 +146,6 @@ class _Run:
         self.frozen = base_towers.frozen_text_copy() if c.g_source == "frozen_init" and c.loss == "hn" else None
         model = self.encoder.model
         if c.peft:
-            from hnbench.train.adapters import apply_peft
-
             model = apply_peft(model, framework, c.peft, r=c.lora_r, alpha=c.lora_alpha, dropout=c.lora_dropout,
                                targets=c.lora_targets)
             self.encoder.model = model
@@ -172,8 +174,6 @@ class _Run:
         self._setup_amp(device)
         self.ddp = self.towers
         if dist.world_size > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
             self.ddp = DistributedDataParallel(
                 self.towers, device_ids=[dist.local_rank] if device.startswith("cuda") else None)
         self.eval_ds = None
@@ -254,8 +254,6 @@ class _Run:
         logger.warning("--overwrite: replaced the earlier run in %s", self.out_dir)
 
     def _epoch(self, state: Any, bar: Any, start: float) -> bool:
-        from hnbench.train.step import MicroBatch, run_step
-
         c, dist = self.config, self.dist
         device = dist.device
         b = c.batch_size // dist.world_size
@@ -317,8 +315,6 @@ class _Run:
         return stop
 
     def _diagnose(self, mb: Any, state: Any) -> None:
-        from hnbench.train.diagnostics import measure
-
         rec = measure(self.towers, mb.pixels, mb.tokens, gamma=self.config.gamma,
                       mask=self.objective.mask(mb.image_ids[:len(mb.tokens)], mb.caption_texts[:len(mb.tokens)]),
                       active_threshold=self.config.active_threshold, amp_dtype=self.amp_dtype)
@@ -331,8 +327,6 @@ class _Run:
             f.write(json.dumps(rec) + "\n")
 
     def _end_epoch(self, state: Any, start: float) -> None:
-        from hnbench.train.diagnostics import summarize_epoch
-
         c = self.config
         if self.dist.is_main and c.diag_every:
             self._write_diag(summarize_epoch(state.epoch, state.epoch_records, state.epoch_losses,
@@ -348,10 +342,6 @@ class _Run:
     def _evaluate(self, epoch: int, step: int) -> None:
         """Score the current weights with hnbench's evaluator (rank 0; the others wait)."""
         if self.dist.is_main:
-            from hnbench.data import load_dataset
-            from hnbench.evaluate import evaluate
-            from hnbench.models.base import state_dict_fingerprint
-
             c = self.config
             if self.eval_ds is None:
                 self.eval_ds = load_dataset(c.eval_dataset, data_root=c.eval_data_root, protocol=c.eval_protocol,
@@ -384,9 +374,6 @@ class _Run:
         self.dist.barrier()
 
     def _finish(self, state: Any, start: float, stopped: bool) -> Path:
-        from hnbench.io import atomic_write_bytes
-        from hnbench.train.export import export_checkpoints
-
         c = self.config
         path = self.out_dir / "checkpoint.safetensors"
         if self.dist.is_main:
