@@ -120,7 +120,8 @@ def _image_key(source: ImageSource, i: int) -> bytes | None:
         return None
 
 
-def image_keys(source: ImageSource, positions: Sequence[int], *, threads: int = 8) -> tuple[np.ndarray, np.ndarray]:
+def image_keys(source: ImageSource, positions: Sequence[int], *,
+               threads: int = 8) -> tuple[np.ndarray, np.ndarray]:
     """Content keys of images ``positions`` of ``source`` and a mask of those that could be read."""
     positions = list(positions)
     if source.file_backed and len(positions) > 64 and threads > 1:
@@ -192,7 +193,8 @@ def read_header(path: Path) -> dict[str, Any]:
             raise CorruptShardError("bad magic or truncated")
         (hlen,) = struct.unpack_from("<I", head, len(MAGIC))
         try:
-            return json.loads(f.read(hlen))
+            header: dict[str, Any] = json.loads(f.read(hlen))
+            return header
         except ValueError as e:
             raise CorruptShardError(f"bad header ({e})") from e
 
@@ -221,12 +223,13 @@ class ShardStore:
             self.stats.corrupt_shards += 1
             self.quarantine.mkdir(parents=True, exist_ok=True)
             dest = self.quarantine / f"{self.model_key}-{self.kind}-{path.name}"
+            moved: Path | None = dest
             try:
                 os.replace(path, dest)
             except OSError:
-                dest = None
+                moved = None
             logger.warning("corrupt %s cache shard %s (%s): moved to %s; its items will be encoded again",
-                           self.kind, path, e, dest)
+                           self.kind, path, e, moved)
             return None
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

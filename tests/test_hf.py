@@ -49,7 +49,8 @@ def test_feature_tensor_reads_tensors_and_model_outputs(hf_clip_dir):
     assert feature_tensor(x) is x and feature_tensor(BaseModelOutputWithPooling(pooler_output=x)) is x
     with pytest.raises(TypeError, match="BaseModelOutputWithPooling"):
         feature_tensor(BaseModelOutputWithPooling())
-    assert eos_attention_mask(torch.tensor([[5, 7, 9, 9], [5, 9, 9, 9]]), 9).tolist() == [[1, 1, 1, 0], [1, 1, 0, 0]]
+    mask = eos_attention_mask(torch.tensor([[5, 7, 9, 9], [5, 9, 9, 9]]), 9)
+    assert mask.tolist() == [[1, 1, 1, 0], [1, 1, 0, 0]]  # up to and including the first end token
     # the training towers and the evaluation encoder give the same features through these helpers
     enc = load_model(str(hf_clip_dir))
     towers = CLIPTowers(enc.model, enc.framework, eos_token_id=enc.eos_token_id).eval()

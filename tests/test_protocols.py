@@ -54,6 +54,6 @@ def test_training_a_text_only_encoder_is_one_line_and_writes_nothing(text_only_f
                "--num-workers", "0", "--output", str(out)])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1
-    assert err == ("hnbench: error: all-MiniLM-L6-v2 (SentenceEncoder) cannot be used for training: only open_clip "
-                   "and HF CLIP models can (it exposes no trainable CLIP module)")
+    assert err == ("hnbench: error: all-MiniLM-L6-v2 (SentenceEncoder) cannot be used for training: only "
+                   "open_clip and HF CLIP models can (it exposes no trainable CLIP module)")
     assert not (tmp_path / "runs").exists()

@@ -62,7 +62,8 @@ def _decode(data: bytes | str, item_id: str, where: str) -> Image.Image:
     try:
         with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as im:
             im.load()
-            return im.convert("RGB")
+            rgb: Image.Image = im.convert("RGB")
+            return rgb
     except FileNotFoundError as e:
         raise ImageLoadError(item_id, where, "file not found") from e
     except OSError as e:  # PIL raises OSError / UnidentifiedImageError for corrupt data

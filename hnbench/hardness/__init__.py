@@ -13,7 +13,7 @@ from hnbench.hardness.captions import load_captions
 from hnbench.hardness.outputs import compare
 from hnbench.hardness.run import hardness
 from hnbench.hardness.schema import SCHEMA_VERSION, HardnessArrays, HardnessReport, read_report, write_report
-from hnbench.hardness.stats import DEFAULT_EDGES
+from hnbench.settings import DEFAULT_EDGES
 
 __all__ = ["DEFAULT_EDGES", "SCHEMA_VERSION", "HardnessArrays", "HardnessReport", "analyze", "compare", "hardness",
            "load_captions", "read_report", "write_report"]

@@ -26,7 +26,7 @@ def _bold(text: str) -> str:
     return f"**{text}**"
 
 
-def _esc(text: str) -> str:
+def _esc(text: object) -> str:
     return _MD_SPECIAL.sub(r"\\\1", str(text))
 
 

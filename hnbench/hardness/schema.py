@@ -140,12 +140,13 @@ class HardnessArrays:
     text_pairs: tuple[Indices, Indices, Scores]  # caption near-duplicates at or above the threshold
     gbar: Scores  # (B, B) Ḡ of one example batch, diagonal 0
     gbar_items: Indices  # (B,) the caption positions of that batch
-    image_nearest_index: Indices | None = None  # (M,) each image's nearest other image, -1 when none (no images: None)
+    # the image fields are None when no images were encoded
+    image_nearest_index: Indices | None = None  # (M,) each image's nearest other image, -1 when none
     image_nearest_score: Scores | None = None  # (M,) its cosine
-    image_pairs: tuple[Indices, Indices, Scores] | None = None  # image near-duplicates at or above the image threshold
-    # image pairs near-duplicate in both modalities: (a, b, image cosine, best caption cosine), by the lower of the two
+    image_pairs: tuple[Indices, Indices, Scores] | None = None  # image near-duplicates (image threshold)
+    # image pairs near-duplicate in both modalities: (a, b, image cosine, best caption cosine), by the lower
     both_pairs: tuple[Indices, Indices, Scores, Scores] | None = None
-    errors: list[pd.DataFrame] = field(default_factory=list)  # t2i errors, one frame per joined evaluation result
+    errors: list[pd.DataFrame] = field(default_factory=list)  # t2i errors, one frame per joined result
 
 
 @dataclass
@@ -178,7 +179,8 @@ class HardnessReport:
     def require_arrays(self) -> HardnessArrays:
         """The per-item arrays; only a report fresh from :func:`~hnbench.hardness.analyze` has them."""
         if self.arrays is None:
-            raise ValueError("this hardness report has no per-item arrays (read back from JSON?): rerun the analysis")
+            raise ValueError("this hardness report has no per-item arrays (read back from JSON?): "
+                             "rerun the analysis")
         return self.arrays
 
     @property
@@ -213,7 +215,7 @@ def _build(tp: Any, value: Any) -> Any:
     if origin is dict:
         _, arg = typing.get_args(tp)
         return {k: _build(arg, x) for k, x in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp)
         names = {f.name for f in dataclasses.fields(tp) if f.init and f.metadata.get("json", True)}
         return tp(**{k: _build(hints[k], v) for k, v in value.items() if k in names})
@@ -243,6 +245,6 @@ def read_report(path: str | Path) -> HardnessReport:
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise HardnessFormatError(f"{path}: schema version {version!r} is newer than this hnbench reads "
                                   f"({SCHEMA_VERSION}); upgrade hnbench")
-    report = _build(HardnessReport, d)
+    report: HardnessReport = _build(HardnessReport, d)
     report.path = str(path)
     return report

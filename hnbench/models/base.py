@@ -53,8 +53,10 @@ class Encoder(Protocol):
     """
 
     info: ModelInfo
-    image_transform: Callable[[Any], torch.Tensor]
     device: torch.device
+
+    @property
+    def image_transform(self) -> Callable[[Any], torch.Tensor]: ...  # read-only: a lazy encoder builds it
 
     def tokenize(self, texts: Sequence[str]) -> TokenizedTexts: ...
 
@@ -80,6 +82,8 @@ class TrainableEncoder(Encoder, Protocol):
     def eos_token_id(self) -> int | None:
         """The end-of-text token id that ends HF CLIP's attention mask (None: the model finds the end itself)."""
         ...
+
+    def to(self, device: str | torch.device) -> TrainableEncoder: ...
 
 
 def require_trainable(encoder: Encoder, purpose: str) -> TrainableEncoder:

@@ -20,7 +20,8 @@ class _HFImageTransform:
         self.processor = processor
 
     def __call__(self, image: Any) -> torch.Tensor:
-        return self.processor(images=image, return_tensors="pt")["pixel_values"][0]
+        pixels: torch.Tensor = self.processor(images=image, return_tensors="pt")["pixel_values"][0]
+        return pixels
 
 
 def feature_tensor(out: Any) -> torch.Tensor:
@@ -30,16 +31,20 @@ def feature_tensor(out: Any) -> torch.Tensor:
     if isinstance(out, torch.Tensor):
         return out
     for attr in ("image_embeds", "text_embeds", "pooler_output"):
-        if getattr(out, attr, None) is not None:
-            return getattr(out, attr)
+        value: torch.Tensor | None = getattr(out, attr, None)
+        if value is not None:
+            return value
     raise TypeError(f"unexpected feature output {type(out).__name__}")
 
 
 def eos_attention_mask(tokens: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:
     """HF CLIP's text attention mask: attend up to and including the first end token (the pad token may equal
     it, so the tokenizer's own mask would stop too early or not at all)."""
-    first_eos = (tokens == eos_token_id).int().argmax(dim=1)
-    return (torch.arange(tokens.shape[1], device=tokens.device)[None, :] <= first_eos[:, None]).long()
+    if eos_token_id is None:
+        raise ConfigError("an HF CLIP text tower needs its tokenizer's end-of-text token id (it is None)")
+    first_eos = torch.eq(tokens, eos_token_id).int().argmax(dim=1)
+    positions = torch.arange(tokens.shape[1], device=tokens.device)
+    return torch.le(positions[None, :], first_eos[:, None]).long()
 
 
 class HFCLIPEncoder:
@@ -113,10 +118,12 @@ def load_hf_clip(name: str, *, context_length: int | None = None, device: str = 
     path = name.removeprefix("hf:")
     if not Path(path).is_dir() and name.startswith("hf:") is False:
         raise ConfigError(f"{name}: not a directory; write hub models as hf:ORG/NAME")
+    at: dict[str, Any] = {} if revision is None else {"revision": revision}  # None: the hub's default branch
     try:
-        model = CLIPModel.from_pretrained(path, revision=revision, use_safetensors=None)
-        tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
-        processor = CLIPImageProcessor.from_pretrained(path, revision=revision)
+        # Any: transformers' decorated methods (to, get_*_features) are not typed usefully
+        model: Any = CLIPModel.from_pretrained(path, use_safetensors=None, **at)
+        tokenizer = AutoTokenizer.from_pretrained(path, **at)
+        processor = CLIPImageProcessor.from_pretrained(path, **at)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"could not load HF CLIP model {name}: {str(e).splitlines()[0]}") from e
     if precision not in _DTYPES:

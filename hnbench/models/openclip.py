@@ -223,7 +223,7 @@ def load_openclip(
         arch=arch, pretrained=pretrained if not schema else arch, fingerprint=state_dict_fingerprint(sd),
         context_length=ctx, n_params=sum(p.numel() for p in model.parameters()),
         embed_dim=_embed_dim(arch, model),
-        framework=OpenCLIPEncoder.framework, extra={"precision": precision, **({"init_seed": seed} if seed is not None else {})},
+        framework="open_clip", extra={"precision": precision, **({"init_seed": seed} if seed is not None else {})},
     )
     if seed is not None:
         logger.info("%s: no weights given, random initialisation with seed %d", arch, seed)

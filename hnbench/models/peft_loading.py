@@ -35,7 +35,8 @@ def _read_base(adapter: Path) -> dict[str, Any]:
     if not f.is_file():
         return {}
     try:
-        return json.loads(f.read_text())
+        base: dict[str, Any] = json.loads(f.read_text())
+        return base
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{f}: unreadable ({e})") from e
 

@@ -33,7 +33,7 @@ def reload_dataset(result: EvalResult, dataset: str | None = None, *, data_root:
     """Load the dataset a result was scored on (as recorded, or from ``dataset``) and check its fingerprint."""
     d = result.dataset
     skip = any(int(v or 0) for v in (d.get("skipped") or {}).values())
-    options = {"split_file": list(split_file)} if split_file else {}
+    options: dict[str, Any] = {"split_file": list(split_file)} if split_file else {}
     name = dataset or (d["name"] if d.get("name") in DATASETS else d.get("source"))
     if not name or (name not in DATASETS and not Path(name).exists() and not str(name).startswith("hf:")):
         raise ConfigError(f"{result.path}: its dataset {d.get('name')!r} (source {d.get('source')!r}) is not here; "
@@ -54,7 +54,8 @@ def _thumb(ds: ImageTextDataset, i: int, px: int) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def _hardness_per_caption(path: str, report: HardnessReport, ds: ImageTextDataset) -> tuple[np.ndarray, np.ndarray, list[float]]:
+def _hardness_per_caption(path: str, report: HardnessReport,
+                          ds: ImageTextDataset) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """Hardest-negative index/score per caption of ``ds`` (by id) from a hardness run (read from ``path`` as
     ``report``), and its bucket edges."""
     import pandas as pd
@@ -138,7 +139,7 @@ def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | 
         np.maximum.at(hard_i2t, ds.caption_image[ok], hn_score[ok])
         hard_i2t[~np.isfinite(hard_i2t)] = np.nan
         for res, f in ((result, frame), (other, other_frame)):
-            if res is None:
+            if res is None or f is None:  # no other result, no other frame
                 continue
             try:
                 rec, _ = recall_by_hardness(f, caption_ids=ds.caption_ids, image_ids=ds.image_ids,

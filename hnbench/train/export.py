@@ -58,7 +58,8 @@ def _save_hf(model: nn.Module, encoder: TrainableEncoder, out_dir: Path) -> Path
     return target
 
 
-def export_checkpoints(model: nn.Module, encoder: TrainableEncoder, config: Any, out_dir: Path) -> dict[str, Path]:
+def export_checkpoints(model: nn.Module, encoder: TrainableEncoder, config: Any,
+                       out_dir: Path) -> dict[str, Path]:
     """Write the run's checkpoints; returns ``{"checkpoint": …, "adapter": …}`` (adapter under PEFT only)."""
     outputs: dict[str, Path] = {}
     hf = encoder.info.framework == "transformers"

@@ -35,7 +35,8 @@ class CLIPTowers(nn.Module):
         super().__init__()
         if framework not in ("open_clip", "transformers"):
             raise ConfigError(f"unknown model framework {framework!r}")
-        self.model = model
+        # Any: the framework's own attributes (encode_image, visual, get_text_features, ...) are read below
+        self.model: Any = model
         self.framework = framework
         self.max_logit_scale = float(max_logit_scale)
         self.eos_token_id = eos_token_id
@@ -43,12 +44,14 @@ class CLIPTowers(nn.Module):
     # -- features -----------------------------------------------------------------------------
     def encode_image(self, pixels: Tensor) -> Tensor:
         if self.framework == "open_clip":
-            return self.model.encode_image(pixels, normalize=True)
+            features: Tensor = self.model.encode_image(pixels, normalize=True)
+            return features
         return F.normalize(feature_tensor(self.model.get_image_features(pixel_values=pixels)), dim=-1)
 
     def encode_text(self, tokens: Tensor) -> Tensor:
         if self.framework == "open_clip":
-            return self.model.encode_text(tokens, normalize=True)
+            features: Tensor = self.model.encode_text(tokens, normalize=True)
+            return features
         return F.normalize(feature_tensor(self.model.get_text_features(
             input_ids=tokens, attention_mask=self.hf_attention_mask(tokens))), dim=-1)
 
@@ -57,7 +60,8 @@ class CLIPTowers(nn.Module):
         return eos_attention_mask(tokens, self.eos_token_id)
 
     def scale(self) -> Tensor:
-        return self.model.logit_scale.exp().clamp(max=self.max_logit_scale)
+        scale: Tensor = self.model.logit_scale.exp().clamp(max=self.max_logit_scale)
+        return scale
 
     def forward(self, pixels: Tensor, tokens: Tensor, with_tokens: bool = False) -> dict[str, Tensor]:
         if with_tokens:

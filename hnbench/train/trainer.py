@@ -32,7 +32,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from hnbench.data import load_dataset
+from hnbench.data import ImageTextDataset, load_dataset
 from hnbench.distributed import DistContext, from_env
 from hnbench.errors import ConfigError
 from hnbench.evaluate import evaluate
@@ -138,11 +138,12 @@ class _Run:
             if framework != "open_clip":
                 raise ConfigError("stretch_context works on open_clip models")
             self.encoder = stretch_openclip(self.encoder, c.stretch_context)
+        eos = self.encoder.eos_token_id
+        base_towers = CLIPTowers(self.encoder.model, framework, max_logit_scale=c.max_logit_scale,
+                                 eos_token_id=eos)
         if c.init_logit_scale is not None:
             with torch.no_grad():
-                self.encoder.model.logit_scale.fill_(math.log(c.init_logit_scale))
-        eos = self.encoder.eos_token_id
-        base_towers = CLIPTowers(self.encoder.model, framework, max_logit_scale=c.max_logit_scale, eos_token_id=eos)
+                base_towers.model.logit_scale.fill_(math.log(c.init_logit_scale))
         self.frozen = base_towers.frozen_text_copy() if c.g_source == "frozen_init" and c.loss == "hn" else None
         model = self.encoder.model
         if c.peft:
@@ -172,11 +173,11 @@ class _Run:
         self.opt = torch.optim.AdamW(param_groups(named, c.weight_decay), lr=c.lr)
         self.rng = np.random.default_rng(c.seed)
         self._setup_amp(device)
-        self.ddp = self.towers
+        self.ddp: torch.nn.Module = self.towers
         if dist.world_size > 1:
             self.ddp = DistributedDataParallel(
                 self.towers, device_ids=[dist.local_rank] if device.startswith("cuda") else None)
-        self.eval_ds = None
+        self.eval_ds: ImageTextDataset | None = None
 
     def _setup_amp(self, device: str) -> None:
         c = self.config
@@ -198,7 +199,8 @@ class _Run:
         return torch.autocast(self.amp_device, dtype=self.amp_dtype)
 
     def _backward(self, loss: torch.Tensor) -> None:
-        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        scaled = self.scaler.scale(loss) if self.scaler is not None else loss
+        scaled.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> Path:
@@ -227,6 +229,7 @@ class _Run:
                   disable=not self.progress or not dist.is_main) as bar:
             for epoch in range(state.epoch, c.epochs):
                 if epoch == resumed_epoch:  # continue exactly where the saved state stopped
+                    assert state.epoch_generator_state is not None  # load_state restored it
                     self.generator.set_state(state.epoch_generator_state)
                     self.sampler.skip = state.batch_in_epoch
                 else:
@@ -343,13 +346,15 @@ class _Run:
         """Score the current weights with hnbench's evaluator (rank 0; the others wait)."""
         if self.dist.is_main:
             c = self.config
+            assert c.eval_dataset is not None  # evaluation runs only with an eval_dataset
             if self.eval_ds is None:
                 self.eval_ds = load_dataset(c.eval_dataset, data_root=c.eval_data_root, protocol=c.eval_protocol,
                                             **c.eval_dataset_options)
+            eval_ds = self.eval_ds
             self.towers.eval()
             self.encoder.info.fingerprint = state_dict_fingerprint(self.towers.model.state_dict())
             with torch.random.fork_rng(devices=[]):
-                r = evaluate(self.encoder, self.eval_ds, output_dir=self.out_dir / "eval" / f"epoch-{epoch:03d}",
+                r = evaluate(self.encoder, eval_ds, output_dir=self.out_dir / "eval" / f"epoch-{epoch:03d}",
                              device=self.dist.device, batch_size=c.eval_batch_size, num_workers=0, ci=False,
                              use_cache=False, progress=False, overwrite=True)  # the run owns its eval/
             self.towers.train()
