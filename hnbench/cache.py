@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from hnbench.data.base import ImageSource
 from hnbench.errors import CacheError
 from hnbench.io import atomic_write_bytes
 from hnbench.paths import cache_dir
@@ -110,39 +111,20 @@ def text_keys(texts: Sequence[str]) -> np.ndarray:
     return np.array([_digest(t.encode("utf-8")) for t in texts], dtype=KEY_DTYPE)
 
 
-def _image_bytes(source: Any, i: int) -> bytes:
-    """The bytes that define image ``i``: the file for files, the stored bytes for HF rows, else pixels."""
-    from hnbench.data.base import FileImages, HFImages
-
-    if isinstance(source, FileImages):
-        with open(source.paths[i], "rb") as f:
-            return f.read()
-    if isinstance(source, HFImages):
-        value = source._value(i)
-        if isinstance(value, dict) and value.get("bytes"):
-            return value["bytes"]
-        path = value.get("path") if isinstance(value, dict) else value
-        if isinstance(path, str):
-            with open(path, "rb") as f:
-                return f.read()
-    im = source.open(i)  # any other source: hash what the decoder produced
-    return f"{im.mode}:{im.size}:".encode() + im.tobytes()
-
-
-def _image_key(source: Any, i: int) -> bytes | None:
+def _image_key(source: ImageSource, i: int) -> bytes | None:
+    """blake2b-128 of :meth:`ImageSource.content_bytes`: the file's bytes for files and HF rows, else pixels."""
     try:
-        return _digest(_image_bytes(source, i))
+        return _digest(source.content_bytes(i))
     except Exception as e:  # unreadable: not cacheable; the encoder reports it properly
         logger.debug("no cache key for image %s: %s", source.describe(i), e)
         return None
 
 
-def image_keys(source: Any, positions: Sequence[int], *, threads: int = 8) -> tuple[np.ndarray, np.ndarray]:
+def image_keys(source: ImageSource, positions: Sequence[int], *,
+               threads: int = 8) -> tuple[np.ndarray, np.ndarray]:
     """Content keys of images ``positions`` of ``source`` and a mask of those that could be read."""
-    from hnbench.data.base import FileImages
-
     positions = list(positions)
-    if isinstance(source, FileImages) and len(positions) > 64 and threads > 1:
+    if source.file_backed and len(positions) > 64 and threads > 1:
         with ThreadPoolExecutor(threads) as pool:  # file reads and hashing release the GIL
             found = list(pool.map(lambda i: _image_key(source, i), positions, chunksize=64))
     else:
@@ -211,7 +193,8 @@ def read_header(path: Path) -> dict[str, Any]:
             raise CorruptShardError("bad magic or truncated")
         (hlen,) = struct.unpack_from("<I", head, len(MAGIC))
         try:
-            return json.loads(f.read(hlen))
+            header: dict[str, Any] = json.loads(f.read(hlen))
+            return header
         except ValueError as e:
             raise CorruptShardError(f"bad header ({e})") from e
 
@@ -240,12 +223,13 @@ class ShardStore:
             self.stats.corrupt_shards += 1
             self.quarantine.mkdir(parents=True, exist_ok=True)
             dest = self.quarantine / f"{self.model_key}-{self.kind}-{path.name}"
+            moved: Path | None = dest
             try:
                 os.replace(path, dest)
             except OSError:
-                dest = None
+                moved = None
             logger.warning("corrupt %s cache shard %s (%s): moved to %s; its items will be encoded again",
-                           self.kind, path, e, dest)
+                           self.kind, path, e, moved)
             return None
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -366,7 +350,7 @@ class EmbeddingCache:
         """The cache of ``encoder`` as it will run (``amp`` only changes the key on CUDA)."""
         autocast = None
         if amp and encoder.device.type == "cuda":
-            import torch
+            import torch  # only here: `hnbench cache ls/du/clear` and the key helpers run without torch
 
             autocast = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
         # A RememberedEncoder knows its transform's description without building the model.

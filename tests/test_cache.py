@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import signal
@@ -16,11 +17,12 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import make_pairs, write_jsonl
+from PIL import Image
 
 from hnbench import cache as cache_mod
 from hnbench.cache import CorruptShardError, EmbeddingCache, decode_shard, encode_shard
 from hnbench.cli import main
-from hnbench.data import load_dataset
+from hnbench.data import FileImages, HFImages, ImageSource, load_dataset
 from hnbench.encode import encode_images, encode_texts
 from hnbench.evaluate import evaluate
 from hnbench.models import load_model
@@ -315,3 +317,46 @@ def test_cuda_encoding_through_the_cache_matches_cpu(micro_config, manifest, tmp
     again = encode_images(cpu, ds.images, batch_size=4, num_workers=0, progress=False,
                           cache=EmbeddingCache.for_encoder(cpu, tmp_path / "emb"))
     assert again.n_encoded == 0
+
+
+def test_image_keys_are_the_blake2b_of_each_sources_content_bytes(tmp_path):
+    """The keys an existing cache was filled with: blake2b-128 of the file's bytes (files, HF rows that store
+    bytes or name a file) or of ``"{mode}:{size}:"`` + pixels (sources that only decode)."""
+    import datasets  # as the other tests do: the repository's datasets/ folder shares its name
+
+    def blake(data: bytes) -> bytes:
+        return hashlib.blake2b(data, digest_size=16).digest()
+
+    pairs = make_pairs(tmp_path, n=6)
+    paths = [str(tmp_path / p) for p, _ in pairs]
+    raw = [Path(p).read_bytes() for p in paths]
+    files = FileImages(paths, [f"i{k}" for k in range(6)])
+    assert files.file_backed and [files.content_bytes(k) for k in range(6)] == raw
+    many = list(range(6)) * 12  # over 64 positions: the threaded path
+    keys, ok = cache_mod.image_keys(files, many)
+    assert ok.all() and keys.tolist() == [blake(raw[k]) for k in many]
+
+    ids = [f"i{k}" for k in range(6)]
+    by_path = datasets.Dataset.from_dict({"image": paths}).cast_column("image", datasets.Image())
+    by_bytes = datasets.Dataset.from_dict({"image": [{"bytes": b, "path": None} for b in raw]}).cast_column(
+        "image", datasets.Image())
+    for ds in (by_path, by_bytes):
+        hf = HFImages(ds, "image", ids)
+        keys, ok = cache_mod.image_keys(hf, range(6))
+        assert not hf.file_backed and ok.all() and keys.tolist() == [blake(b) for b in raw]
+
+    class Decoded(ImageSource):
+        """A source that only hands out decoded images."""
+
+        def __init__(self, images: list[Image.Image]):
+            self.images, self.ids = images, [f"d{k}" for k in range(len(images))]
+
+        def open(self, i: int) -> Image.Image:
+            return self.images[i]
+
+    images = [Image.open(p).convert("RGB") for p in paths[:3]]
+    keys, ok = cache_mod.image_keys(Decoded(images), range(3))
+    assert ok.all() and keys.tolist() == [blake(f"RGB:{im.size}:".encode() + im.tobytes()) for im in images]
+    (tmp_path / pairs[1][0]).unlink()  # unreadable: no key, never cached
+    keys, ok = cache_mod.image_keys(files, range(3))
+    assert ok.tolist() == [True, False, True] and keys[1] == b""

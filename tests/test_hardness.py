@@ -17,7 +17,7 @@ from hnbench.hardness import analyze, read_report, write_report
 from hnbench.hardness.markdown import highlight, word_diff
 from hnbench.hardness.recall import recall_by_hardness
 from hnbench.hardness.run import compare, hardness, load_captions
-from hnbench.hardness.schema import HardnessFormatError
+from hnbench.hardness.schema import HardnessArrays, HardnessFormatError
 from hnbench.hardness.stats import (
     Distribution,
     batch_buckets,
@@ -59,9 +59,31 @@ def test_orthogonal_set_has_zero_similarity_everywhere():
     r = analyze(x, batch_size=8, n_batches=5)
     assert r.text.pairwise.n == 190 and r.text.pairwise.mean == pytest.approx(0, abs=1e-7)
     assert r.text.pairwise.std == pytest.approx(0, abs=1e-6)
-    assert np.allclose(r.arrays["text_nearest_score"], 0)
+    assert np.allclose(r.arrays.text_nearest_score, 0)
     assert r.text.buckets.shares[0] == pytest.approx(1.0) and sum(r.text.buckets.shares[1:]) == 0
     assert r.text.near_duplicates.n_pairs == 0
+
+
+def test_per_item_arrays_are_typed_and_not_part_of_the_json(tmp_path):
+    rng = np.random.default_rng(0)
+    x = _unit(rng.standard_normal((10, 16)))
+    x[1] = x[0]  # one exact duplicate pair
+    img = _unit(rng.standard_normal((10, 16)))
+    r = analyze(x, image_vectors=img, batch_size=4, n_batches=2, threshold=0.99)
+    a = r.require_arrays()
+    assert isinstance(a, HardnessArrays) and a.errors == []
+    assert a.text_nearest_index[:2].tolist() == [1, 0] and [v.tolist() for v in a.text_pairs[:2]] == [[0], [1]]
+    assert a.gbar.shape == (4, 4) and a.gbar_items.shape == (4,)
+    assert a.image_nearest_index is not None and a.image_nearest_index.shape == (10,)
+    assert a.image_pairs is not None and a.both_pairs is not None and len(a.both_pairs) == 4
+    text_only = analyze(x, batch_size=4, n_batches=2)
+    assert text_only.arrays is not None and text_only.arrays.image_pairs is None and text_only.arrays.both_pairs is None
+    write_report(r, tmp_path)
+    assert "arrays" not in json.loads((tmp_path / "hardness.json").read_text())
+    back = read_report(tmp_path)
+    assert back.arrays is None
+    with pytest.raises(ValueError, match="no per-item arrays"):
+        back.require_arrays()
 
 
 def test_duplicates_are_each_others_hardest_negative():
@@ -132,7 +154,7 @@ def test_sampled_pairwise_within_its_standard_error_of_exact():
     assert s.stderr > 0 and abs(s.mean - e.mean) <= 4 * s.stderr
     assert s.stderr == pytest.approx(s.std / math.sqrt(s.n))
     # the hardest negatives are exact either way; the sample is seeded
-    assert np.array_equal(exact.arrays["text_nearest_index"], sampled.arrays["text_nearest_index"])
+    assert np.array_equal(exact.arrays.text_nearest_index, sampled.arrays.text_nearest_index)
     again = sample_pairs(x, n_sample=500, seed=3)
     assert np.array_equal(again.values, sample_pairs(x, n_sample=500, seed=3).values)
     assert (again.i < again.j).all()
@@ -317,5 +339,5 @@ def test_minilm_text_encoder_sees_paraphrases():
     pytest.importorskip("transformers")
     r = hardness(["a red circle on a grey background", "a red circle on a gray background",
                   "stock markets fell sharply on monday"], "minilm", batch_size=3, n_batches=1, progress=False)
-    assert r.encoder["arch"] == "all-MiniLM-L6-v2" and r.arrays["text_nearest_index"][0] == 1
-    assert r.arrays["text_nearest_score"][0] > 0.9 > r.text.pairwise.min + 0.5
+    assert r.encoder["arch"] == "all-MiniLM-L6-v2" and r.arrays.text_nearest_index[0] == 1
+    assert r.arrays.text_nearest_score[0] > 0.9 > r.text.pairwise.min + 0.5

@@ -36,3 +36,24 @@ def test_hf_clip_end_to_end(hf_clip_dir, tmp_path):
     r = evaluate(str(hf_clip_dir), str(data), output_dir=tmp_path / "out", progress=False, num_workers=0)
     assert r.model["framework"] == "transformers" and r.metrics["t2i"]["R@10"] == 100.0
     assert np.isfinite(r.metrics["i2t"]["MRR"])
+
+
+def test_feature_tensor_reads_tensors_and_model_outputs(hf_clip_dir):
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    from hnbench.models import load_model
+    from hnbench.models.hf import eos_attention_mask, feature_tensor
+    from hnbench.train.towers import CLIPTowers
+
+    x = torch.randn(2, 4)
+    assert feature_tensor(x) is x and feature_tensor(BaseModelOutputWithPooling(pooler_output=x)) is x
+    with pytest.raises(TypeError, match="BaseModelOutputWithPooling"):
+        feature_tensor(BaseModelOutputWithPooling())
+    mask = eos_attention_mask(torch.tensor([[5, 7, 9, 9], [5, 9, 9, 9]]), 9)
+    assert mask.tolist() == [[1, 1, 1, 0], [1, 1, 0, 0]]  # up to and including the first end token
+    # the training towers and the evaluation encoder give the same features through these helpers
+    enc = load_model(str(hf_clip_dir))
+    towers = CLIPTowers(enc.model, enc.framework, eos_token_id=enc.eos_token_id).eval()
+    tokens = enc.tokenize(["a red square", "a much longer caption about a blue circle"]).tokens
+    with torch.no_grad():
+        assert torch.allclose(towers.encode_text(tokens), enc.encode_texts(tokens), atol=1e-6)

@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from PIL import Image
@@ -29,12 +29,22 @@ class ImageSource:
     """A sequence of images addressed by position; ``open(i)`` returns an RGB PIL image."""
 
     ids: list[str]
+    # content_bytes(i) reads one file per image, so callers may hash many of them on threads (I/O releases the GIL)
+    file_backed: ClassVar[bool] = False
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def open(self, i: int) -> Image.Image:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def content_bytes(self, i: int) -> bytes:
+        """The bytes that define image ``i``'s content (the embedding cache's key hashes them).
+
+        Here: the decoded pixels (``"{mode}:{size}:"`` + raw bytes); sources that hold the encoded file say so.
+        """
+        im = self.open(i)
+        return f"{im.mode}:{im.size}:".encode() + im.tobytes()
 
     def describe(self, i: int) -> str:
         """Where image ``i`` comes from (a path or a dataset row), for error messages."""
@@ -52,7 +62,8 @@ def _decode(data: bytes | str, item_id: str, where: str) -> Image.Image:
     try:
         with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as im:
             im.load()
-            return im.convert("RGB")
+            rgb: Image.Image = im.convert("RGB")
+            return rgb
     except FileNotFoundError as e:
         raise ImageLoadError(item_id, where, "file not found") from e
     except OSError as e:  # PIL raises OSError / UnidentifiedImageError for corrupt data
@@ -62,6 +73,8 @@ def _decode(data: bytes | str, item_id: str, where: str) -> Image.Image:
 class FileImages(ImageSource):
     """Images stored as files on disk."""
 
+    file_backed = True
+
     def __init__(self, paths: Sequence[str], ids: Sequence[str]):
         if len(paths) != len(ids):
             raise ValueError("paths and ids differ in length")
@@ -69,6 +82,11 @@ class FileImages(ImageSource):
 
     def open(self, i: int) -> Image.Image:
         return _decode(self.paths[i], self.ids[i], self.paths[i])
+
+    def content_bytes(self, i: int) -> bytes:
+        """The image file's bytes (not its path or name: a renamed copy is the same content)."""
+        with open(self.paths[i], "rb") as f:
+            return f.read()
 
     def describe(self, i: int) -> str:
         return self.paths[i]
@@ -93,7 +111,7 @@ class HFImages(ImageSource):
     """Images in a column of a Hugging Face ``datasets.Dataset`` (decoded lazily, per row)."""
 
     def __init__(self, dataset: Any, column: str, ids: Sequence[str], rows: Sequence[int] | None = None):
-        from datasets import Image as HFImage
+        from datasets import Image as HFImage  # heavy (pyarrow, fsspec): only HF-backed sets need it
 
         feature = dataset.features.get(column)
         if isinstance(feature, HFImage) and feature.decode:
@@ -116,6 +134,17 @@ class HFImages(ImageSource):
         if isinstance(value, str):
             return _decode(value, self.ids[i], value)
         raise ImageLoadError(self.ids[i], where, f"unsupported image value of type {type(value).__name__}")
+
+    def content_bytes(self, i: int) -> bytes:
+        """The row's stored encoded bytes, else the bytes of the file it names, else its decoded pixels."""
+        value = self._value(i)
+        if isinstance(value, dict) and value.get("bytes"):
+            return bytes(value["bytes"])
+        path = value.get("path") if isinstance(value, dict) else value
+        if isinstance(path, str):
+            with open(path, "rb") as f:
+                return f.read()
+        return super().content_bytes(i)
 
     def describe(self, i: int) -> str:
         return f"row {self.rows[i]} of column {self.column!r}"

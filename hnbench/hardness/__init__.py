@@ -9,16 +9,11 @@ puts several summaries side by side. Definitions live in :mod:`hnbench.hardness.
 from __future__ import annotations
 
 from hnbench.hardness.analyze import analyze
-from hnbench.hardness.schema import SCHEMA_VERSION, HardnessReport, read_report, write_report
-from hnbench.hardness.stats import DEFAULT_EDGES
+from hnbench.hardness.captions import load_captions
+from hnbench.hardness.outputs import compare
+from hnbench.hardness.run import hardness
+from hnbench.hardness.schema import SCHEMA_VERSION, HardnessArrays, HardnessReport, read_report, write_report
+from hnbench.settings import DEFAULT_EDGES
 
-__all__ = ["DEFAULT_EDGES", "SCHEMA_VERSION", "HardnessReport", "analyze", "compare", "hardness",
+__all__ = ["DEFAULT_EDGES", "SCHEMA_VERSION", "HardnessArrays", "HardnessReport", "analyze", "compare", "hardness",
            "load_captions", "read_report", "write_report"]
-
-
-def __getattr__(name: str):
-    if name in ("hardness", "compare", "load_captions"):
-        from hnbench.hardness import run
-
-        return getattr(run, name)
-    raise AttributeError(f"module 'hnbench.hardness' has no attribute {name!r}")

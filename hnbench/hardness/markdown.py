@@ -6,6 +6,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from tabulate import tabulate
+
 from hnbench import textdiff
 from hnbench.hardness.schema import HardnessReport, Pair, PairList
 from hnbench.hardness.stats import Distribution
@@ -24,7 +26,7 @@ def _bold(text: str) -> str:
     return f"**{text}**"
 
 
-def _esc(text: str) -> str:
+def _esc(text: object) -> str:
     return _MD_SPECIAL.sub(r"\\\1", str(text))
 
 
@@ -50,8 +52,6 @@ def word_diff(a: str, b: str, max_items: int = 6) -> list[str]:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    from tabulate import tabulate
-
     return tabulate(rows, headers="keys", tablefmt="github", disable_numparse=True) if rows else "_none_"
 
 

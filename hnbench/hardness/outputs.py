@@ -12,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from hnbench import plots
 from hnbench.hardness.captions import CaptionSet
+from hnbench.hardness.markdown import render_comparison, render_report
 from hnbench.hardness.schema import HardnessReport, read_report
 from hnbench.io import atomic_write_bytes
 
@@ -27,21 +29,19 @@ def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]])
 
 def write_outputs(report: HardnessReport, output_dir: str | Path, cs: CaptionSet, *, n_show: int = 10) -> None:
     """Per-item parquet, pair CSVs, plots and the Markdown report (the JSON is written by the caller)."""
-    import pandas as pd
-
-    from hnbench import plots
-    from hnbench.hardness.markdown import render_report
+    import pandas as pd  # slow to import: only where a frame is written
 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    a = report.arrays
+    a = report.require_arrays()
     files: dict[str, str] = {}
-    hn_i, hn_s = a["text_nearest_index"], a["text_nearest_score"]
+    hn_i, hn_s = a.text_nearest_index, a.text_nearest_score
     ids = np.asarray(cs.caption_ids, dtype=object)
     img_ids = np.asarray(cs.image_ids, dtype=object)
+    nearest_id = np.where(hn_i >= 0, ids[np.maximum(hn_i, 0)], np.array(None, dtype=object))
     frame = pd.DataFrame({"caption_index": np.arange(len(ids)), "caption_id": ids,
                           "image_id": img_ids[cs.caption_image], "nearest_index": hn_i,
-                          "nearest_id": np.where(hn_i >= 0, ids[np.maximum(hn_i, 0)], None), "nearest_score": hn_s})
+                          "nearest_id": nearest_id, "nearest_score": hn_s})
     if cs.labels is not None:
         lab = np.asarray(cs.labels, dtype=object)[cs.caption_image]
         frame["label"] = lab
@@ -50,24 +50,25 @@ def write_outputs(report: HardnessReport, output_dir: str | Path, cs: CaptionSet
     atomic_write_bytes(out / "captions.parquet", buf.getvalue())
     files["captions"] = "captions.parquet"
 
-    pa, pb, ps = a["text_pairs"]
+    pa, pb, ps = a.text_pairs
     _write_csv(out / "near_duplicates.csv", ["a_id", "b_id", "similarity", "a_caption", "b_caption"],
                [(ids[x], ids[y], f"{s:.6f}", cs.captions[x], cs.captions[y]) for x, y, s in zip(pa, pb, ps)])
     report.text.near_duplicates.file = files["near_duplicates"] = "near_duplicates.csv"
-    if report.image is not None:
-        ia, ib, isc = a["image_pairs"]
+    if (report.image is not None and report.both is not None
+            and a.image_pairs is not None and a.both_pairs is not None):  # analyze() fills them together
+        ia, ib, isc = a.image_pairs
         _write_csv(out / "image_near_duplicates.csv", ["a_id", "b_id", "similarity"],
                    [(img_ids[x], img_ids[y], f"{s:.6f}") for x, y, s in zip(ia, ib, isc)])
         report.image.near_duplicates.file = files["image_near_duplicates"] = "image_near_duplicates.csv"
-        ba, bb, bi, bc = a["both_pairs"]
+        ba, bb, bi, bc = a.both_pairs
         _write_csv(out / "both_near_duplicates.csv", ["a_id", "b_id", "image_similarity", "caption_similarity"],
                    [(img_ids[x], img_ids[y], f"{s:.6f}", f"{c:.6f}") for x, y, s, c in zip(ba, bb, bi, bc)])
         report.both.file = files["both_near_duplicates"] = "both_near_duplicates.csv"
-    for k, errors in enumerate(a.get("errors", [])):
+    for k, errors in enumerate(a.errors):
         name = f"errors_{k}.csv"
-        buf = io.StringIO()
-        errors.to_csv(buf, index=False)
-        atomic_write_bytes(out / name, buf.getvalue().encode())
+        text = io.StringIO()
+        errors.to_csv(text, index=False)
+        atomic_write_bytes(out / name, text.getvalue().encode())
         report.recall[k].file = files[f"errors_{k}"] = name
 
     t = report.text
@@ -89,7 +90,7 @@ def write_outputs(report: HardnessReport, output_dir: str | Path, cs: CaptionSet
             p / "buckets.png", b.labels, [("captions", b.shares, b.stderr)],
             title=f"In-batch negatives by caption similarity (B = {b.batch_size}, {b.n_batches} batches)").name
         files["gbar"] = "plots/" + plots.plot_heatmap(
-            p / "gbar.png", a["gbar"], title=f"Ḡ of one random batch (B = {b.batch_size}, diagonal masked)").name
+            p / "gbar.png", a.gbar, title=f"Ḡ of one random batch (B = {b.batch_size}, diagonal masked)").name
     for mod, s in report.structure.items():
         files[f"structure_{mod}"] = "plots/" + plots.plot_histograms(
             p / f"structure_{mod}.png", [(f"same {s.field}", s.within.histogram, s.within.mean),
@@ -107,9 +108,6 @@ def write_outputs(report: HardnessReport, output_dir: str | Path, cs: CaptionSet
 
 def compare(reports: Sequence[HardnessReport | str | Path], output_dir: str | Path) -> Path:
     """Write ``comparison.md`` (+ ``comparison.json`` and overlaid plots) for several hardness runs."""
-    from hnbench import plots
-    from hnbench.hardness.markdown import render_comparison
-
     out = Path(output_dir)
     loaded = [read_report(r) if isinstance(r, (str, Path)) else r for r in reports]
     if not loaded:
@@ -127,10 +125,10 @@ def compare(reports: Sequence[HardnessReport | str | Path], output_dir: str | Pa
                                          [(r.label, r.text.nearest.histogram, r.text.nearest.mean) for r in loaded],
                                          title="Hardest-negative caption similarity"),
     }
-    with_b = [r for r in loaded if r.text.buckets is not None]
-    if with_b and all(r.text.buckets.labels == with_b[0].text.buckets.labels for r in with_b):
-        figs["buckets"] = plots.plot_buckets(out / "plots" / "compare_buckets.png", with_b[0].text.buckets.labels,
-                                             [(r.label, r.text.buckets.shares, r.text.buckets.stderr) for r in with_b],
+    with_b = [(r.label, b) for r in loaded if (b := r.text.buckets) is not None]
+    if with_b and all(b.labels == with_b[0][1].labels for _, b in with_b):
+        figs["buckets"] = plots.plot_buckets(out / "plots" / "compare_buckets.png", with_b[0][1].labels,
+                                             [(label, b.shares, b.stderr) for label, b in with_b],
                                              title="In-batch negatives by caption similarity")
     rel_plots = {k: f"plots/{v.name}" for k, v in figs.items()}
     atomic_write_bytes(out / "comparison.md", render_comparison(loaded, links=links, plots=rel_plots).encode())

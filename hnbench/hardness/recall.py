@@ -14,19 +14,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hnbench.errors import ConfigError
 from hnbench.hardness.schema import RecallBucket, RecallByHardness, WrongQuery
 from hnbench.hardness.stats import bucket_index, bucket_labels, check_edges
-from hnbench.results import read_per_query, read_result
+from hnbench.results import EvalResult, read_per_query, read_result
+
+if TYPE_CHECKING:  # pandas is imported where the frames are built (it is slow to import); here only its type
+    import pandas as pd
 
 logger = logging.getLogger(__name__)
 
 
-def load_per_query(result_path: str | Path) -> tuple[Any, Any]:
+def load_per_query(result_path: str | Path) -> tuple[EvalResult, pd.DataFrame]:
     """``(EvalResult, per-query DataFrame)`` of a result JSON (the parquet lies beside it, checked against it)."""
     result = read_result(result_path)
     if not result.per_query:
@@ -43,14 +46,14 @@ def _buckets(hard: np.ndarray, hit: np.ndarray, edges: Sequence[float]) -> list[
     return out
 
 
-def recall_by_hardness(per_query: Any, *, caption_ids: Sequence[str], image_ids: Sequence[str],
+def recall_by_hardness(per_query: pd.DataFrame, *, caption_ids: Sequence[str], image_ids: Sequence[str],
                        caption_image: np.ndarray, hn_index: np.ndarray, hn_score: np.ndarray,
                        edges: Sequence[float], captions: Sequence[str] | None = None,
                        text_vectors: np.ndarray | None = None, n_wrong: int = 20, result: str = "",
-                       model: dict[str, Any] | None = None) -> tuple[RecallByHardness, Any]:
+                       model: dict[str, Any] | None = None) -> tuple[RecallByHardness, pd.DataFrame]:
     """R@1 per hardness bucket both ways, and the t2i errors (all of them as a DataFrame, the
     ``n_wrong`` hardest in the record). ``per_query`` has hnbench's per-query columns."""
-    import pandas as pd
+    import pandas as pd  # slow to import: only where the frames are built
 
     e = check_edges(edges)
     cap_pos = {c: i for i, c in enumerate(caption_ids)}

@@ -13,13 +13,17 @@ from typing import Any
 
 import numpy as np
 
+from hnbench import encode
+from hnbench.data import load_dataset
 from hnbench.data.base import ImageTextDataset
 from hnbench.errors import ConfigError
 from hnbench.hardness.analyze import analyze
 from hnbench.hardness.captions import CaptionSet, from_dataset, load_captions, text_fingerprint
 from hnbench.hardness.outputs import compare, write_outputs
+from hnbench.hardness.recall import load_per_query, recall_by_hardness
 from hnbench.hardness.schema import HardnessReport, write_report
 from hnbench.io import check_output, record_output
+from hnbench.models import load_model
 from hnbench.registry import TEXT_ENCODERS
 from hnbench.settings import HardnessSettings, check_minimums, from_options
 from hnbench.validate import check_device, check_output_dir
@@ -33,8 +37,6 @@ def _load_encoder(model: Any, pretrained: str | None, model_config: str | None, 
         return model
     if model in TEXT_ENCODERS:
         return TEXT_ENCODERS.get(model)(device=device)
-    from hnbench.models import load_model
-
     return load_model(model, pretrained, model_config=model_config, context_length=context_length, device=device)
 
 
@@ -68,8 +70,6 @@ def hardness(
     the keywords replace those of ``settings``). Statistics and their exact definitions:
     :mod:`hnbench.hardness.stats`.
     """
-    from hnbench import encode
-
     s = from_options(HardnessSettings, settings, options)
     _check_args(s, output_dir)
     t0 = time.perf_counter()
@@ -77,8 +77,6 @@ def hardness(
     if isinstance(data, str) and Path(data).suffix == ".txt":
         data = load_captions(data, label_field=None if label_field == "auto" else label_field)
     elif isinstance(data, str):
-        from hnbench.data import load_dataset
-
         data = load_dataset(data, data_root=data_root, protocol=protocol, **(dataset_options or {}))
     elif not isinstance(data, (ImageTextDataset, CaptionSet)):
         captions = [str(c) for c in data]
@@ -92,8 +90,6 @@ def hardness(
               "model_config": model_config}
     if output_dir is not None:  # before the model loads
         check_output(Path(output_dir) / "hardness.json", "a hardness report", inputs, overwrite=s.overwrite)
-    from hnbench.hardness.recall import load_per_query, recall_by_hardness
-
     scored = [(path, *load_per_query(path)) for path in s.results]  # checked before the model loads
     for path, res, frame in scored:
         _check_result_matches(path, res, frame, cs)
@@ -125,19 +121,18 @@ def hardness(
                                           "images_cached": getattr(img, "n_cached", 0) if img is not None else 0}
     report.timings = {**{k: round(v, 4) for k, v in timings.items()}, **report.timings}
 
-    all_errors = []
+    arrays = report.require_arrays()
     for path, res, frame in scored:
         if res.dataset.get("fingerprint") not in (None, cs.fingerprint):
             logger.warning("%s was scored on dataset fingerprint %s, this caption set is %s; joining on ids",
                            path, res.dataset.get("fingerprint"), cs.fingerprint)
         rec, errors = recall_by_hardness(
             frame, caption_ids=cs.caption_ids, image_ids=cs.image_ids, caption_image=cs.caption_image,
-            hn_index=report.arrays["text_nearest_index"], hn_score=report.arrays["text_nearest_score"],
+            hn_index=arrays.text_nearest_index, hn_score=arrays.text_nearest_score,
             edges=report.settings["edges"], captions=cs.captions, text_vectors=txt.vectors, n_wrong=s.n_show * 2,
             result=str(path), model=res.model)
         report.recall.append(rec)
-        all_errors.append(errors)
-    report.arrays["errors"] = all_errors
+        arrays.errors.append(errors)
     if output_dir is not None:
         record_output(Path(output_dir) / "hardness.json", inputs)
         write_outputs(report, output_dir, cs, n_show=s.n_show)

@@ -29,7 +29,10 @@ import types
 import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
 
 from hnbench._version import __version__
 from hnbench.errors import HnbenchError
@@ -37,8 +40,14 @@ from hnbench.hardness.stats import Buckets, Distribution
 from hnbench.hardness.structure import Structure
 from hnbench.io import atomic_write_bytes
 
+if TYPE_CHECKING:  # pandas is imported where frames are built (it is slow to import); here only its type
+    import pandas as pd
+
 SCHEMA_VERSION = 1
 KIND = "hnbench.hardness"
+
+Indices = npt.NDArray[np.int64]
+Scores = npt.NDArray[np.float32]
 
 
 class HardnessFormatError(HnbenchError):
@@ -121,6 +130,26 @@ class RecallByHardness:
 
 
 @dataclass
+class HardnessArrays:
+    """The per-item arrays behind one run's summary (not in the JSON: the pair CSVs, the per-caption parquet,
+    the Ḡ plot and the error CSVs are written from them). Pair lists are ``(a, b, cosine)`` with ``a < b``,
+    sorted by cosine, highest first; indices are positions in the caption (or image) list."""
+
+    text_nearest_index: Indices  # (N,) each caption's hardest negative caption, -1 when none
+    text_nearest_score: Scores  # (N,) its cosine, NaN when none
+    text_pairs: tuple[Indices, Indices, Scores]  # caption near-duplicates at or above the threshold
+    gbar: Scores  # (B, B) Ḡ of one example batch, diagonal 0
+    gbar_items: Indices  # (B,) the caption positions of that batch
+    # the image fields are None when no images were encoded
+    image_nearest_index: Indices | None = None  # (M,) each image's nearest other image, -1 when none
+    image_nearest_score: Scores | None = None  # (M,) its cosine
+    image_pairs: tuple[Indices, Indices, Scores] | None = None  # image near-duplicates (image threshold)
+    # image pairs near-duplicate in both modalities: (a, b, image cosine, best caption cosine), by the lower
+    both_pairs: tuple[Indices, Indices, Scores, Scores] | None = None
+    errors: list[pd.DataFrame] = field(default_factory=list)  # t2i errors, one frame per joined result
+
+
+@dataclass
 class HardnessReport:
     """Everything ``hnbench hardness`` measured on one (caption set, encoder)."""
 
@@ -139,13 +168,20 @@ class HardnessReport:
     hnbench_version: str = __version__
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     path: str | None = field(default=None, compare=False, metadata={"json": False})
-    arrays: dict[str, Any] = field(default_factory=dict, compare=False, repr=False, metadata={"json": False})
+    arrays: HardnessArrays | None = field(default=None, compare=False, repr=False, metadata={"json": False})
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("json", True)}
         d = {k: _plain(v) for k, v in out.items()}
         head = ["schema_version", "kind", "hnbench_version", "created"]
         return {**{k: d[k] for k in head}, **{k: v for k, v in d.items() if k not in head}}
+
+    def require_arrays(self) -> HardnessArrays:
+        """The per-item arrays; only a report fresh from :func:`~hnbench.hardness.analyze` has them."""
+        if self.arrays is None:
+            raise ValueError("this hardness report has no per-item arrays (read back from JSON?): "
+                             "rerun the analysis")
+        return self.arrays
 
     @property
     def label(self) -> str:
@@ -179,7 +215,7 @@ def _build(tp: Any, value: Any) -> Any:
     if origin is dict:
         _, arg = typing.get_args(tp)
         return {k: _build(arg, x) for k, x in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         hints = typing.get_type_hints(tp)
         names = {f.name for f in dataclasses.fields(tp) if f.init and f.metadata.get("json", True)}
         return tp(**{k: _build(hints[k], v) for k, v in value.items() if k in names})
@@ -209,6 +245,6 @@ def read_report(path: str | Path) -> HardnessReport:
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise HardnessFormatError(f"{path}: schema version {version!r} is newer than this hnbench reads "
                                   f"({SCHEMA_VERSION}); upgrade hnbench")
-    report = _build(HardnessReport, d)
+    report: HardnessReport = _build(HardnessReport, d)
     report.path = str(path)
     return report

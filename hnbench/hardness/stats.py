@@ -21,13 +21,18 @@ Notation: ``x_i`` are L2-normalised embeddings (captions or images), ``g_i`` the
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from tqdm.auto import tqdm
 
+from hnbench.search import _ieee_fp32_matmul  # the same full-fp32 matmul guard as the search backends
 from hnbench.settings import DEFAULT_EDGES  # declared with the other hardness settings
+
+Embeddings = npt.ArrayLike | torch.Tensor  # (n, d) rows, any float dtype; made unit length here
 
 HIST_BINS = 2000  # over [-1, 1]; bin width 0.001
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
@@ -119,7 +124,7 @@ class Distribution:
                    quantiles=_qdict([h.quantile(q) for q in QUANTILES]), method="exact", histogram=h)
 
 
-def _qdict(qs) -> dict[str, float]:
+def _qdict(qs: Sequence[float] | np.ndarray) -> dict[str, float]:
     return {f"p{round(q * 100):d}": float(v) for q, v in zip(QUANTILES, qs)}
 
 
@@ -171,7 +176,7 @@ def same_group_csr(groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ptr, order[np.repeat(start[inv], per) + offs].astype(np.int64)
 
 
-def _as_unit(x, device: torch.device) -> torch.Tensor:
+def _as_unit(x: Embeddings, device: torch.device) -> torch.Tensor:
     t = torch.as_tensor(np.ascontiguousarray(x) if not isinstance(x, torch.Tensor) else x).float().to(device)
     if t.ndim != 2:
         raise ValueError(f"embeddings must be 2-D (n, d), got shape {tuple(t.shape)}")
@@ -180,10 +185,11 @@ def _as_unit(x, device: torch.device) -> torch.Tensor:
         raise ValueError("embeddings contain NaN or inf")
     if bool(((norms - 1).abs() < 1e-4).all()):
         return t  # already unit length (encoder output): no copy
-    return t / norms.clamp(min=1e-12)[:, None]
+    unit: torch.Tensor = t / norms.clamp(min=1e-12)[:, None]
+    return unit
 
 
-def unit_rows(x) -> np.ndarray:
+def unit_rows(x: Embeddings) -> np.ndarray:
     """``x`` as float32 rows of unit length; no copy when it already is (embeddings from an encoder)."""
     a = np.ascontiguousarray(x, dtype=np.float32)
     if a.ndim != 2:
@@ -191,10 +197,11 @@ def unit_rows(x) -> np.ndarray:
     norms = np.sqrt(np.einsum("ij,ij->i", a, a))
     if not np.isfinite(norms).all():
         raise ValueError("embeddings contain NaN or inf")
-    return a if np.all(np.abs(norms - 1) < 1e-4) else a / norms.clip(min=1e-12)[:, None]
+    unit: np.ndarray = a if np.all(np.abs(norms - 1) < 1e-4) else a / norms.clip(min=1e-12)[:, None]
+    return unit
 
 
-def _groups(groups, n: int) -> np.ndarray:
+def _groups(groups: npt.ArrayLike | None, n: int) -> np.ndarray:
     g = np.arange(n, dtype=np.int64) if groups is None else np.asarray(groups)
     if g.shape != (n,):
         raise ValueError(f"groups must have shape ({n},), got {g.shape}")
@@ -210,8 +217,8 @@ class Nearest:
     pairs: PairSums | None = None
 
 
-def nearest_other(x, groups=None, *, pairwise: bool = False, device: str = "cpu",
-                  block_bytes: int | None = None, progress: bool = False) -> Nearest:
+def nearest_other(x: Embeddings, groups: npt.ArrayLike | None = None, *, pairwise: bool = False,
+                  device: str = "cpu", block_bytes: int | None = None, progress: bool = False) -> Nearest:
     """Exact hardest negative of every item by a blocked pass over ``X Xᵀ`` (O(block · N) memory);
     with ``pairwise`` also the exact sums/histogram over all unordered negative pairs, in the same pass."""
     dev = torch.device(device)
@@ -224,8 +231,6 @@ def nearest_other(x, groups=None, *, pairwise: bool = False, device: str = "cpu"
     block = max(1, min(n, budget // (4 * max(n, 1))))
     index, score = np.full(n, -1, np.int64), np.full(n, np.nan, np.float32)
     acc = PairSums() if pairwise else None
-    from hnbench.search import _ieee_fp32_matmul  # the same full-fp32 matmul guard as the search backends
-
     with _ieee_fp32_matmul(), torch.inference_mode(), tqdm(total=n, desc="nearest", unit="row",
                                                              disable=not progress) as bar:
         for a in range(0, n, block):
@@ -265,8 +270,8 @@ def n_negative_pairs(groups: np.ndarray) -> int:
     return (n * n - int((counts.astype(np.int64) ** 2).sum())) // 2
 
 
-def sample_pairs(x, groups=None, *, n_sample: int = 1_000_000, seed: int = 0, device: str = "cpu",
-                 chunk: int = 8192) -> PairSample:
+def sample_pairs(x: Embeddings, groups: npt.ArrayLike | None = None, *, n_sample: int = 1_000_000, seed: int = 0,
+                 device: str = "cpu", chunk: int = 8192) -> PairSample:
     """``n_sample`` pairs uniform over unordered negative pairs (rejection of same-group draws), seeded."""
     dev = torch.device(device)
     t = _as_unit(x, dev)
@@ -312,7 +317,7 @@ class Buckets:
     n_same_group: int  # ordered same-group pairs left out, all batches
 
 
-def bucket_labels(edges) -> list[str]:
+def bucket_labels(edges: Sequence[float]) -> list[str]:
     e = [f"{v:g}" for v in edges]
     k = len(edges) - 1
     if k == 1:
@@ -320,19 +325,20 @@ def bucket_labels(edges) -> list[str]:
     return [f"< {e[1]}"] + [f"{e[i]}–{e[i + 1]}" for i in range(1, k - 1)] + [f"≥ {e[k - 1]}"]
 
 
-def bucket_index(values: np.ndarray, edges) -> np.ndarray:
+def bucket_index(values: np.ndarray, edges: Sequence[float]) -> np.ndarray:
     """Bucket of each value: k with e_k <= v < e_{k+1}, open below the first and above the last bucket."""
     return np.searchsorted(np.asarray(edges[1:-1], dtype=np.float64), np.asarray(values, np.float64), side="right")
 
 
-def check_edges(edges) -> list[float]:
+def check_edges(edges: Sequence[float]) -> list[float]:
     e = [float(v) for v in edges]
     if len(e) < 2 or any(b <= a for a, b in zip(e, e[1:])):
         raise ValueError(f"bucket edges must be at least two increasing numbers, got {list(edges)}")
     return e
 
 
-def batch_buckets(x, groups=None, *, batch_size: int = 128, n_batches: int = 200, edges=DEFAULT_EDGES,
+def batch_buckets(x: Embeddings, groups: npt.ArrayLike | None = None, *, batch_size: int = 128,
+                  n_batches: int = 200, edges: Sequence[float] = DEFAULT_EDGES,
                   seed: int = 0, device: str = "cpu") -> tuple[Buckets, np.ndarray, np.ndarray]:
     """Bucket shares of in-batch negatives; also one example batch's Ḡ (diagonal 0) and its item indices."""
     e = check_edges(edges)

@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
-from hnbench.hardness.stats import Distribution, PairSample, PairSums, _as_unit
+from hnbench.hardness.stats import Distribution, Embeddings, PairSample, PairSums, _as_unit
 
 MAX_WITHIN_PAIRS = 50_000_000  # labels are meant to be small groups; beyond this they are not "near-duplicates"
 
@@ -62,8 +63,9 @@ def within_label_pairs(labels: np.ndarray, groups: np.ndarray) -> tuple[np.ndarr
     return np.minimum(i, j)[keep], np.maximum(i, j)[keep]
 
 
-def label_structure(x, labels, groups=None, *, nearest_index: np.ndarray, pairs: PairSums | None = None,
-                    sample: PairSample | None = None, field: str = "label", device: str = "cpu") -> Structure:
+def label_structure(x: Embeddings, labels: npt.ArrayLike, groups: npt.ArrayLike | None = None, *,
+                    nearest_index: np.ndarray, pairs: PairSums | None = None, sample: PairSample | None = None,
+                    field: str = "label", device: str = "cpu") -> Structure:
     """Within- vs between-label similarity and the hardest negative's label (see the module docstring)."""
     t = _as_unit(x, torch.device(device))
     n = t.shape[0]

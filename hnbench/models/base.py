@@ -1,14 +1,18 @@
-"""The encoder protocol every model adapter implements, and the metadata it carries."""
+"""The encoder protocols model adapters implement (:class:`Encoder`; :class:`TrainableEncoder` for the
+fine-tuner and the PEFT loader), and the metadata they carry."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import torch
+from torch import nn
+
+from hnbench.errors import ConfigError
 
 
 @dataclass
@@ -61,6 +65,33 @@ class Encoder(Protocol):
     def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor: ...
 
     def to(self, device: str | torch.device) -> Encoder: ...
+
+
+@runtime_checkable
+class TrainableEncoder(Encoder, Protocol):
+    """An :class:`Encoder` whose weights are one CLIP module the fine-tuner and the PEFT loader may change.
+
+    Implemented by the open_clip and HF CLIP adapters; a text-only sentence encoder is not one.
+    """
+
+    model: nn.Module  # the whole CLIP model; training and PEFT replace it by its adapted or merged form
+    framework: Literal["open_clip", "transformers"]  # the CLIP implementation under ``model`` (= info.framework)
+    tokenizer: Any  # the framework's own tokenizer object (an HF export saves it beside the weights)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """The end-of-text token id that ends HF CLIP's attention mask (None: the model finds the end itself)."""
+        ...
+
+    def to(self, device: str | torch.device) -> TrainableEncoder: ...
+
+
+def require_trainable(encoder: Encoder, purpose: str) -> TrainableEncoder:
+    """``encoder`` as a :class:`TrainableEncoder`, or a one-line :class:`ConfigError` naming ``purpose``."""
+    if not isinstance(encoder, TrainableEncoder):
+        raise ConfigError(f"{encoder.info.arch} ({type(encoder).__name__}) cannot be used for {purpose}: only "
+                          "open_clip and HF CLIP models can (it exposes no trainable CLIP module)")
+    return encoder
 
 
 def state_dict_fingerprint(state_dict: dict[str, torch.Tensor]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -20,21 +20,35 @@ class _HFImageTransform:
         self.processor = processor
 
     def __call__(self, image: Any) -> torch.Tensor:
-        return self.processor(images=image, return_tensors="pt")["pixel_values"][0]
+        pixels: torch.Tensor = self.processor(images=image, return_tensors="pt")["pixel_values"][0]
+        return pixels
 
 
-def _features(out: Any) -> torch.Tensor:
-    # transformers 5 may return a model output instead of a tensor from get_*_features
+def feature_tensor(out: Any) -> torch.Tensor:
+    """The embeddings from ``CLIPModel.get_image_features`` / ``get_text_features``: transformers 4 returns the
+    tensor, transformers 5 may return a model output that carries it (``image_embeds``, ``text_embeds`` or
+    ``pooler_output``)."""
     if isinstance(out, torch.Tensor):
         return out
     for attr in ("image_embeds", "text_embeds", "pooler_output"):
-        if getattr(out, attr, None) is not None:
-            return getattr(out, attr)
+        value: torch.Tensor | None = getattr(out, attr, None)
+        if value is not None:
+            return value
     raise TypeError(f"unexpected feature output {type(out).__name__}")
 
 
+def eos_attention_mask(tokens: torch.Tensor, eos_token_id: int | None) -> torch.Tensor:
+    """HF CLIP's text attention mask: attend up to and including the first end token (the pad token may equal
+    it, so the tokenizer's own mask would stop too early or not at all)."""
+    if eos_token_id is None:
+        raise ConfigError("an HF CLIP text tower needs its tokenizer's end-of-text token id (it is None)")
+    first_eos = torch.eq(tokens, eos_token_id).int().argmax(dim=1)
+    positions = torch.arange(tokens.shape[1], device=tokens.device)
+    return torch.le(positions[None, :], first_eos[:, None]).long()
+
+
 class HFCLIPEncoder:
-    """A ``transformers.CLIPModel`` behind the :class:`~hnbench.models.base.Encoder` protocol.
+    """A ``transformers.CLIPModel`` behind the :class:`~hnbench.models.base.TrainableEncoder` protocol.
 
     Batches are padded to their longest caption, not the context (``dynamic_padding``): the
     attention mask ends at the end token and attention is causal, so padding never changes a
@@ -42,13 +56,20 @@ class HFCLIPEncoder:
     """
 
     dynamic_padding = True
+    framework: Literal["open_clip", "transformers"] = "transformers"
 
     def __init__(self, model: Any, tokenizer: Any, processor: Any, info: ModelInfo):
-        self.model = model.eval()
+        self.model: Any = model.eval()  # a transformers CLIPModel (or its PEFT-merged form)
         self.tokenizer = tokenizer
         self.image_transform = _HFImageTransform(processor)
         self.info = info
         self.device = next(model.parameters()).device
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """The tokenizer's end token: attention stops after its first occurrence (the pad token may equal it)."""
+        eos = self.tokenizer.eos_token_id
+        return None if eos is None else int(eos)
 
     def to(self, device: str | torch.device) -> HFCLIPEncoder:
         self.model.to(device)
@@ -66,17 +87,14 @@ class HFCLIPEncoder:
     @torch.inference_mode()
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
         pixels = pixels.to(device=self.device, dtype=self.model.dtype, non_blocking=True)  # fp16/bf16 weights
-        f = _features(self.model.get_image_features(pixel_values=pixels))
+        f = feature_tensor(self.model.get_image_features(pixel_values=pixels))
         return torch.nn.functional.normalize(f.float(), dim=-1)
 
     @torch.inference_mode()
     def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.to(self.device, non_blocking=True)
-        # Attend up to and including the first end token (the pad token may equal the end token).
-        eos = self.tokenizer.eos_token_id
-        first_eos = (tokens == eos).int().argmax(dim=1)
-        mask = (torch.arange(tokens.shape[1], device=tokens.device)[None, :] <= first_eos[:, None]).long()
-        f = _features(self.model.get_text_features(input_ids=tokens, attention_mask=mask))
+        mask = eos_attention_mask(tokens, self.eos_token_id)
+        f = feature_tensor(self.model.get_text_features(input_ids=tokens, attention_mask=mask))
         return torch.nn.functional.normalize(f.float(), dim=-1)
 
 
@@ -100,10 +118,12 @@ def load_hf_clip(name: str, *, context_length: int | None = None, device: str = 
     path = name.removeprefix("hf:")
     if not Path(path).is_dir() and name.startswith("hf:") is False:
         raise ConfigError(f"{name}: not a directory; write hub models as hf:ORG/NAME")
+    at: dict[str, Any] = {} if revision is None else {"revision": revision}  # None: the hub's default branch
     try:
-        model = CLIPModel.from_pretrained(path, revision=revision, use_safetensors=None)
-        tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
-        processor = CLIPImageProcessor.from_pretrained(path, revision=revision)
+        # Any: transformers' decorated methods (to, get_*_features) are not typed usefully
+        model: Any = CLIPModel.from_pretrained(path, use_safetensors=None, **at)
+        tokenizer = AutoTokenizer.from_pretrained(path, **at)
+        processor = CLIPImageProcessor.from_pretrained(path, **at)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"could not load HF CLIP model {name}: {str(e).splitlines()[0]}") from e
     if precision not in _DTYPES:
@@ -116,6 +136,6 @@ def load_hf_clip(name: str, *, context_length: int | None = None, device: str = 
     info = ModelInfo(arch=f"hf:{path}" if not name.startswith("hf:") else name, pretrained=revision or "main",
                      fingerprint=state_dict_fingerprint(model.state_dict()), context_length=ctx,
                      n_params=sum(p.numel() for p in model.parameters()),
-                     embed_dim=int(model.config.projection_dim), framework="transformers",
+                     embed_dim=int(model.config.projection_dim), framework=HFCLIPEncoder.framework,
                      extra={"precision": precision})
     return HFCLIPEncoder(model.to(device), tokenizer, processor, info)

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import numpy as np
 import torch
@@ -21,6 +21,9 @@ from hnbench.models.checkpoint import load_into, read_state_dict
 from hnbench.models.longclip_tables import convert_longclip_state_dict
 
 logger = logging.getLogger(__name__)
+
+# open_clip (heavy: timm, torchvision models) is imported inside the functions that build or tokenize: a run
+# whose embeddings are all cached never imports it (tests/test_warm_path.py).
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 ASSET_DIR = Path(__file__).parent.parent / "assets"
@@ -71,7 +74,10 @@ class _CLIPModel(Protocol):
 
 
 class OpenCLIPEncoder:
-    """An open_clip CLIP model behind the :class:`~hnbench.models.base.Encoder` protocol."""
+    """An open_clip CLIP model behind the :class:`~hnbench.models.base.TrainableEncoder` protocol."""
+
+    framework: Literal["open_clip", "transformers"] = "open_clip"
+    eos_token_id: int | None = None  # open_clip's text towers find the end token themselves
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, image_transform: Callable[[Any], torch.Tensor],
                  info: ModelInfo):

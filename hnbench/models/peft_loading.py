@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.errors import CheckpointError, ConfigError
-from hnbench.models.base import state_dict_fingerprint
+from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
+from hnbench.models.hf import load_hf_clip
+from hnbench.models.longclip import stretch_openclip
+from hnbench.models.openclip import load_openclip
 
 logger = logging.getLogger(__name__)
 
@@ -32,16 +35,18 @@ def _read_base(adapter: Path) -> dict[str, Any]:
     if not f.is_file():
         return {}
     try:
-        return json.loads(f.read_text())
+        base: dict[str, Any] = json.loads(f.read_text())
+        return base
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{f}: unreadable ({e})") from e
 
 
 def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_config: str | Path | None = None,
-                      context_length: int | None = None, device: str = "cpu", precision: str = "fp32") -> Any:
+                      context_length: int | None = None, device: str = "cpu",
+                      precision: str = "fp32") -> TrainableEncoder:
     """Base model (from ``hnbench_base.json`` unless given) + the adapter in ``adapter_dir``, merged."""
     try:
-        from peft import PeftModel
+        from peft import PeftModel  # optional: the train extra
     except ImportError as e:
         raise ConfigError("adapter checkpoints need peft: pip install 'hnbench[train]'") from e
     adapter = Path(adapter_dir)
@@ -51,21 +56,16 @@ def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_confi
         raise ConfigError(f"{adapter}: no {BASE_FILE}; pass --model with the base architecture")
     if base.get("model") and model and model != base["model"]:
         raise ConfigError(f"{adapter} was trained on {base['model']!r}, not {model!r}")
+    encoder: TrainableEncoder
     if base.get("framework") == "transformers" or arch.startswith("hf:") or Path(arch).is_dir():
-        from hnbench.models.hf import load_hf_clip
-
         encoder = load_hf_clip(arch, context_length=context_length or base.get("context_length"), device="cpu",
                                revision=base.get("revision"), precision=precision)
     else:
-        from hnbench.models.openclip import load_openclip
-
         encoder = load_openclip(arch, base.get("pretrained"), model_config=model_config or base.get("model_config"),
                                 context_length=base.get("context_length") if context_length is None
                                 else context_length, precision=precision, device="cpu")
         if base.get("stretch_context") and encoder.info.context_length != base["stretch_context"]:
-            from hnbench.models.longclip import stretch_openclip
-
-            encoder = stretch_openclip(encoder, base["stretch_context"])
+            encoder = require_trainable(stretch_openclip(encoder, base["stretch_context"]), "a PEFT adapter")
     if base.get("model") and not base.get("pretrained") and base.get("framework") != "transformers":
         logger.warning("%s: the base model was randomly initialised; the merged weights will not match training",
                        adapter)

@@ -6,7 +6,7 @@ import base64
 import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -20,6 +20,11 @@ from hnbench.pages.page import Page, Row
 from hnbench.registry import DATASETS
 from hnbench.results import PER_QUERY_TOP, EvalResult, read_per_query, read_result
 
+# hnbench.hardness is imported only for a page that shows hardness: its statistics import torch, which a
+# page of an evaluation result does not otherwise need (and pandas, slow to import, only where frames are read).
+if TYPE_CHECKING:
+    from hnbench.hardness.schema import HardnessReport
+
 THUMB_PX = 96
 
 
@@ -28,7 +33,7 @@ def reload_dataset(result: EvalResult, dataset: str | None = None, *, data_root:
     """Load the dataset a result was scored on (as recorded, or from ``dataset``) and check its fingerprint."""
     d = result.dataset
     skip = any(int(v or 0) for v in (d.get("skipped") or {}).values())
-    options = {"split_file": list(split_file)} if split_file else {}
+    options: dict[str, Any] = {"split_file": list(split_file)} if split_file else {}
     name = dataset or (d["name"] if d.get("name") in DATASETS else d.get("source"))
     if not name or (name not in DATASETS and not Path(name).exists() and not str(name).startswith("hf:")):
         raise ConfigError(f"{result.path}: its dataset {d.get('name')!r} (source {d.get('source')!r}) is not here; "
@@ -49,7 +54,8 @@ def _thumb(ds: ImageTextDataset, i: int, px: int) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
-def _hardness_per_caption(path: str, report: Any, ds: ImageTextDataset) -> tuple[np.ndarray, np.ndarray, list[float]]:
+def _hardness_per_caption(path: str, report: HardnessReport,
+                          ds: ImageTextDataset) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """Hardest-negative index/score per caption of ``ds`` (by id) from a hardness run (read from ``path`` as
     ``report``), and its bucket edges."""
     import pandas as pd
@@ -107,7 +113,7 @@ def _rows(frame: Any, ds: ImageTextDataset, direction: str, top: int, keep: np.n
 
 def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | None = None,
                hardness: str | None = None, limit: int = 200, top: int = 5, progress: bool = True,
-               frame: Any = None, hardness_report: Any = None) -> Page:
+               frame: Any = None, hardness_report: HardnessReport | None = None) -> Page:
     """Select the worst queries (and with ``other`` every disagreement at K=1), collect texts and thumbnails.
 
     ``frame`` / ``hardness_report``: the result's per-query frame and the hardness report when the caller
@@ -122,7 +128,7 @@ def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | 
     hard_t2i = hard_i2t = None
     records = []
     if hardness:
-        from hnbench.hardness.recall import recall_by_hardness
+        from hnbench.hardness.recall import recall_by_hardness  # imports torch: see the top of the module
         from hnbench.hardness.schema import read_report
 
         report = hardness_report if hardness_report is not None else read_report(hardness)
@@ -133,7 +139,7 @@ def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | 
         np.maximum.at(hard_i2t, ds.caption_image[ok], hn_score[ok])
         hard_i2t[~np.isfinite(hard_i2t)] = np.nan
         for res, f in ((result, frame), (other, other_frame)):
-            if res is None:
+            if res is None or f is None:  # no other result, no other frame
                 continue
             try:
                 rec, _ = recall_by_hardness(f, caption_ids=ds.caption_ids, image_ids=ds.image_ids,
@@ -185,9 +191,9 @@ def browse(result: str | Path, output_dir: str | Path, *, compare: str | Path | 
         raise ConfigError(f"--limit must be >= 0 (0: all queries), got {limit}")
     if not 1 <= top <= PER_QUERY_TOP:
         raise ConfigError(f"--top must be between 1 and {PER_QUERY_TOP}, got {top}")
-    report = None
+    report: HardnessReport | None = None
     if hardness is not None:
-        from hnbench.hardness.schema import read_report
+        from hnbench.hardness.schema import read_report  # imports torch: see the top of the module
 
         if not Path(hardness).is_file():
             raise ConfigError(f"{hardness}: no such hardness file")
@@ -198,7 +204,7 @@ def browse(result: str | Path, output_dir: str | Path, *, compare: str | Path | 
         check_comparable([res, other])
     frame = read_per_query(res)  # fails on a missing per-query file before any data is loaded
     out = Path(output_dir) / "index.html"
-    inputs = {"result": Path(res.path).name, "compare": other and Path(other.path).name,
+    inputs = {"result": res.path and Path(res.path).name, "compare": other and other.path and Path(other.path).name,
               "hardness": hardness and str(Path(hardness).resolve()), "limit": limit, "top": top}
     check_output(out, "a page", inputs, overwrite=overwrite)
     ds = reload_dataset(res, dataset, data_root=data_root, split_file=split_file)

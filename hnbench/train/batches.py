@@ -10,6 +10,7 @@ loading their images).
 from __future__ import annotations
 
 import collections
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -93,8 +94,6 @@ class _GroupedBatches:
 
 def group_positions(image_ids: list[str], pattern: str) -> list[list[int]]:
     """Image positions grouped by the first capture group (or the whole match) of ``pattern`` on the id."""
-    import re
-
     try:
         rx = re.compile(pattern)
     except re.error as e:

@@ -16,7 +16,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from safetensors.torch import save_file
 from torch import nn
+
+from hnbench.models.base import TrainableEncoder
+from hnbench.train.adapters import save_adapter
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -27,7 +31,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["export_checkpoints"]
 
 
-def _base_record(encoder: Any, config: Any) -> dict[str, Any]:
+def _base_record(encoder: TrainableEncoder, config: Any) -> dict[str, Any]:
     pretrained = config.pretrained
     if pretrained and os.path.exists(pretrained):
         pretrained = str(Path(pretrained).resolve())
@@ -40,8 +44,6 @@ def _base_record(encoder: Any, config: Any) -> dict[str, Any]:
 
 
 def _save_open_clip(model: nn.Module, config: Any, out_dir: Path) -> Path:
-    from safetensors.torch import save_file
-
     ckpt = out_dir / "checkpoint.safetensors"
     tmp = out_dir / ".checkpoint.safetensors.tmp"
     save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp),
@@ -50,7 +52,7 @@ def _save_open_clip(model: nn.Module, config: Any, out_dir: Path) -> Path:
     return ckpt
 
 
-def _save_hf(model: nn.Module, encoder: Any, out_dir: Path) -> Path:
+def _save_hf(model: nn.Module, encoder: TrainableEncoder, out_dir: Path) -> Path:
     target = out_dir / "hf_model"
     cast("PreTrainedModel", model).save_pretrained(str(target), safe_serialization=True)  # an HF CLIPModel
     encoder.tokenizer.save_pretrained(str(target))
@@ -60,13 +62,12 @@ def _save_hf(model: nn.Module, encoder: Any, out_dir: Path) -> Path:
     return target
 
 
-def export_checkpoints(model: nn.Module, encoder: Any, config: Any, out_dir: Path) -> dict[str, Path]:
+def export_checkpoints(model: nn.Module, encoder: TrainableEncoder, config: Any,
+                       out_dir: Path) -> dict[str, Path]:
     """Write the run's checkpoints; returns ``{"checkpoint": …, "adapter": …}`` (adapter under PEFT only)."""
     outputs: dict[str, Path] = {}
     hf = encoder.info.framework == "transformers"
     if config.peft:
-        from hnbench.train.adapters import save_adapter
-
         base = _base_record(encoder, config)
         if config.peft_save in ("adapter", "both"):
             if base["pretrained"] is None and not hf:

@@ -75,7 +75,7 @@ def render_table(runs: Sequence[dict[str, Any]]) -> str:
 
 
 def _plot(runs: Sequence[dict[str, Any]], output: Path) -> Path:
-    import matplotlib
+    import matplotlib  # heavy: only the report's figure needs it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 
 from hnbench.errors import CheckpointError, ConfigError
 from hnbench.io import atomic_write_bytes
+from hnbench.models.checkpoint import load_into, read_state_dict
 from hnbench.settings import resume_free
 from hnbench.train.config import TrainConfig
 
@@ -65,8 +67,6 @@ def _set_rng_state(saved: dict[str, Any], np_rng: np.random.Generator) -> None:
 def save_state(run_dir: Path, module: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any,
                state: TrainState, np_rng: np.random.Generator, config: dict[str, Any]) -> Path:
     """Write ``run_dir/last`` atomically; returns it."""
-    from safetensors.torch import save_file
-
     final = run_dir / STATE_DIR
     tmp = run_dir / f".{STATE_DIR}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -110,8 +110,6 @@ def check_resume_config(saved: dict[str, Any], current: dict[str, Any]) -> None:
 def load_state(state_dir: Path, module: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any,
                np_rng: np.random.Generator, config: dict[str, Any]) -> TrainState:
     """Restore weights, optimizer, scaler and RNGs from ``state_dir``; returns the counters."""
-    from hnbench.models.checkpoint import load_into, read_state_dict
-
     check_resume_config(json.loads((state_dir / "train_config.json").read_text()), config)
     load_into(module, read_state_dict(state_dir / "model.safetensors"), f"resume state {state_dir}")
     saved = torch.load(state_dir / "trainer_state.pt", map_location="cpu", weights_only=True)

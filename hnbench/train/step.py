@@ -73,6 +73,7 @@ class Objective:
         hn = {"gamma": self.gamma, "text_features_for_g": g_text} if self.loss == "hn" else {}
         loss = self.base_fn(v, t, s, mask=mask, label_smoothing=self.label_smoothing, context=self.context, **hn)
         if self.token_weight > 0:
+            assert text_mask is not None, "the token-level loss needs the text token mask"
             loss = loss + self.token_weight * token_loss(out["image_tokens"], out["text_tokens"], text_mask, s,
                                                          context=self.context)
         return loss
@@ -88,9 +89,19 @@ def _rng_restore(snap: tuple[Tensor, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(snap[1], device)
 
 
+def _backward(loss: Tensor) -> None:
+    loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+
+
+def _sync(model: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager[Any]:
+    """DDP's ``no_sync()`` (no gradient all-reduce) unless ``sync``; a plain module always syncs."""
+    no_sync = getattr(model, "no_sync", None)
+    return contextlib.nullcontext() if sync or no_sync is None else no_sync()
+
+
 def run_step(model: torch.nn.Module, towers: Any, micro: list[MicroBatch], objective: Objective, *,
              mode: str = "loss", autocast: Callable[[], Any] = contextlib.nullcontext,
-             backward: Callable[[Tensor], None] = lambda x: x.backward()) -> float:
+             backward: Callable[[Tensor], None] = _backward) -> float:
     """Forward + backward for one optimizer step (``model`` may be the DDP wrapper of ``towers``).
 
     Returns the step's loss: the mean of the micro-batch losses ("loss") or the effective-batch
@@ -101,8 +112,7 @@ def run_step(model: torch.nn.Module, towers: Any, micro: list[MicroBatch], objec
     k = len(micro)
     total = 0.0
     for m, mb in enumerate(micro):
-        sync = m == k - 1 or not hasattr(model, "no_sync")
-        with contextlib.nullcontext() if sync else model.no_sync():
+        with _sync(model, m == k - 1):
             with autocast():
                 out = model(mb.pixels, mb.tokens, objective.with_tokens)
             loss = objective(out, mask=objective.mask(mb.image_ids, mb.caption_texts), g_text=mb.g_text,
@@ -128,23 +138,26 @@ def _cached_step(model: torch.nn.Module, towers: Any, micro: list[MicroBatch], o
     # gathered order is rank-major over each rank's concatenated micro-batches
     ids = [mb.image_ids[r * b:(r + 1) * b] for r in range(world) for mb in micro]
     caps = [mb.caption_texts[r * b:(r + 1) * b] for r in range(world) for mb in micro]
-    g_text = None if micro[0].g_text is None else torch.cat([mb.g_text for mb in micro])
+    g_texts = [mb.g_text for mb in micro if mb.g_text is not None]  # all of them or none
+    g_text = torch.cat(g_texts) if g_texts else None
     tokens = torch.cat([mb.tokens for mb in micro])
     loss = objective(leaves, mask=objective.mask(sum(ids, []), sum(caps, [])), g_text=g_text,
                      text_mask=towers.text_token_mask(tokens) if objective.with_tokens else None)
     backward(loss)  # 2) gradient w.r.t. the cached features (and the scale)
     grads = {k: leaves[k].grad for k in leaves}
+    scale_grad = grads["scale"]
+    assert scale_grad is not None, "every loss depends on the logit scale"
     k_micro = len(micro)
     for m, (mb, snap) in enumerate(zip(micro, snaps)):  # 3) re-encode with a graph, push the cached gradient
-        sync = m == k_micro - 1 or not hasattr(model, "no_sync")
-        with contextlib.nullcontext() if sync else model.no_sync():
+        with _sync(model, m == k_micro - 1):
             _rng_restore(snap, device)
             with autocast():
                 out = model(mb.pixels, mb.tokens, objective.with_tokens)
             sl = slice(m * b, (m + 1) * b)
-            surrogate = out["scale"] * (grads["scale"] / k_micro)
+            surrogate = out["scale"] * (scale_grad / k_micro)
             for key in keys:
-                if grads[key] is not None:
-                    surrogate = surrogate + (out[key] * grads[key][sl].to(out[key].dtype)).sum()
-            surrogate.backward()
+                grad = grads[key]
+                if grad is not None:
+                    surrogate = surrogate + (out[key] * grad[sl].to(out[key].dtype)).sum()
+            _backward(surrogate)
     return float(loss.detach())

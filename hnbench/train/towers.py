@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hnbench.errors import ConfigError
+from hnbench.models.hf import eos_attention_mask, feature_tensor
 
 __all__ = ["CLIPTowers"]
 
@@ -34,7 +35,8 @@ class CLIPTowers(nn.Module):
         super().__init__()
         if framework not in ("open_clip", "transformers"):
             raise ConfigError(f"unknown model framework {framework!r}")
-        self.model = model
+        # Any: the framework's own attributes (encode_image, visual, get_text_features, ...) are read below
+        self.model: Any = model
         self.framework = framework
         self.max_logit_scale = float(max_logit_scale)
         self.eos_token_id = eos_token_id
@@ -42,26 +44,24 @@ class CLIPTowers(nn.Module):
     # -- features -----------------------------------------------------------------------------
     def encode_image(self, pixels: Tensor) -> Tensor:
         if self.framework == "open_clip":
-            return self.model.encode_image(pixels, normalize=True)
-        from hnbench.models.hf import _features
-
-        return F.normalize(_features(self.model.get_image_features(pixel_values=pixels)), dim=-1)
+            features: Tensor = self.model.encode_image(pixels, normalize=True)
+            return features
+        return F.normalize(feature_tensor(self.model.get_image_features(pixel_values=pixels)), dim=-1)
 
     def encode_text(self, tokens: Tensor) -> Tensor:
         if self.framework == "open_clip":
-            return self.model.encode_text(tokens, normalize=True)
-        from hnbench.models.hf import _features
-
-        return F.normalize(_features(self.model.get_text_features(
+            features: Tensor = self.model.encode_text(tokens, normalize=True)
+            return features
+        return F.normalize(feature_tensor(self.model.get_text_features(
             input_ids=tokens, attention_mask=self.hf_attention_mask(tokens))), dim=-1)
 
     def hf_attention_mask(self, tokens: Tensor) -> Tensor:
         """Attend up to and including the first end token (HF CLIP's pad token may equal it)."""
-        first_eos = (tokens == self.eos_token_id).int().argmax(dim=1)
-        return (torch.arange(tokens.shape[1], device=tokens.device)[None, :] <= first_eos[:, None]).long()
+        return eos_attention_mask(tokens, self.eos_token_id)
 
     def scale(self) -> Tensor:
-        return self.model.logit_scale.exp().clamp(max=self.max_logit_scale)
+        scale: Tensor = self.model.logit_scale.exp().clamp(max=self.max_logit_scale)
+        return scale
 
     def forward(self, pixels: Tensor, tokens: Tensor, with_tokens: bool = False) -> dict[str, Tensor]:
         if with_tokens:
@@ -91,6 +91,7 @@ class CLIPTowers(nn.Module):
         return F.normalize(pooled, dim=-1), patches
 
     def _text_with_tokens(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        # heavy (open_clip and its model zoo): imported only when the token-level loss runs
         from open_clip.transformer import text_global_pool
 
         m = self.model

@@ -29,13 +29,26 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from hnbench.data import ImageTextDataset, load_dataset
 from hnbench.distributed import DistContext, from_env
 from hnbench.errors import ConfigError
+from hnbench.evaluate import evaluate
+from hnbench.io import atomic_write_bytes
+from hnbench.models import load_model
+from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
+from hnbench.models.longclip import stretch_openclip
 from hnbench.registry import LOSSES
+from hnbench.train.adapters import apply_peft
+from hnbench.train.batches import GlobalBatchSampler, PairItems, group_positions, subset_fraction
 from hnbench.train.config import TrainConfig, load_recipe  # noqa: F401  (load_recipe: re-exported)
+from hnbench.train.diagnostics import measure, summarize_epoch
+from hnbench.train.export import export_checkpoints
 from hnbench.train.state import TrainState, load_state, resolve_resume, save_state, trim_jsonl
+from hnbench.train.step import MicroBatch, Objective, run_step
+from hnbench.train.towers import CLIPTowers, param_groups
 from hnbench.validate import check_device
 
 logger = logging.getLogger(__name__)
@@ -110,38 +123,30 @@ class _Run:
     """One training run: builds everything in a fixed order (it decides the RNG stream), then loops."""
 
     def __init__(self, config: TrainConfig, dist: DistContext, progress: bool) -> None:
-        from hnbench.data import load_dataset
-        from hnbench.models import load_model
-        from hnbench.train.batches import GlobalBatchSampler, PairItems, group_positions, subset_fraction
-        from hnbench.train.step import Objective
-        from hnbench.train.towers import CLIPTowers, param_groups
-
         self.config, self.dist, self.progress = config, dist, progress
         c, device = config, dist.device
         seed_everything(c.seed)
         self.objective = Objective(LOSSES.get(c.loss), c.loss, c.gamma, c.label_smoothing, c.mask_duplicates,
                                    c.token_loss_weight, dist)
         self.out_dir = Path(c.output)
+        encoder = load_model(c.model, c.pretrained, model_config=c.model_config,
+                             context_length=c.context_length, device=device, init_seed=None)  # seeded above
+        self.encoder: TrainableEncoder = require_trainable(encoder, "training")
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.encoder = load_model(c.model, c.pretrained, model_config=c.model_config,
-                                  context_length=c.context_length, device=device, init_seed=None)  # seeded above
-        framework = self.encoder.info.framework
+        framework = self.encoder.framework
         if c.stretch_context and self.encoder.info.context_length != c.stretch_context:
             if framework != "open_clip":
                 raise ConfigError("stretch_context works on open_clip models")
-            from hnbench.models.longclip import stretch_openclip
-
             self.encoder = stretch_openclip(self.encoder, c.stretch_context)
+        eos = self.encoder.eos_token_id
+        base_towers = CLIPTowers(self.encoder.model, framework, max_logit_scale=c.max_logit_scale,
+                                 eos_token_id=eos)
         if c.init_logit_scale is not None:
             with torch.no_grad():
-                self.encoder.model.logit_scale.fill_(math.log(c.init_logit_scale))
-        eos = getattr(getattr(self.encoder, "tokenizer", None), "eos_token_id", None)
-        base_towers = CLIPTowers(self.encoder.model, framework, max_logit_scale=c.max_logit_scale, eos_token_id=eos)
+                base_towers.model.logit_scale.fill_(math.log(c.init_logit_scale))
         self.frozen = base_towers.frozen_text_copy() if c.g_source == "frozen_init" and c.loss == "hn" else None
         model = self.encoder.model
         if c.peft:
-            from hnbench.train.adapters import apply_peft
-
             model = apply_peft(model, framework, c.peft, r=c.lora_r, alpha=c.lora_alpha, dropout=c.lora_dropout,
                                targets=c.lora_targets)
             self.encoder.model = model
@@ -168,13 +173,11 @@ class _Run:
         self.opt = torch.optim.AdamW(param_groups(named, c.weight_decay), lr=c.lr)
         self.rng = np.random.default_rng(c.seed)
         self._setup_amp(device)
-        self.ddp = self.towers
+        self.ddp: torch.nn.Module = self.towers
         if dist.world_size > 1:
-            from torch.nn.parallel import DistributedDataParallel
-
             self.ddp = DistributedDataParallel(
                 self.towers, device_ids=[dist.local_rank] if device.startswith("cuda") else None)
-        self.eval_ds = None
+        self.eval_ds: ImageTextDataset | None = None
 
     def _setup_amp(self, device: str) -> None:
         c = self.config
@@ -196,7 +199,8 @@ class _Run:
         return torch.autocast(self.amp_device, dtype=self.amp_dtype)
 
     def _backward(self, loss: torch.Tensor) -> None:
-        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+        scaled = self.scaler.scale(loss) if self.scaler is not None else loss
+        scaled.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> Path:
@@ -225,6 +229,7 @@ class _Run:
                   disable=not self.progress or not dist.is_main) as bar:
             for epoch in range(state.epoch, c.epochs):
                 if epoch == resumed_epoch:  # continue exactly where the saved state stopped
+                    assert state.epoch_generator_state is not None  # load_state restored it
                     self.generator.set_state(state.epoch_generator_state)
                     self.sampler.skip = state.batch_in_epoch
                 else:
@@ -252,8 +257,6 @@ class _Run:
         logger.warning("--overwrite: replaced the earlier run in %s", self.out_dir)
 
     def _epoch(self, state: Any, bar: Any, start: float) -> bool:
-        from hnbench.train.step import MicroBatch, run_step
-
         c, dist = self.config, self.dist
         device = dist.device
         b = c.batch_size // dist.world_size
@@ -315,8 +318,6 @@ class _Run:
         return stop
 
     def _diagnose(self, mb: Any, state: Any) -> None:
-        from hnbench.train.diagnostics import measure
-
         rec = measure(self.towers, mb.pixels, mb.tokens, gamma=self.config.gamma,
                       mask=self.objective.mask(mb.image_ids[:len(mb.tokens)], mb.caption_texts[:len(mb.tokens)]),
                       active_threshold=self.config.active_threshold, amp_dtype=self.amp_dtype)
@@ -329,8 +330,6 @@ class _Run:
             f.write(json.dumps(rec) + "\n")
 
     def _end_epoch(self, state: Any, start: float) -> None:
-        from hnbench.train.diagnostics import summarize_epoch
-
         c = self.config
         if self.dist.is_main and c.diag_every:
             self._write_diag(summarize_epoch(state.epoch, state.epoch_records, state.epoch_losses,
@@ -346,18 +345,16 @@ class _Run:
     def _evaluate(self, epoch: int, step: int) -> None:
         """Score the current weights with hnbench's evaluator (rank 0; the others wait)."""
         if self.dist.is_main:
-            from hnbench.data import load_dataset
-            from hnbench.evaluate import evaluate
-            from hnbench.models.base import state_dict_fingerprint
-
             c = self.config
+            assert c.eval_dataset is not None  # evaluation runs only with an eval_dataset
             if self.eval_ds is None:
                 self.eval_ds = load_dataset(c.eval_dataset, data_root=c.eval_data_root, protocol=c.eval_protocol,
                                             **c.eval_dataset_options)
+            eval_ds = self.eval_ds
             self.towers.eval()
             self.encoder.info.fingerprint = state_dict_fingerprint(self.towers.model.state_dict())
             with torch.random.fork_rng(devices=[]):
-                r = evaluate(self.encoder, self.eval_ds, output_dir=self.out_dir / "eval" / f"epoch-{epoch:03d}",
+                r = evaluate(self.encoder, eval_ds, output_dir=self.out_dir / "eval" / f"epoch-{epoch:03d}",
                              device=self.dist.device, batch_size=c.eval_batch_size, num_workers=0, ci=False,
                              use_cache=False, progress=False, overwrite=True)  # the run owns its eval/
             self.towers.train()
@@ -382,9 +379,6 @@ class _Run:
         self.dist.barrier()
 
     def _finish(self, state: Any, start: float, stopped: bool) -> Path:
-        from hnbench.io import atomic_write_bytes
-        from hnbench.train.export import export_checkpoints
-
         c = self.config
         path = self.out_dir / "checkpoint.safetensors"
         if self.dist.is_main:
