@@ -159,8 +159,8 @@ def _seeded(seed: int | None) -> Iterator[None]:
         yield
 
 
-def _resolve_pretrained(arch: str, pretrained: str | None) -> tuple[str | None, str | None]:
-    """Return ``(local_file, open_clip_tag)``: at most one is set."""
+def resolve_pretrained(arch: str, pretrained: str | None) -> tuple[str | None, str | None]:
+    """``(local_file, open_clip_tag)`` of a --pretrained value (at most one is set): a bundled or local file, else a tag."""
     if not pretrained:
         return None, None
     if (arch, pretrained) in BUILTIN_WEIGHTS:
@@ -196,7 +196,7 @@ def load_openclip(
         hint = did_you_mean(arch, open_clip.list_models())
         hint = f"; {hint}" if hint else ""
         raise ConfigError(f"unknown open_clip architecture {arch!r}{hint} (or pass --model-config FILE.json)")
-    local_file, tag = (None, None) if schema else _resolve_pretrained(arch, pretrained)
+    local_file, tag = (None, None) if schema else resolve_pretrained(arch, pretrained)
     local_sd = None
     if local_file:
         local_sd, long_ctx = convert_longclip_state_dict(read_state_dict(local_file))

@@ -41,7 +41,7 @@ from hnbench.errors import CheckpointError
 from hnbench.io import atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
-from hnbench.models.openclip import _resolve_pretrained
+from hnbench.models.openclip import resolve_pretrained
 from hnbench.models.peft_loading import is_adapter_dir
 from hnbench.registry import model_family
 
@@ -112,7 +112,7 @@ def weight_files(model: str, pretrained: str | None, model_config: str | Path | 
         return _dir_files(d) if d.is_dir() else None
     arch = (model or Path(model_config).stem) if model_config else model
     try:
-        local, tag = _resolve_pretrained(arch, pretrained)
+        local, tag = resolve_pretrained(arch, pretrained)
     except CheckpointError:
         return None
     if local:
