@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -426,8 +427,6 @@ def _faiss_rows(index: Any, q_np: np.ndarray, start: int, stop: int, kp: int, k:
 def _measure_costs(m: int, n_queries: int, dim: int, seed: int = 0) -> dict[str, float]:
     """Seconds per query at gallery size ``m`` of: the faiss list search, the full-row count of
     :func:`_rank_rows`, the torch path (synthetic unit vectors; each query near its positive)."""
-    import time
-
     rng = np.random.default_rng(seed)
     g = rng.standard_normal((m, dim), dtype=np.float32)
     g /= np.linalg.norm(g, axis=1, keepdims=True)

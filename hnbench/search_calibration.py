@@ -19,9 +19,10 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from importlib import metadata
 from typing import Any
 
+from hnbench._version import package_version
+from hnbench.io import atomic_write_bytes
 from hnbench.paths import cache_dir
 
 __all__ = ["FILE", "SIZES", "costs", "machine_key"]
@@ -46,13 +47,6 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def machine_key(device: str = "cpu") -> dict[str, Any]:
     """What the measured costs depend on."""
     import faiss
@@ -61,7 +55,7 @@ def machine_key(device: str = "cpu") -> dict[str, Any]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"format": FORMAT, "machine": platform.machine(), "cpu": _cpu_model(), "cores": cores, "device": device,
             "torch_threads": torch.get_num_threads(), "faiss_threads": faiss.omp_get_max_threads(),
-            "torch": torch.__version__, "faiss": getattr(faiss, "__version__", None), "numpy": _version("numpy"),
+            "torch": torch.__version__, "faiss": getattr(faiss, "__version__", None), "numpy": package_version("numpy"),
             "sizes": list(SIZES), "queries": QUERIES, "dim": DIM}
 
 
@@ -83,8 +77,6 @@ def costs(n_gallery: int, measure: Callable[[int, int, int], dict[str, float]], 
         entry = {"key": key, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
                  "costs": {str(s): measure(s, min(QUERIES, s), DIM) for s in SIZES}}
         table = {**(table if isinstance(table, dict) else {}), digest: entry}
-        from hnbench.io import atomic_write_bytes
-
         try:
             atomic_write_bytes(path, (json.dumps(table, indent=1) + "\n").encode())
         except OSError as e:  # unwritable cache: measured again next time

@@ -29,13 +29,12 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hnbench._version import __version__
+from hnbench._version import __version__, package_version
 from hnbench.cache import model_spec
 from hnbench.errors import CheckpointError
 from hnbench.io import atomic_write_bytes
@@ -51,13 +50,6 @@ logger = logging.getLogger(__name__)
 
 RECORD_DIR = ".fingerprints"
 _RNG = "<cpu rng state>"  # stands in for the weights file of a random-init model
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _digest_file(path: str) -> str:
@@ -135,7 +127,7 @@ def _load_key(model: str, pretrained: str | None, model_config: str | Path | Non
     rng = (f"seed {init_seed}" if init_seed is not None else _rng_digest()) if random_init else None
     blob = {"model": model, "pretrained": pretrained, "model_config": config, "context_length": context_length,
             "precision": precision, "rng": rng, "files": list(files), "hnbench": __version__,
-            **{p: _version(p) for p in ("torch", "torchvision", "open_clip_torch", "transformers", "timm")}}
+            **{p: package_version(p) for p in ("torch", "torchvision", "open_clip_torch", "transformers", "timm")}}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:24]
 
 
