@@ -62,7 +62,7 @@ from tqdm.auto import tqdm
 from hnbench import search_calibration
 from hnbench.metrics import validate_csr
 
-__all__ = ["RetrievalOutput", "available_backends", "resolve_backend", "retrieve"]
+__all__ = ["RetrievalOutput", "available_backends", "ieee_fp32_matmul", "resolve_backend", "retrieve"]
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def resolve_backend(backend: str, device: str, n_gallery: int) -> str:
 
 
 @contextlib.contextmanager
-def _ieee_fp32_matmul() -> Iterator[None]:
+def ieee_fp32_matmul() -> Iterator[None]:
     """Force full-fp32 matmuls (no TF32/bf16) for the duration, restoring the caller's setting."""
     new_api = [m for m in (torch.backends.cuda.matmul, getattr(torch.backends.mkldnn, "matmul", None))
                if m is not None and hasattr(m, "fp32_precision")]
@@ -254,6 +254,19 @@ def _count_ge_gt(s: torch.Tensor, t: torch.Tensor, rows: torch.Tensor) -> tuple[
     return torch.from_numpy(ge), torch.from_numpy(gt)
 
 
+def _best_positive(s: torch.Tensor, local: torch.Tensor, cols: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Per row of the score block ``s`` (c, M), given its positives as (row, column) pairs: the best positive's
+    score, how many positives share it, and the lowest column among them (M where a row has none)."""
+    c, m = s.shape
+    pv = s[local, cols]
+    gt = torch.full((c,), -torch.inf, device=s.device).scatter_reduce_(0, local, pv, "amax")
+    at_max = pv == gt[local]
+    n_pos_at_max = torch.zeros(c, dtype=torch.int64, device=s.device).scatter_add_(0, local, at_max.long())
+    gt_idx = torch.full((c,), m, dtype=torch.int64, device=s.device)
+    gt_idx.scatter_reduce_(0, local[at_max], cols[at_max], "amin")
+    return gt, n_pos_at_max, gt_idx
+
+
 def _torch_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray,
                 k: int, chunk: int, out: RetrievalOutput, pbar: tqdm[Any]) -> None:
     """Exact results for the (ascending) query indices `rows`, written into `out` in place."""
@@ -269,12 +282,7 @@ def _torch_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarr
         contiguous = int(r[-1]) - int(r[0]) + 1 == c  # slicing avoids an index copy in the common case
         qc = q[int(r[0]) : int(r[-1]) + 1] if contiguous else q[torch.from_numpy(r)]
         s = torch.mm(qc.to(dev, non_blocking=True), g.T, out=buf[:c])  # (c, M) fp32
-        pv = s[local, cols]
-        gt = torch.full((c,), -torch.inf, device=dev).scatter_reduce_(0, local, pv, "amax")
-        at_max = pv == gt[local]
-        n_pos_at_max = torch.zeros(c, dtype=torch.int64, device=dev).scatter_add_(0, local, at_max.long())
-        gt_idx = torch.full((c,), m, dtype=torch.int64, device=dev)
-        gt_idx.scatter_reduce_(0, local[at_max], cols[at_max], "amin")
+        gt, n_pos_at_max, gt_idx = _best_positive(s, local, cols)
         # Depth k + #positives + margin: holds the top-k and the best wrong for sure, and the best
         # positive for most queries, so the full-row comparison passes run only for the rest.
         kk = min(m, k + int(np.diff(ptr)[r].max()) + _MARGIN)
@@ -319,11 +327,7 @@ def _rank_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarra
         local_np, cols_np = _csr_rows(ptr, idx, r)
         local, cols = torch.from_numpy(local_np), torch.from_numpy(cols_np)
         s = torch.mm(q[torch.from_numpy(r)], g.T, out=buf[:c])
-        pv = s[local, cols]  # from the same matmul as the counts: the positive counts against itself
-        gt = torch.full((c,), -torch.inf).scatter_reduce_(0, local, pv, "amax")
-        at_max = pv == gt[local]
-        n_pos_at_max = torch.zeros(c, dtype=torch.int64).scatter_add_(0, local, at_max.long())
-        gt_idx = torch.full((c,), m, dtype=torch.int64).scatter_reduce_(0, local[at_max], cols[at_max], "amin")
+        gt, n_pos_at_max, gt_idx = _best_positive(s, local, cols)  # the counts' own matmul: it ties with itself
         n_ge, n_gt = _count_ge_gt(s, gt, torch.arange(c))
         rank = 1 + n_ge - n_pos_at_max
         out.rank[r], out.tied[r] = rank.numpy(), (rank - 1 > n_gt).numpy()
@@ -446,7 +450,7 @@ def _measure_costs(m: int, n_queries: int, dim: int, seed: int = 0) -> dict[str,
             "count": lambda: _rank_rows(qt, gt, ptr, idx, rows, chunk, out, pbar),
             "torch": lambda: _torch_rows(qt, gt, ptr, idx, rows, k, chunk, out, pbar)}
     best = dict.fromkeys(runs, float("inf"))
-    with _ieee_fp32_matmul(), torch.inference_mode(), tqdm(disable=True) as pbar:
+    with ieee_fp32_matmul(), torch.inference_mode(), tqdm(disable=True) as pbar:
         for _ in range(2 if m * n_queries <= 5 * 10**7 else 1):  # interleaved: other load hits all alike
             for name, run in runs.items():
                 t = time.perf_counter()
@@ -493,7 +497,7 @@ def retrieve(queries: np.ndarray | torch.Tensor, gallery: np.ndarray | torch.Ten
         topk_score=np.zeros((n, k), np.float32), backend=name,
     )
     log.debug("retrieve: N=%d M=%d d=%d k=%d backend=%s device=%s chunk=%d", n, m, q.shape[1], k, name, dev, chunk)
-    with _ieee_fp32_matmul(), torch.inference_mode(), tqdm(total=n, desc=desc, unit="q", disable=not progress) as pbar:
+    with ieee_fp32_matmul(), torch.inference_mode(), tqdm(total=n, desc=desc, unit="q", disable=not progress) as pbar:
         rows = np.arange(n, dtype=np.int64)
         gpus = _gpu_ids(dev)
         if name != "torch":

@@ -29,7 +29,7 @@ import numpy.typing as npt
 import torch
 from tqdm.auto import tqdm
 
-from hnbench.search import _ieee_fp32_matmul  # the same full-fp32 matmul guard as the search backends
+from hnbench.search import ieee_fp32_matmul  # the same full-fp32 matmul guard as the search backends
 from hnbench.settings import DEFAULT_EDGES  # declared with the other hardness settings
 
 Embeddings = npt.ArrayLike | torch.Tensor  # (n, d) rows, any float dtype; made unit length here
@@ -231,7 +231,7 @@ def nearest_other(x: Embeddings, groups: npt.ArrayLike | None = None, *, pairwis
     block = max(1, min(n, budget // (4 * max(n, 1))))
     index, score = np.full(n, -1, np.int64), np.full(n, np.nan, np.float32)
     acc = PairSums() if pairwise else None
-    with _ieee_fp32_matmul(), torch.inference_mode(), tqdm(total=n, desc="nearest", unit="row",
+    with ieee_fp32_matmul(), torch.inference_mode(), tqdm(total=n, desc="nearest", unit="row",
                                                              disable=not progress) as bar:
         for a in range(0, n, block):
             b = min(n, a + block)
