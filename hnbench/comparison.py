@@ -186,7 +186,7 @@ def compare(results: Sequence[str | Path | EvalResult], *, ks: Sequence[int] = (
     loaded = [r if isinstance(r, EvalResult) else read_result(r) for r in results]
     check_comparable(loaded)
     if output_dir is not None:
-        inputs = {"results": [r.path and Path(r.path).name for r in loaded], "ks": ks, "seed": seed, "n_boot": n_boot}
+        inputs = {"results": [r.stem() for r in loaded], "ks": ks, "seed": seed, "n_boot": n_boot}
         for name in ("compare.json", "compare.md"):
             check_output(Path(output_dir) / name, "a comparison", inputs, overwrite=overwrite)
     frames = [read_per_query(r) for r in loaded]

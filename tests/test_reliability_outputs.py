@@ -71,6 +71,8 @@ def test_hardness_report_is_not_replaced_by_another_data_or_setting(micro_config
     assert main([*many, "--captions", str(tmp_path / "b.txt")]) == 0
     kept = snapshot(tmp_path / "many")
     capsys.readouterr()
-    assert main([*many, "--captions", str(tmp_path / "a.txt"), "--model", "no-such-model"]) == 2
-    assert_one_line_error(capsys.readouterr().err, "comparison.json", "other inputs")
+    for other in (["--captions", str(tmp_path / "a.txt"), "--model", "no-such-model"],  # other data and models
+                  ["--captions", str(tmp_path / "b.txt"), "--label-field", "family"]):  # the same, another label
+        assert main([*many, *other]) == 2
+        assert_one_line_error(capsys.readouterr().err, "comparison.json", "other inputs")
     assert snapshot(tmp_path / "many") == kept

@@ -187,12 +187,12 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
         raise ValueError(f"{len(pretrained)} --pretrained values for {len(models)} models")
     if len(pretrained) == 1:
         pretrained = pretrained * len(models)
-    model_config = kwargs.get("model_config")
+    model_config = kwargs.pop("model_config", None)
     inputs = {"data": [d if isinstance(d, str) else getattr(d, "fingerprint", None) for d in datasets],
               "models": [m if isinstance(m, str) else m.info.fingerprint for m in models], "pretrained": pretrained,
-              "model_config": model_config, "statistics": _statistics(s)}
+              "model_config": model_config, "statistics": _statistics(s),
+              **{k: kwargs.get(k) for k in ("data_root", "protocol", "dataset_options", "label_field")}}
     check_output(Path(output_dir) / "comparison.json", "a hardness comparison", inputs, overwrite=s.overwrite)
-    kwargs.pop("model_config", None)
     reports = []
     for m, pt in zip(models, pretrained):
         enc = _load_encoder(m, pt, model_config, s.context_length, s.device)

@@ -204,7 +204,7 @@ def browse(result: str | Path, output_dir: str | Path, *, compare: str | Path | 
         check_comparable([res, other])
     frame = read_per_query(res)  # fails on a missing per-query file before any data is loaded
     out = Path(output_dir) / "index.html"
-    inputs = {"result": res.path and Path(res.path).name, "compare": other and other.path and Path(other.path).name,
+    inputs = {"result": res.stem(), "compare": other and other.stem(),
               "hardness": hardness and str(Path(hardness).resolve()), "limit": limit, "top": top}
     check_output(out, "a page", inputs, overwrite=overwrite)
     ds = reload_dataset(res, dataset, data_root=data_root, split_file=split_file)
