@@ -73,7 +73,7 @@ class TextEmbeddings:
         return int((self.lengths > self.context_length).sum())
 
 
-class _ImageItems(torch.utils.data.Dataset):
+class _ImageItems(torch.utils.data.Dataset[tuple[int, "torch.Tensor | None", "str | None"]]):
     """Position → (position, pixels | None, error | None); never raises, so workers survive bad files."""
 
     def __init__(self, source: ImageSource, transform: Any, positions: Sequence[int]):
@@ -92,7 +92,7 @@ class _ImageItems(torch.utils.data.Dataset):
             return i, None, f"{type(e).__name__}: {e}"
 
 
-class _TextBatches(torch.utils.data.Dataset):
+class _TextBatches(torch.utils.data.Dataset[tuple[torch.Tensor, np.ndarray]]):
     """Batch number → (tokens, lengths) of that batch of captions, tokenized in a worker."""
 
     def __init__(self, tokenize: Any, texts: Sequence[str], batch_size: int):
@@ -106,8 +106,9 @@ class _TextBatches(torch.utils.data.Dataset):
         return tok.tokens, np.asarray(tok.lengths, dtype=np.int64)
 
 
-def _collate(batch: list) -> tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]:
-    good = [(i, x) for i, x, err in batch if err is None]
+def _collate(batch: list[tuple[int, torch.Tensor | None, str | None]],
+             ) -> tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]:
+    good = [(i, x) for i, x, err in batch if err is None and x is not None]  # (an item has one or the other)
     bad = [(i, err) for i, _, err in batch if err is not None]
     pixels = torch.stack([x for _, x in good]) if good else None
     return [i for i, _ in good], pixels, bad
@@ -134,12 +135,13 @@ def _die_on_send_error(e: BaseException, obj: object) -> None:
 
 
 def _worker_init(_: int) -> None:
-    multiprocessing.queues.Queue._on_queue_feeder_error = staticmethod(_die_on_send_error)
+    # a private hook of CPython's multiprocessing.queues.Queue (not in typeshed); see _die_on_send_error
+    multiprocessing.queues.Queue._on_queue_feeder_error = staticmethod(_die_on_send_error)  # type: ignore[attr-defined]
 
 
-def _loader(dataset: torch.utils.data.Dataset, num_workers: int, **kwargs: Any) -> torch.utils.data.DataLoader:
+def _loader(dataset: torch.utils.data.Dataset[Any], num_workers: int, **kwargs: Any) -> torch.utils.data.DataLoader[Any]:
     """A DataLoader whose workers cannot hang the run: they exit on a failed send, and a batch times out."""
-    extra = {"timeout": WORKER_TIMEOUT_S, "worker_init_fn": _worker_init} if num_workers > 0 else {}
+    extra: dict[str, Any] = {"timeout": WORKER_TIMEOUT_S, "worker_init_fn": _worker_init} if num_workers > 0 else {}
     return torch.utils.data.DataLoader(dataset, num_workers=num_workers, **extra, **kwargs)
 
 
@@ -158,7 +160,7 @@ def _worker_errors() -> Iterator[None]:
                           f"or in Docker give the container more with --shm-size (e.g. --shm-size 2g)") from None
 
 
-def _autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager:
+def _autocast(device: torch.device, amp: bool) -> contextlib.AbstractContextManager[Any]:
     """bf16/fp16 autocast on CUDA when asked; otherwise true fp32 (TF32 off for matmuls and convolutions)."""
     if device.type != "cuda":
         return contextlib.nullcontext()
@@ -229,7 +231,8 @@ def encode_images(
     cache = _open_cache(encoder, cache, amp)
     positions = list(range(len(source))) if positions is None else list(positions)
     out: np.ndarray | None = None
-    todo, n_cached, alias = positions, 0, {}
+    todo, n_cached = positions, 0
+    alias: dict[int, int] = {}
     keys = ok = None
     if cache is not None:
         keys, ok = np.zeros(len(source), dtype=KEY_DTYPE), np.zeros(len(source), dtype=bool)
@@ -249,7 +252,7 @@ def encode_images(
         loader = _loader(_ImageItems(source, encoder.image_transform, todo), workers, batch_size=batch_size,
                          shuffle=False, collate_fn=_collate, pin_memory=encoder.device.type == "cuda",
                          persistent_workers=False)
-        writer = cache.image_writer() if cache is not None else contextlib.nullcontext()
+        writer = cache.image_writer() if cache is not None else None
         pending: tuple[list[int], torch.Tensor] | None = None
 
         def store(idx: list[int], feats_dev: torch.Tensor) -> None:
@@ -259,11 +262,11 @@ def encode_images(
                 out = np.full((len(source), feats.shape[1]), np.nan, dtype=np.float32)
             out[idx] = feats
             n_encoded += len(idx)
-            if cache is not None:
+            if writer is not None and keys is not None and ok is not None:
                 keep = ok[idx]
                 writer.add(keys[idx][keep], feats[keep])
 
-        with writer, _worker_errors(), tqdm(total=len(positions), initial=n_cached, desc="encode images",
+        with writer if writer is not None else contextlib.nullcontext(), _worker_errors(), tqdm(total=len(positions), initial=n_cached, desc="encode images",
                                             unit="img", disable=not progress) as bar:
             try:
                 for idx, pixels, errors in loader:
@@ -329,21 +332,21 @@ def encode_texts(
         if _pads_to_longest(encoder):
             # Longest first, as sentence-transformers does: each batch pads only to its own longest
             # caption (1.65x faster on DOCCI's long captions); rows below put vectors back in order.
-            todo = todo[np.argsort([-len(texts[j]) for j in todo], kind="stable")]
-        todo_texts = [texts[j] for j in todo] if todo.size < n or _pads_to_longest(encoder) else texts
+            todo = todo[np.argsort([-len(texts[j]) for j in todo.tolist()], kind="stable")]
+        todo_texts = [texts[j] for j in todo.tolist()] if todo.size < n or _pads_to_longest(encoder) else texts
         n_batches = -(-todo.size // batch_size)
         workers = default_num_workers() if num_workers is None else num_workers
         loader = _loader(_TextBatches(encoder.tokenize, todo_texts, batch_size), min(workers, n_batches - 1),
                          batch_size=None, shuffle=False, pin_memory=encoder.device.type == "cuda")
-        writer = cache.text_writer() if cache is not None else contextlib.nullcontext()
-        with writer, _worker_errors():
+        writer = cache.text_writer() if cache is not None else None
+        with writer if writer is not None else contextlib.nullcontext(), _worker_errors():
             for b, (tokens, batch_lengths) in enumerate(tqdm(loader, desc="encode texts", unit="batch",
                                                               disable=not progress)):
                 with _autocast(encoder.device, amp):
                     feats = encoder.encode_texts(tokens).float().cpu().numpy()
                 rows, batch_lengths = todo[b * batch_size:(b + 1) * batch_size], np.asarray(batch_lengths)
                 vectors[rows], lengths[rows] = feats, batch_lengths
-                if cache is not None:
+                if writer is not None and keys is not None:
                     writer.add(keys[rows], feats, batch_lengths)
     n_cached = n - todo.size
     if cache is not None and missing.size:
