@@ -20,13 +20,15 @@ Usage:
     python benchmarks/bench_eval.py --items 10000 --no-forward       # a larger synthdense (generated once)
 
 Each variant runs once per repeat, interleaved; the load average is printed with every repeat, and
-the table gives the minimum (least disturbed by other jobs) and the median of the repeats.
+the table gives the minimum (least disturbed by other jobs) and the median of the repeats, and the
+CPU time each used (this process and its finished DataLoader workers; less sensitive to other jobs).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -99,6 +101,12 @@ def search_rows(sizes: list[int], dim: int) -> None:
         print(f"{size:>7} {t['torch']:>8.3f} {t['faiss']:>8.3f} {t['faiss'] / t['torch']:>11.2f}", flush=True)
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and of its finished children (DataLoader workers)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def synthdense_items(n: int, data_root: str | None):
     """The first ``n`` pairs of a synthdense train split with enough families (5 images each), generated once."""
     families = max(400, -(-n // 5))
@@ -157,19 +165,25 @@ def main() -> None:
     if not args.no_forward:
         variants = {"pure forward": lambda: forward_seconds(encoder, ds, args.batch_size), **variants}
     runs: dict[str, list[float]] = {k: [] for k in variants}
+    cpu: dict[str, list[float]] = {k: [] for k in variants}
     parts: list[dict[str, float]] = []
     for r in range(args.repeats):  # interleaved so machine noise hits every variant alike
         load = os.getloadavg()[0]
         for name, fn in variants.items():
+            c = cpu_seconds()
             runs[name].append(fn())
+            cpu[name].append(cpu_seconds() - c)
         print(f"repeat {r + 1}: load average {load:.2f} -> {os.getloadavg()[0]:.2f}; "
               + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in runs.items()), flush=True)
     mini = runs["minimal loop"]
-    print(f"\n{'variant':>24} {'min (s)':>9} {'median (s)':>11} {'min/min':>8} {'med/med':>8} {'per-repeat ratios'}")
+    print(f"\n{'variant':>24} {'min (s)':>9} {'median (s)':>11} {'min/min':>8} {'med/med':>8} "
+          f"{'CPU s (med)':>12} {'CPU/CPU':>8}  per-repeat ratios")
+    cmini = float(np.median(cpu["minimal loop"]))
     for name, v in runs.items():
         per = " ".join(f"{a / b:.2f}" for a, b in zip(v, mini))
+        c = float(np.median(cpu[name]))
         print(f"{name:>24} {min(v):>9.2f} {float(np.median(v)):>11.2f} {min(v) / min(mini):>8.2f} "
-              f"{float(np.median(v)) / float(np.median(mini)):>8.2f} {per}")
+              f"{float(np.median(v)) / float(np.median(mini)):>8.2f} {c:>12.2f} {c / cmini:>8.2f}  {per}")
     print("evaluate stages (last run, s): " + ", ".join(f"{k} {v:.2f}" for k, v in parts[-1].items()))
     if args.search_sizes:
         search_rows(args.search_sizes, args.dim)
