@@ -37,10 +37,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hnbench import search_calibration
 from hnbench.data import load_dataset
 from hnbench.evaluate import evaluate
 from hnbench.models import load_model
-from hnbench.search import retrieve
+from hnbench.search import AUTO_MIN_WORK, _measure_costs, retrieve
 
 
 def forward_seconds(encoder, dataset, batch_size: int) -> float:
@@ -147,6 +148,8 @@ def main() -> None:
           f"default workers {default_num_workers(encoder.device)}; {args.model} "
           f"({encoder.info.n_params / 1e6:.1f}M params) on {ds.name}: {ds.n_images} images, {ds.n_captions} captions")
     small = ds.drop_images(range(min(ds.n_images, 64), ds.n_images))
+    if ds.n_images * ds.n_captions >= AUTO_MIN_WORK:  # search "auto"'s one-off calibration: not timed
+        search_calibration.costs(ds.n_images, _measure_costs)
     forward_seconds(encoder, small, args.batch_size)  # warm-up
     minimal_loop_seconds(encoder, small, args.batch_size)
 
