@@ -84,14 +84,14 @@ def costs(n_gallery: int, measure: Callable[[int, int, int], dict[str, float]], 
         table = {}
     entry = table.get(digest) if isinstance(table, dict) else None
     need = [*SIZES, LARGE] if n_gallery > LARGE_FROM else list(SIZES)
-    have = entry.get("costs") if isinstance(entry, dict) else None
-    have = have if isinstance(have, dict) and {str(s) for s in SIZES} <= set(have) else {}
+    stored = entry.get("costs") if isinstance(entry, dict) else None
+    have: dict[str, Any] = stored if isinstance(stored, dict) and {str(s) for s in SIZES} <= set(stored) else {}
     if any(str(s) not in have for s in need):
         todo = [s for s in need if str(s) not in have]
         log.info("calibrating the search backends on this machine once (%s); stored in %s",
                  ", ".join(f"{s:,}" for s in todo), path)
-        entry = {"key": key, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                 "costs": {**have, **{str(s): measure(s, min(QUERIES, s), DIM) for s in todo}}}
+        have = {**have, **{str(s): measure(s, min(QUERIES, s), DIM) for s in todo}}
+        entry = {"key": key, "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "costs": have}
         table = {**(table if isinstance(table, dict) else {}), digest: entry}
         from hnbench.io import atomic_write_bytes
 
@@ -99,7 +99,7 @@ def costs(n_gallery: int, measure: Callable[[int, int, int], dict[str, float]], 
             atomic_write_bytes(path, (json.dumps(table, indent=1) + "\n").encode())
         except OSError as e:  # unwritable cache: measured again next time
             log.warning("cannot store the search calibration at %s: %s", path, e)
-    return at_size(n_gallery, {int(s): c for s, c in entry["costs"].items() if int(s) in need})
+    return at_size(n_gallery, {int(s): c for s, c in have.items() if int(s) in need})
 
 
 def at_size(n_gallery: int, table: dict[int, dict[str, float]]) -> dict[str, float]:
@@ -111,7 +111,7 @@ def at_size(n_gallery: int, table: dict[int, dict[str, float]]) -> dict[str, flo
         nearest = min(sizes, key=lambda s: abs(math.log(s) - math.log(max(1, n_gallery))))
         return dict(table[nearest])
     m1, m2 = sizes[-2], sizes[-1]
-    out = {}
+    out: dict[str, float] = {}
     for name, c2 in table[m2].items():
         c1 = table[m1].get(name, 0.0)
         slope = math.log(c2 / c1) / math.log(m2 / m1) if c1 > 0 and c2 > 0 else 1.0
