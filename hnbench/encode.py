@@ -1,6 +1,7 @@
 """Batched encoding of images and captions into L2-normalised fp32 embeddings, through the cache.
 
-Images are decoded and transformed in DataLoader workers; the model runs under ``inference_mode``
+Images are decoded and transformed in DataLoader workers (on the CPU only as many as the cores torch's
+forward leaves free, usually none: see :func:`default_num_workers`); the model runs under ``inference_mode``
 with autocast only on CUDA and only when asked. A decoding failure is raised naming the image, or —
 with ``skip_bad`` — recorded and the image left out later by the caller.
 
@@ -114,8 +115,14 @@ def _collate(batch: list[tuple[int, torch.Tensor | None, str | None]],
     return [i for i, _ in good], pixels, bad
 
 
-def default_num_workers() -> int:
-    return max(0, min(8, (os.cpu_count() or 1)))
+def default_num_workers(device: torch.device | str | None = None) -> int:
+    """Decoding/tokenizing workers when not given: one per core (at most 8) beside an accelerator, but on
+    the CPU only the cores torch's forward leaves free — there workers would slow the forward they feed
+    (on 2 cores, 2 workers made a cold hnbench-tiny evaluate ~25% slower; benchmarks/README.md)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if device is not None and torch.device(device).type == "cpu":
+        cores -= torch.get_num_threads()
+    return max(0, min(8, cores))
 
 
 # A batch that takes longer than this to decode means a worker is stuck (the main process would
@@ -247,7 +254,7 @@ def encode_images(
     bad: dict[int, str] = {}
     n_encoded = 0
     if todo:
-        workers = default_num_workers() if num_workers is None else num_workers
+        workers = default_num_workers(encoder.device) if num_workers is None else num_workers
         workers = min(workers, max(0, len(todo) // max(1, batch_size)))  # no pool for one batch
         loader = _loader(_ImageItems(source, encoder.image_transform, todo), workers, batch_size=batch_size,
                          shuffle=False, collate_fn=_collate, pin_memory=encoder.device.type == "cuda",
@@ -335,7 +342,7 @@ def encode_texts(
             todo = todo[np.argsort([-len(texts[j]) for j in todo.tolist()], kind="stable")]
         todo_texts = [texts[j] for j in todo.tolist()] if todo.size < n or _pads_to_longest(encoder) else texts
         n_batches = -(-todo.size // batch_size)
-        workers = default_num_workers() if num_workers is None else num_workers
+        workers = default_num_workers(encoder.device) if num_workers is None else num_workers
         loader = _loader(_TextBatches(encoder.tokenize, todo_texts, batch_size), min(workers, n_batches - 1),
                          batch_size=None, shuffle=False, pin_memory=encoder.device.type == "cuda")
         writer = cache.text_writer() if cache is not None else None

@@ -97,7 +97,8 @@ class EvalSettings:
     text_batch_size: int | None = option(None, group="evaluation", minimum=1,
                                          help="captions per encoder batch (default: max(--batch-size, 64))")
     num_workers: int | None = option(None, group="evaluation", minimum=0,
-                                     help="image decoding and tokenizing workers (default: CPU count, at most 8); "
+                                     help="image decoding and tokenizing workers (default: one per core, at most 8; "
+                                          "on the CPU only the cores torch's forward leaves free, usually 0); "
                                           "0 decodes in the main process and needs no shared memory")
     context_length: int | None = option(None, group="model", help="text context length (default: the model's)")
     skip_invalid: bool = option(False, group="data",

@@ -113,3 +113,22 @@ def test_an_items_own_error_in_a_worker_is_not_blamed_on_shared_memory(micro_con
     with pytest.raises(RuntimeError, match="tokenizer exploded") as caught:
         encode_texts(encoder, [f"caption {i}" for i in range(8)], batch_size=2, num_workers=2, progress=False)
     assert not isinstance(caught.value, WorkerError)
+
+
+def test_default_workers_leave_the_cpu_forward_its_cores():
+    """Issue 14: on the CPU, default decoding workers use only the cores torch's own threads leave free."""
+    import torch
+
+    from hnbench.encode import default_num_workers
+
+    cores = len(os.sched_getaffinity(0))
+    saved = torch.get_num_threads()
+    try:
+        for threads in (1, cores):
+            torch.set_num_threads(threads)
+            cpu = default_num_workers("cpu")
+            assert 0 <= cpu <= 8 and cpu + threads <= max(cores, threads)
+            assert cpu == min(8, cores - threads)  # every free core still decodes
+            assert default_num_workers("cuda") == min(8, cores)  # beside an accelerator, all of them
+    finally:
+        torch.set_num_threads(saved)

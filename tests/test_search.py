@@ -311,3 +311,38 @@ def test_auto_follows_the_calibration_and_the_probe(monkeypatch, caplog, quant):
     out = retrieve(cap, img, ptr, idx, k=5, backend="auto", device="cpu")
     assert out.backend == "torch"
     check(out, ref, exact_order=quant)
+
+
+def test_auto_beyond_the_calibrated_sizes_follows_how_each_cost_grows(monkeypatch):
+    """Issue 14: a gallery above LARGE_FROM calibrates LARGE too, and beyond LARGE each cost grows from
+    the two largest sizes: torch faster at every calibrated size but growing as M² loses to faiss."""
+    monkeypatch.setattr(search, "AUTO_MIN_WORK", 0)
+    monkeypatch.setattr(search_calibration, "SIZES", (100,))
+    monkeypatch.setattr(search_calibration, "LARGE", 400)
+    monkeypatch.setattr(search_calibration, "LARGE_FROM", 200)
+    measured = []
+
+    def measure(m, nq, d):  # per-query seconds: faiss and count linear in m, torch quadratic
+        measured.append(m)
+        return {"faiss": m * 1e-6, "count": m * 1e-6, "torch": m * m / 500 * 1e-6}
+
+    small = search_calibration.costs(150, measure)
+    assert measured == [100] and small["torch"] < small["faiss"]  # 400 not needed yet
+    at_large = search_calibration.costs(400, measure)
+    assert measured == [100, 400] and at_large == measure(400, 0, 0)  # added once, stored
+    measured.clear()
+    beyond = search_calibration.costs(1600, measure)
+    assert measured == []  # read back from the cache
+    assert beyond["faiss"] == pytest.approx(1600e-6) and beyond["torch"] == pytest.approx(320e-6 * 16)
+    # the rule as retrieve uses it: above LARGE, auto runs faiss; ranks equal the torch backend's
+    img, cap, owner = caption_setup(1600, 1, 8, seed=5, noise=0.3)
+    ptr, idx = csr_from_lists([[o] for o in owner])
+    q = cap[:64]
+    ptr, idx = ptr[:65], idx[:64]
+    auto = retrieve(q, img, ptr, idx, k=5, backend="auto", device="cpu")
+    ref = retrieve(q, img, ptr, idx, k=5, backend="torch", device="cpu")
+    assert auto.backend == "faiss"
+    for key in ("rank", "tied", "gt_index", "best_wrong_index", "topk_index"):
+        np.testing.assert_array_equal(getattr(auto, key), getattr(ref, key), err_msg=key)
+    # without the grown costs (a gallery at the largest calibrated size) torch is chosen
+    assert retrieve(q, img[:400], ptr, np.minimum(idx, 399), k=5, backend="auto", device="cpu").backend == "torch"
