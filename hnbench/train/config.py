@@ -37,7 +37,9 @@ class TrainConfig:
     seed: int = option(0, group="optimisation", help="seed of the initialisation, data order and subsets")
     device: str = option("cpu", group="model", resume_free=True, help="cpu or cuda (default: cpu)")
     context_length: int | None = option(None, group="model", help="text context length (default: the model's)")
-    num_workers: int | None = option(None, group="optimisation", resume_free=True, minimum=0, help="data loading workers")
+    num_workers: int | None = option(None, group="optimisation", resume_free=True, minimum=0,
+                                     help="data loading workers (default: as for eval — one per core, at most 8; on "
+                                          "the CPU only the cores torch's threads leave free, usually 0)")
     log_every: int = option(10, group="run, diagnostics, evaluation", resume_free=True, minimum=1,
                             help="optimizer steps between log.jsonl lines")
     output: str = option("runs/train", group="run, diagnostics, evaluation", resume_free=True,

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from hnbench.data import ImageTextDataset, load_dataset
 from hnbench.distributed import DistContext, from_env
+from hnbench.encode import default_num_workers
 from hnbench.errors import ConfigError
 from hnbench.evaluate import evaluate
 from hnbench.io import atomic_write_bytes
@@ -157,7 +158,8 @@ class _Run:
         self.tokens = self.encoder.tokenize(self.ds.captions).tokens
         self.captions_of = self.ds.image_captions()
         n = len(self.ds.images)
-        workers = (min(2, max(0, n // c.batch_size)) if c.num_workers is None else c.num_workers)
+        # the evaluation's rule (on the CPU only the cores the forward/backward leave free), no pool for one batch
+        workers = min(default_num_workers(dist.device), n // c.batch_size) if c.num_workers is None else c.num_workers
         self.generator = torch.Generator().manual_seed(c.seed)
         groups = group_positions(self.ds.image_ids, c.group_by) if c.group_by else None
         self.sampler = GlobalBatchSampler(n, c.batch_size, drop_last=n >= c.batch_size, generator=self.generator,
