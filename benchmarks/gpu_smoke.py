@@ -282,8 +282,9 @@ class Smoke:
         rows = {}
         for line in out.splitlines():
             f = line.split()
-            if len(f) >= 6 and f[0].isdigit() and f[1].isdigit() and f[2] in ("torch", "faiss", "faiss-gpu"):
-                rows[f[2]] = (int(f[1]), float(f[3]), float(f[5]))
+            # gallery, queries, backend, the backend it ran, seconds, queries/s, full N=M seconds, peak RSS
+            if len(f) >= 7 and f[0].isdigit() and f[1].isdigit() and f[2] in ("torch", "faiss", "faiss-gpu"):
+                rows[f[2]] = (int(f[1]), float(f[4]), float(f[6]))
         diff = re.search(r"ranks differing between backends: (\d+)", out)
         n = next(iter(rows.values()))[0] if rows else 0
         missing = [b for b in backends if b not in rows]
