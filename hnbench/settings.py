@@ -9,12 +9,14 @@ import it.
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hnbench.errors import did_you_mean
+from hnbench.errors import ConfigError, did_you_mean
 from hnbench.validate import BACKENDS, PRECISIONS, SEARCHES, check_at_least, check_eval
 
 __all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "from_options", "option", "option_help", "resume_free"]
@@ -63,6 +65,39 @@ def check_minimums(settings: Any, *, with_key: bool = False) -> None:
             check_at_least(f"{flag} ({f.name})" if with_key else flag, value, low)
 
 
+def field_types(cls: type) -> dict[str, tuple[Any, bool]]:
+    """Each field's declared type (``X | None`` read as X) and whether None is allowed: what a flag parses
+    and what a recipe or keyword value must be."""
+    out = {}
+    for name, kind in typing.get_type_hints(cls).items():
+        optional = False
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):
+            optional = type(None) in typing.get_args(kind)
+            kind = next(t for t in typing.get_args(kind) if t is not type(None))
+        out[name] = (kind, optional)
+    return out
+
+
+_IS = {bool: lambda v: isinstance(v, bool), int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+       float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), str: lambda v: isinstance(v, str),
+       dict: lambda v: isinstance(v, dict)}
+
+
+def check_types(settings: Any, *, with_key: bool = False) -> None:
+    """Scalar and mapping fields hold a value of their declared type (a recipe or ``--set`` value may not)."""
+    for name, (kind, optional) in field_types(type(settings)).items():
+        value = getattr(settings, name)
+        is_kind = _IS.get(typing.get_origin(kind) or kind)
+        if is_kind is None or (value is None and optional) or is_kind(value):
+            continue
+        f = next(f for f in dataclasses.fields(settings) if f.name == name)
+        flag = f.metadata.get("flag") or "--" + name.replace("_", "-")
+        label = name if not f.metadata.get("cli", True) else f"{flag} ({name})" if with_key else flag
+        expected = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",
+                    "dict": "a table of options"}[(typing.get_origin(kind) or kind).__name__]
+        raise ConfigError(f"{label} must be {expected}, got {value!r}")
+
+
 def from_options(cls: type, base: Any | None, options: Mapping[str, Any]) -> Any:
     """``base`` (or the defaults) with ``options`` replaced; an unknown name is a TypeError with a suggestion."""
     known = [f.name for f in dataclasses.fields(cls)]
@@ -100,7 +135,7 @@ class EvalSettings:
                                      help="image decoding and tokenizing workers (default: one per core, at most 8; "
                                           "on the CPU only the cores torch's forward leaves free, usually 0); "
                                           "0 decodes in the main process and needs no shared memory")
-    context_length: int | None = option(None, group="model", help="text context length (default: the model's)")
+    context_length: int | None = option(None, minimum=1, group="model", help="text context length (default: the model's)")
     skip_invalid: bool = option(False, group="data",
                                 help="drop and count missing/corrupt images and empty captions instead of failing")
     use_cache: bool = option(True, group="evaluation", flag="--cache",
@@ -124,6 +159,7 @@ class EvalSettings:
 
     def validate(self, output_dir: str | Path | None = None) -> None:
         """Every setting (and the output directory), before any model or data is loaded."""
+        check_types(self)
         check_minimums(self)
         check_eval(ks=self.ks, device=self.device, precision=self.precision, output_dir=output_dir,
                    search=self.search, backend=self.backend)
@@ -147,7 +183,7 @@ class HardnessSettings:
     """How hardness measures a caption set (everything but the data, the model and where the report goes)."""
 
     device: str = option("cpu", group="model", help="cpu or cuda (default: cpu)")
-    context_length: int | None = option(None, group="model", help="text context length (default: the model's)")
+    context_length: int | None = option(None, minimum=1, group="model", help="text context length (default: the model's)")
     batch_size: int = option(128, group="statistics", minimum=1, help="B of the in-batch negative buckets (default 128)")
     n_batches: int = option(200, group="statistics", minimum=1, help="random batches to average (default 200)")
     edges: tuple[float, ...] = option(DEFAULT_EDGES, group="statistics",
@@ -155,9 +191,9 @@ class HardnessSettings:
     threshold: float = option(0.95, group="statistics", help="near-duplicate caption similarity (default 0.95)")
     image_threshold: float | None = option(None, group="statistics",
                                            help="near-duplicate image similarity (default: --threshold)")
-    exact_max: int = option(20_000, group="statistics",
+    exact_max: int = option(20_000, minimum=0, group="statistics",
                             help="exact all-pairs statistics up to this many items, sampled beyond (default 20000)")
-    n_sample_pairs: int = option(1_000_000, group="statistics", flag="--sample-pairs",
+    n_sample_pairs: int = option(1_000_000, minimum=1, group="statistics", flag="--sample-pairs",
                                  help="pairs sampled beyond --exact-max")
     seed: int = option(0, group="statistics", help="seed of the sampled pairs and batches (default 0)")
     images: bool = option(True, group="statistics",

@@ -51,7 +51,8 @@ def _manifest(root: Path, n: int = 6) -> Path:
 # --- item 8: arguments ---------------------------------------------------------------------------
 BAD_ARGS = [(["--k", "0"], "--k"), (["--k", "5", "-1"], "--k"), (["--batch-size", "0"], "--batch-size"),
             (["--batch-size", "-3"], "--batch-size"), (["--device", "tpu"], "--device"),
-            (["--precision", "fp8"], "--precision"), (["--num-workers", "-1"], "--num-workers")]
+            (["--precision", "fp8"], "--precision"), (["--num-workers", "-1"], "--num-workers"),
+            (["--context-length", "0"], "--context-length")]
 
 
 @pytest.mark.parametrize("bad,name", BAD_ARGS, ids=[" ".join(b) for b, _ in BAD_ARGS])
@@ -64,7 +65,9 @@ def test_bad_eval_argument_is_one_line_before_loading(capsys, tmp_path, bad, nam
 
 
 @pytest.mark.parametrize("bad,name", [(["--device", "tpu"], "--device"), (["--batch-size", "0"], "--batch-size"),
-                                      (["--encode-batch-size", "-3"], "--encode-batch-size")])
+                                      (["--encode-batch-size", "-3"], "--encode-batch-size"),
+                                      (["--edges", "0.5", "0.2"], "--edges"), (["--threshold", "7"], "--threshold"),
+                                      (["--context-length", "0"], "--context-length")])
 @pytest.mark.parametrize("n_models", [1, 2])
 def test_bad_hardness_argument_is_one_line_before_loading(capsys, tmp_path, bad, name, n_models):
     models = ["--model", "no-such-arch"] * n_models  # two models go through hardness_many
@@ -74,9 +77,17 @@ def test_bad_hardness_argument_is_one_line_before_loading(capsys, tmp_path, bad,
     assert out == "" and not (tmp_path / "out").exists()
 
 
+def test_more_pretrained_than_models_is_one_line_before_loading(capsys, tmp_path):
+    rc, out, err = _cli(capsys, "hardness", "--dataset", str(tmp_path / "absent.jsonl"), "--model", "no-such-arch",
+                        "--model", "other-arch", *["--pretrained", "w.pt"] * 3, "--output", str(tmp_path / "out"))
+    _assert_one_line(rc, err, "3 --pretrained values for 2 models")
+    assert out == "" and not (tmp_path / "out").exists()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA GPU")
-def test_device_cuda_without_gpu_is_one_line(capsys, tmp_path):
-    rc, _, err = _cli(capsys, "eval", "--model", "no-such-arch", "--dataset", str(tmp_path / "absent.jsonl"),
+@pytest.mark.parametrize("command", ["eval", "hardness"])
+def test_device_cuda_without_gpu_is_one_line(capsys, tmp_path, command):
+    rc, _, err = _cli(capsys, command, "--model", "no-such-arch", "--dataset", str(tmp_path / "absent.jsonl"),
                       "--output", str(tmp_path / "out"), "--device", "cuda")
     _assert_one_line(rc, err, "--device cuda", "no CUDA GPU")
     assert not (tmp_path / "out").exists()
@@ -107,12 +118,13 @@ def _unwritable_dir(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("case", ["file", "under-file", "read-only"])
-def test_output_dir_not_writable_is_one_line_before_loading(capsys, tmp_path, case):
+@pytest.mark.parametrize("command", ["eval", "hardness"])
+def test_output_dir_not_writable_is_one_line_before_loading(capsys, tmp_path, case, command):
     blocker = tmp_path / "taken"
     blocker.write_text("not a directory")
     target = {"file": blocker, "under-file": blocker / "results",
               "read-only": _unwritable_dir(tmp_path) / "results"}[case]
-    rc, _, err = _cli(capsys, "eval", "--model", "no-such-arch", "--dataset", str(tmp_path / "absent.jsonl"),
+    rc, _, err = _cli(capsys, command, "--model", "no-such-arch", "--dataset", str(tmp_path / "absent.jsonl"),
                       "--output", str(target))
     _assert_one_line(rc, err, "--output", str(target))
     assert blocker.read_text() == "not a directory"  # the file in the way is left as it was
@@ -343,6 +355,18 @@ def test_quiet_also_hides_transformers_progress_bars(tmp_path, hf_clip_dir):
 
 
 # --- found in review: more inputs that must be one line --------------------------------------------
+@pytest.mark.parametrize("setting, words", [("epochs=abc", "--epochs (epochs) must be an integer"),
+                                            ("lr=abc", "--lr (lr) must be a number"),
+                                            ("dataset_options=3", "dataset_options must be a table"),
+                                            ("lora_r=0", "--lora-r (lora_r) must be a positive integer"),
+                                            ("eval_every=0", "--eval-every"), ("save_every=-1", "--save-every")])
+def test_wrong_type_or_range_from_set_is_one_line_before_loading(capsys, tmp_path, setting, words):
+    rc, out, err = _cli(capsys, "train", "--model", "no-such-arch", "--dataset", str(tmp_path / "absent.jsonl"),
+                        "--output", str(tmp_path / "run"), "--set", setting)
+    _assert_one_line(rc, err, words)
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("options, words", [({"loss": "HN"}, "loss must be one of"),  # dispatched on the exact name
                                             ({"num_workers": -1}, "--num-workers"), ({"log_every": 0}, "log_every"),
                                             ({"device": "cuda:x"}, "--device")])

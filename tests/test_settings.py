@@ -205,7 +205,7 @@ def test_declared_integer_bounds_are_the_only_integer_checks(cls):
     assert bounded
     for f in bounded:
         for bad in (f.metadata["minimum"] - 1, 2.5, True):
-            with pytest.raises(ConfigError, match=re.escape("--" + f.name.replace("_", "-"))):
+            with pytest.raises(ConfigError, match=re.escape(f.metadata["flag"] or "--" + f.name.replace("_", "-"))):
                 check_minimums(cls(**{f.name: bad}))
         if f.default is None:
             check_minimums(cls(**{f.name: None}))

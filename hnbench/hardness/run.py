@@ -22,10 +22,11 @@ from hnbench.hardness.captions import CaptionSet, from_dataset, load_captions, t
 from hnbench.hardness.outputs import compare, write_outputs
 from hnbench.hardness.recall import load_per_query, recall_by_hardness
 from hnbench.hardness.schema import HardnessReport, write_report
+from hnbench.hardness.stats import check_edges
 from hnbench.io import check_output, record_output
 from hnbench.models import load_model
 from hnbench.registry import TEXT_ENCODERS
-from hnbench.settings import HardnessSettings, check_minimums, from_options
+from hnbench.settings import HardnessSettings, check_minimums, check_types, from_options
 from hnbench.validate import check_device, check_output_dir
 
 logger = logging.getLogger(__name__)
@@ -144,18 +145,24 @@ def hardness(
 
 def _check_args(s: HardnessSettings, output_dir: str | Path | None) -> None:
     """The settings that can be checked before anything is loaded (one line each, see hnbench.validate)."""
+    check_types(s)
     check_minimums(s)
+    try:
+        check_edges(s.edges)
+    except ValueError as e:
+        raise ConfigError(f"--edges: {e}") from None
+    for flag, value in (("--threshold", s.threshold), ("--image-threshold", s.image_threshold)):
+        if value is not None and not -1 <= value <= 1:
+            raise ConfigError(f"{flag} is a cosine similarity, between -1 and 1; got {value}")
     check_device(s.device)
     check_output_dir(output_dir)
 
 
-# HardnessSettings fields that do not change a report's numbers
-_NOT_STATISTICS = frozenset({"device", "encode_batch_size", "num_workers", "use_cache", "progress", "overwrite"})
-
-
 def _statistics(s: HardnessSettings) -> dict[str, Any]:
-    """The settings a report's numbers depend on (what makes two reports of one model and data differ)."""
-    return {k: v for k, v in dataclasses.asdict(s).items() if k not in _NOT_STATISTICS}
+    """The settings a report's numbers depend on (what makes two reports of one model and data differ): the
+    fields declared in the ``statistics`` group, and the context length the captions are cut to."""
+    return {f.name: getattr(s, f.name) for f in dataclasses.fields(s)
+            if f.metadata.get("group") == "statistics" or f.name == "context_length"}
 
 
 def _check_result_matches(path: str | Path, res: Any, frame: Any, cs: CaptionSet) -> None:
@@ -184,7 +191,8 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
     if len(models) == 1 and len(pretrained) > 1:  # one architecture, several checkpoints
         models = list(models) * len(pretrained)
     if len(pretrained) not in (1, len(models)):
-        raise ValueError(f"{len(pretrained)} --pretrained values for {len(models)} models")
+        raise ConfigError(f"{len(pretrained)} --pretrained values for {len(models)} models: give one, or one per "
+                          "--model")
     if len(pretrained) == 1:
         pretrained = pretrained * len(models)
     model_config = kwargs.pop("model_config", None)

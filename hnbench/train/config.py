@@ -9,7 +9,7 @@ from typing import Any
 
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.registry import LOSSES, RECIPES
-from hnbench.settings import check_minimums, option
+from hnbench.settings import check_minimums, check_types, option
 from hnbench.validate import check_device_name
 
 
@@ -32,11 +32,11 @@ class TrainConfig:
     batch_size: int = option(64, group="optimisation", help="global micro-batch (split over processes)")
     lr: float = option(5e-4, group="optimisation", help="peak learning rate (after warm-up, cosine decay)")
     weight_decay: float = option(0.1, group="optimisation", help="AdamW weight decay")
-    warmup_steps: int = option(10, group="optimisation", help="optimizer steps of linear warm-up")
+    warmup_steps: int = option(10, minimum=0, group="optimisation", help="optimizer steps of linear warm-up")
     max_logit_scale: float = option(100.0, group="objective", help="clamp of the learned logit scale s")
     seed: int = option(0, group="optimisation", help="seed of the initialisation, data order and subsets")
     device: str = option("cpu", group="model", resume_free=True, help="cpu or cuda (default: cpu)")
-    context_length: int | None = option(None, group="model", help="text context length (default: the model's)")
+    context_length: int | None = option(None, minimum=1, group="model", help="text context length (default: the model's)")
     num_workers: int | None = option(None, group="optimisation", resume_free=True, minimum=0,
                                      help="data loading workers (default: as for eval — one per core, at most 8; on "
                                           "the CPU only the cores torch's threads leave free, usually 0)")
@@ -71,10 +71,10 @@ class TrainConfig:
                                   help="regex on image ids: batches made of whole groups, e.g. \"^(.*)-v\\d+$\" "
                                        "(synthdense families)")
     # Long-CLIP and PEFT
-    stretch_context: int | None = option(None, group="PEFT and Long-CLIP",
+    stretch_context: int | None = option(None, minimum=1, group="PEFT and Long-CLIP",
                                          help="stretch the text positions the Long-CLIP way (77 → 248)")
     peft: str | None = option(None, group="PEFT and Long-CLIP", choices=("lora", "dora"), help="LoRA or DoRA adapters")
-    lora_r: int = option(16, group="PEFT and Long-CLIP", help="adapter rank")
+    lora_r: int = option(16, minimum=1, group="PEFT and Long-CLIP", help="adapter rank")
     lora_alpha: float = option(32.0, group="PEFT and Long-CLIP", help="adapter scale α")
     lora_dropout: float = option(0.0, group="PEFT and Long-CLIP", help="adapter dropout")
     lora_targets: list[str] | None = option(None, group="PEFT and Long-CLIP", sep=",",
@@ -83,16 +83,16 @@ class TrainConfig:
     peft_save: str = option("both", group="PEFT and Long-CLIP", choices=("merged", "adapter", "both"),
                             help="what a PEFT run writes: the merged checkpoint, the adapter, or both")
     # checkpoints, diagnostics, evaluation
-    save_every: int = option(0, group="run, diagnostics, evaluation", resume_free=True,
+    save_every: int = option(0, minimum=0, group="run, diagnostics, evaluation", resume_free=True,
                              help="optimizer steps between resumable states (also saved at every epoch end)")
     resume: str | None = option(None, group="run, diagnostics, evaluation", resume_free=True, nargs="?", const="",
                                 metavar="RUN_DIR", help="continue an interrupted run (default: the --output directory)")
     overwrite: bool = option(False, group="run, diagnostics, evaluation", resume_free=True,
                              help="start afresh in a non-empty --output (its earlier run's outputs are removed); "
                                   "without it a non-empty run directory is refused")
-    stop_at_step: int | None = option(None, group="run, diagnostics, evaluation", resume_free=True,
+    stop_at_step: int | None = option(None, minimum=1, group="run, diagnostics, evaluation", resume_free=True,
                                       help="stop resumably after this many optimizer steps (the schedule is unchanged)")
-    diag_every: int = option(0, group="run, diagnostics, evaluation", resume_free=True,
+    diag_every: int = option(0, minimum=0, group="run, diagnostics, evaluation", resume_free=True,
                              help="optimizer steps between saturation diagnostics (0: off)")
     active_threshold: float = option(1e-3, group="run, diagnostics, evaluation", resume_free=True,
                                      help="a batch is active if its loss is at least this (1e-3)")
@@ -104,11 +104,11 @@ class TrainConfig:
                                         help="data root of --eval-dataset")
     eval_dataset_options: dict[str, Any] = option(default_factory=dict, cli=False, resume_free=True,
                                                   help="options for the eval dataset's loader (recipe / --set only)")
-    eval_every: int = option(1, group="run, diagnostics, evaluation", resume_free=True,
+    eval_every: int = option(1, minimum=1, group="run, diagnostics, evaluation", resume_free=True,
                              help="epochs between evaluations")
     eval_at_start: bool = option(True, group="run, diagnostics, evaluation", resume_free=True,
                                  help="evaluate before training too (on by default; --no-eval-at-start: not)")
-    eval_batch_size: int = option(64, group="run, diagnostics, evaluation", resume_free=True,
+    eval_batch_size: int = option(64, minimum=1, group="run, diagnostics, evaluation", resume_free=True,
                                   help="encoder batch of the evaluations")
 
     @classmethod
@@ -125,6 +125,10 @@ class TrainConfig:
         return cfg
 
     def validate(self) -> None:
+        try:  # a recipe or --set value of the wrong type: before the checks below compare it
+            check_types(self, with_key=True)
+        except ConfigError as e:
+            raise ConfigError(f"invalid training options: {e}") from None
         # The choices are the fields' declared ones, compared exactly (the loss is dispatched on its exact name).
         problems = [f"{f.name} must be one of {', '.join(map(repr, f.metadata['choices']))}, got {getattr(self, f.name)!r}"
                     for f in fields(self) if f.metadata.get("choices") and getattr(self, f.name) not in f.metadata["choices"]

@@ -336,7 +336,7 @@ class _Run:
         if self.dist.is_main and c.diag_every:
             self._write_diag(summarize_epoch(state.epoch, state.epoch_records, state.epoch_losses,
                                              c.active_threshold))
-        if c.eval_dataset and (state.epoch + 1) % max(1, c.eval_every) == 0:
+        if c.eval_dataset and (state.epoch + 1) % c.eval_every == 0:
             self._evaluate(state.epoch + 1, state.step)
         state.epoch += 1
         state.batch_in_epoch = 0
