@@ -28,7 +28,7 @@ _LAZY = {
     "EvalResult": "hnbench.results:EvalResult",
     "ImageTextDataset": "hnbench.data.base:ImageTextDataset",
     "train": "hnbench.train.trainer:train",
-    "TrainConfig": "hnbench.train.trainer:TrainConfig",
+    "TrainConfig": "hnbench.train.config:TrainConfig",
     "leaderboard": "hnbench.leaderboard:leaderboard",
     "hardness": "hnbench.hardness:hardness",
     "compare": "hnbench.comparison:compare",

@@ -541,7 +541,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hnbench: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # the encoders' cache writers flush on the way out; rerun to resume
-        cached = getattr(args, "use_cache", not getattr(args, "no_cache", False))  # eval's / hardness's flag
+        cached = getattr(args, "use_cache", False)  # eval's / hardness's --cache/--no-cache
         encodes = args.command in ("eval", "demo", "hardness") and cached
         print("hnbench: interrupted" + ("; the embeddings encoded so far are cached: rerun to resume" if encodes
                                         else ""), file=sys.stderr)

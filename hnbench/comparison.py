@@ -212,7 +212,9 @@ def compare(results: Sequence[str | Path | EvalResult], *, ks: Sequence[int] = (
     if output_dir is not None:
         out_dir = Path(output_dir)
         js, md = (json.dumps(out.to_dict(), indent=2) + "\n").encode(), out.markdown().encode()  # both rendered first
-        for name, data in (("compare.json", js), ("compare.md", md)):
+        pair = (("compare.md", md), ("compare.json", js))
+        for name, _ in pair:  # both records first: a failure between the two files leaves a rerunnable pair
             record_output(out_dir / name, inputs)
+        for name, data in pair:
             atomic_write_bytes(out_dir / name, data)
     return out

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from hnbench.data.base import ImageSource, ImageTextDataset
+from hnbench.data.local import CAPTION_COLUMNS
 from hnbench.errors import DataError
 from hnbench.io import read_rows, read_text_utf8
 
-CAPTION_COLUMNS = ("caption", "text", "description", "captions")
 AUTO_LABEL_FIELDS = ("family",)
 
 
@@ -92,12 +92,12 @@ def image_labels(ds: ImageTextDataset, field: str, *, required: bool = True) -> 
     synthdense's ``family``; None (or an error when ``required``) if the manifest lacks it."""
     src = Path(ds.source) if ds.source else None
     rows = read_rows(src)[0] if src is not None and src.is_file() and src.suffix in (".jsonl", ".csv", ".tsv") else []
+    image_col = (ds.meta.get("columns") or [None])[0]  # the image column the loader picked (hnbench.data.local)
     by_id: dict[str, str] = {}
     for row in rows:
         if field not in row:
             continue
-        key = row.get("id") if row.get("id") not in (None, "") else next(
-            (row[c] for c in ("image", "file_name", "filepath", "image_path", "path") if row.get(c)), None)
+        key = row.get("id") if row.get("id") not in (None, "") else row.get(image_col)  # as the loader's image ids
         by_id[str(key)] = str(row[field])
     missing = [i for i in ds.image_ids if i not in by_id]
     if missing:

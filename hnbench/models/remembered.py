@@ -102,15 +102,14 @@ def weight_files(model: str, pretrained: str | None, model_config: str | Path | 
     if model.startswith("local-dir:"):
         d = Path(model.split(":", 1)[1])
         return _dir_files(d) if d.is_dir() else None
-    arch = (model or Path(model_config).stem) if model_config else model
     try:
-        local, tag = resolve_pretrained(arch, pretrained)
+        local, tag = resolve_pretrained(model, pretrained)
     except CheckpointError:
         return None
     if local:
         return [str(Path(local).resolve())]
     if tag:
-        found = _tag_file(arch, tag)
+        found = _tag_file(model, tag)
         return [str(Path(found).resolve())] if found else None
     return [_RNG]
 
