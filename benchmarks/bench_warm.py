@@ -56,6 +56,7 @@ def main() -> None:
     pretrained = args.pretrained or ("synthdense" if args.model == "hnbench-tiny" else None)
     if args.random_init_checkpoint:
         if not args.random_init_checkpoint.exists():
+            args.random_init_checkpoint.parent.mkdir(parents=True, exist_ok=True)
             make_checkpoint(args.model, args.random_init_checkpoint)
         pretrained = str(args.random_init_checkpoint)
     cold, warm = [], []

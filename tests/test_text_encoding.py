@@ -83,3 +83,21 @@ def test_cached_and_uncached_sorted_runs_agree(minilm, tmp_path):
     assert (cold.n_encoded, warm.n_cached, warm.n_encoded) == (8, 8, 4)
     np.testing.assert_array_equal(warm.vectors[:8], cold.vectors)
     np.testing.assert_allclose(warm.vectors, unsorted(minilm, texts, 3), atol=2e-5)
+
+
+def test_minilm_batches_are_encoded_longest_first(minilm, monkeypatch):
+    """Each batch pads only to its own longest caption: batches come longest first (issue 14, item 4)."""
+    texts = captions(16, seed=3)
+    texts = [texts[i] for i in np.random.default_rng(0).permutation(len(texts))]  # not already in length order
+    seen: list[list[str]] = []
+    tokenize = minilm.tokenize
+
+    def recording(batch):
+        seen.append(list(batch))
+        return tokenize(batch)
+
+    monkeypatch.setattr(minilm, "tokenize", recording)
+    encode_texts(minilm, texts, batch_size=4, progress=False, num_workers=0)
+    widths = [max(len(t) for t in batch) for batch in seen]
+    assert len(seen) == 4 and sorted(sum(seen, [])) == sorted(texts)
+    assert widths == sorted(widths, reverse=True) and widths[0] > widths[-1]
