@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import sys
-import types
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -19,7 +18,7 @@ from tabulate import tabulate
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
 from hnbench.registry import DATASETS, MODELS, RECIPES, TEXT_ENCODERS
-from hnbench.settings import EvalSettings, HardnessSettings, option_help
+from hnbench.settings import EvalSettings, HardnessSettings, field_types, option_help
 from hnbench.train.config import TrainConfig, load_recipe
 from hnbench.train.report import epoch_table, read_run, train_report
 
@@ -306,7 +305,7 @@ def _add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = 
     ``sparse``: every default is None, so only the flags given override a recipe. A flag already on
     ``p`` (the shared model / data flags) is kept as it is.
     """
-    hints = typing.get_type_hints(cls)
+    kinds = field_types(cls)
     for f in dataclasses.fields(cls):
         meta = f.metadata
         if not meta.get("cli", True):
@@ -317,9 +316,7 @@ def _add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = 
         group = _group(p, meta.get("group") or "options")
         default = None if f.default is dataclasses.MISSING else f.default
         kw: dict[str, Any] = {"dest": f.name, "help": meta["help"].replace("%", "%%"), **meta.get("argparse", {})}
-        kind = hints[f.name]
-        if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None → X
-            kind = next(t for t in typing.get_args(kind) if t is not type(None))
+        kind = kinds[f.name][0]  # X | None → X
         origin = typing.get_origin(kind)
         if kind is bool and default is True:
             group.add_argument("--no-" + flag[2:], action="store_const", const=False,
