@@ -126,14 +126,17 @@ def available_backends() -> list[str]:
 
 
 def resolve_backend(backend: str, device: str, n_gallery: int) -> str:
-    """Map a requested backend ("auto", "torch", "faiss", "faiss-gpu") to the one that will run."""
+    """Map a requested backend ("auto", "torch", "faiss", "faiss-gpu") to the one that will run.
+
+    On the CPU, "auto" maps to "torch" here; :func:`retrieve` then refines it by the machine's stored
+    calibration (:mod:`hnbench.search_calibration`) and a probe on the data, once the sizes are known."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown search backend {backend!r}; valid: {', '.join(BACKENDS)}")
     if n_gallery < 1:
         raise ValueError("the gallery is empty")
     on_cuda = torch.device(device).type == "cuda"
     if backend == "auto":
-        # Size does not enter the choice: on CPU both backends measured matmul-bound at 5k-50k.
+        # faiss-gpu on a GPU; on the CPU the size-dependent choice is retrieve's (see the docstring)
         return "faiss-gpu" if on_cuda and _faiss_gpu_ok() else "torch"
     if backend in ("faiss", "faiss-gpu") and _faiss() is None:
         raise ValueError(f"backend {backend!r} needs faiss, which is not installed; available: {available_backends()}")
