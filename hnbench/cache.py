@@ -39,7 +39,6 @@ import shutil
 import struct
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ import numpy as np
 
 from hnbench.data.base import ImageSource
 from hnbench.errors import CacheError
-from hnbench.io import atomic_write_bytes
+from hnbench.io import DIGEST_BYTES, atomic_write_bytes, content_digest
 from hnbench.paths import cache_dir
 
 __all__ = ["CacheStats", "CorruptShardError", "EmbeddingCache", "ShardStore", "clear", "default_root",
@@ -58,7 +57,7 @@ logger = logging.getLogger(__name__)
 
 FORMAT = 1
 MAGIC = b"HNBEMB1\n"
-KEY_BYTES = 16
+KEY_BYTES = DIGEST_BYTES
 KEY_DTYPE = np.dtype(f"S{KEY_BYTES}")
 SHARD_SUFFIX = ".emb"
 KINDS = ("image", "text")
@@ -81,10 +80,6 @@ class CacheStats:
 
 
 # --- keys ----------------------------------------------------------------------------------------
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=KEY_BYTES).digest()
-
-
 def _describe_transform(transform: Any) -> str:
     """A stable text form of an image transform: its repr without memory addresses."""
     text = re.sub(r" at 0x[0-9a-fA-F]+", "", repr(transform))
@@ -108,27 +103,13 @@ def model_spec(info: Any, image_transform: Any, *, autocast: str | None = None,
 
 def text_keys(texts: Sequence[str]) -> np.ndarray:
     """Content keys of captions: blake2b-128 of the UTF-8 text."""
-    return np.array([_digest(t.encode("utf-8")) for t in texts], dtype=KEY_DTYPE)
+    return np.array([content_digest(t.encode("utf-8")) for t in texts], dtype=KEY_DTYPE)
 
 
-def _image_key(source: ImageSource, i: int) -> bytes | None:
-    """blake2b-128 of :meth:`ImageSource.content_bytes`: the file's bytes for files and HF rows, else pixels."""
-    try:
-        return _digest(source.content_bytes(i))
-    except Exception as e:  # unreadable: not cacheable; the encoder reports it properly
-        logger.debug("no cache key for image %s: %s", source.describe(i), e)
-        return None
-
-
-def image_keys(source: ImageSource, positions: Sequence[int], *,
-               threads: int = 8) -> tuple[np.ndarray, np.ndarray]:
-    """Content keys of images ``positions`` of ``source`` and a mask of those that could be read."""
-    positions = list(positions)
-    if source.file_backed and len(positions) > 64 and threads > 1:
-        with ThreadPoolExecutor(threads) as pool:  # file reads and hashing release the GIL
-            found = list(pool.map(lambda i: _image_key(source, i), positions, chunksize=64))
-    else:
-        found = [_image_key(source, i) for i in positions]
+def image_keys(source: ImageSource, positions: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Content keys of images ``positions`` of ``source`` (:meth:`ImageSource.content_digests`: the file's
+    bytes for files and HF rows, else pixels) and a mask of those that could be read."""
+    found = source.content_digests(list(positions))
     ok = np.array([k is not None for k in found], dtype=bool)
     return np.array([k or b"" for k in found], dtype=KEY_DTYPE), ok
 

@@ -1,4 +1,5 @@
-"""Internal file helpers: atomic writes with the umask's mode, CSV/TSV/JSONL row readers, file hashes."""
+"""Internal file helpers: atomic writes with the umask's mode, CSV/TSV/JSONL row readers, file hashes and
+the stat-keyed memo of file content digests."""
 
 from __future__ import annotations
 
@@ -9,14 +10,21 @@ import hashlib
 import io
 import json
 import os
+import logging
 import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from hnbench.errors import ConfigError, DataError
 
-__all__ = ["atomic_write_bytes", "check_output", "process_umask", "read_rows", "read_text_utf8", "record_output",
-           "sha256_file", "write_temp"]
+__all__ = ["DIGEST_BYTES", "atomic_write_bytes", "check_output", "content_digest", "file_digests", "process_umask",
+           "read_rows", "read_text_utf8", "record_output", "sha256_file", "write_temp"]
+
+logger = logging.getLogger(__name__)
+
+DIGEST_BYTES = 16  # blake2b-128: the embedding cache's content keys and the data fingerprint's image digests
 
 
 @functools.lru_cache(maxsize=1)
@@ -108,6 +116,88 @@ def sha256_file(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def content_digest(data: bytes) -> bytes:
+    """blake2b-128 of ``data``: the content key of an image or caption."""
+    return hashlib.blake2b(data, digest_size=DIGEST_BYTES).digest()
+
+
+def _file_stat(path: str) -> list[int] | None:
+    """What the digest memo keys a file by: size, mtime and ctime (ns), inode and device; None if absent.
+
+    ctime changes on every write and cannot be set back (``touch -r``, ``rsync -t`` restore only mtime)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def _read_digest(path: str) -> bytes | None:
+    try:
+        h = hashlib.blake2b(digest_size=DIGEST_BYTES)
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        return h.digest()
+    except OSError as e:  # unreadable: no digest; whoever opens the image reports it properly
+        logger.debug("cannot read %s: %s", path, e)
+        return None
+
+
+def file_digests(paths: Sequence[str], memo: Path | None, *, threads: int = 8) -> list[bytes | None]:
+    """:func:`content_digest` of each file's bytes (None where it cannot be read), through a memo.
+
+    The memo (one JSON file per folder of files under ``memo``) holds each file's digest with its
+    :func:`_file_stat`: a file whose stat is unchanged is not read again, so a warm run costs one
+    ``stat`` per file. ``memo=None`` reads every file. Files are read on ``threads`` threads (I/O
+    and hashing release the GIL). A memo that cannot be read or written is only a slower run.
+    """
+    absolute = [os.path.abspath(p) for p in paths]
+    stats = [_file_stat(p) for p in absolute]
+    folders: dict[str, dict[str, list[Any]]] = {}
+    if memo is not None:
+        for folder in {os.path.dirname(p) for p in absolute}:
+            try:
+                entries = json.loads(_memo_path(memo, folder).read_text())["files"]
+                folders[folder] = entries if isinstance(entries, dict) else {}
+            except (OSError, ValueError, KeyError, TypeError):
+                folders[folder] = {}
+    found: list[bytes | None] = [None] * len(paths)
+    todo = []
+    for i, (p, st) in enumerate(zip(absolute, stats)):
+        known = folders.get(os.path.dirname(p), {}).get(os.path.basename(p))
+        if st is not None and isinstance(known, list) and len(known) == 2 and known[0] == st:
+            with contextlib.suppress(ValueError, TypeError):
+                found[i] = bytes.fromhex(known[1])
+                continue
+        if st is not None:
+            todo.append(i)
+    if len(todo) > 64 and threads > 1:
+        with ThreadPoolExecutor(threads) as pool:
+            read = list(pool.map(lambda i: _read_digest(absolute[i]), todo, chunksize=16))
+    else:
+        read = [_read_digest(absolute[i]) for i in todo]
+    changed: set[str] = set()
+    for i, digest in zip(todo, read):
+        found[i] = digest
+        # the stat after the read: a file rewritten while it was read is not remembered with the new stat
+        if digest is not None and memo is not None and _file_stat(absolute[i]) == stats[i]:
+            folder = os.path.dirname(absolute[i])
+            folders[folder][os.path.basename(absolute[i])] = [stats[i], digest.hex()]
+            changed.add(folder)
+    for folder in changed if memo is not None else ():
+        data = json.dumps({"folder": folder, "files": folders[folder]}, separators=(",", ":")).encode()
+        try:
+            atomic_write_bytes(_memo_path(memo, folder), data)
+        except OSError as e:
+            logger.debug("cannot write the digest memo of %s: %s", folder, e)
+    return found
+
+
+def _memo_path(memo: Path, folder: str) -> Path:
+    return memo / f"{hashlib.sha256(folder.encode()).hexdigest()[:24]}.json"
 
 
 def check_output(path: str | Path, what: str, inputs: dict[str, Any], *, overwrite: bool = False) -> None:

@@ -21,15 +21,20 @@ import numpy as np
 from PIL import Image
 
 from hnbench.errors import DataError, ImageLoadError
+from hnbench.io import content_digest, file_digests
+from hnbench.paths import cache_dir
 
 logger = logging.getLogger(__name__)
+
+
+FILE_DIGESTS = "file-digests"  # the digest memo's folder under the hnbench cache
 
 
 class ImageSource:
     """A sequence of images addressed by position; ``open(i)`` returns an RGB PIL image."""
 
     ids: list[str]
-    # content_bytes(i) reads one file per image, so callers may hash many of them on threads (I/O releases the GIL)
+    # content_bytes(i) reads one file per image (FileImages digests files through hnbench.io.file_digests)
     file_backed: ClassVar[bool] = False
 
     def __len__(self) -> int:
@@ -46,13 +51,21 @@ class ImageSource:
         im = self.open(i)
         return f"{im.mode}:{im.size}:".encode() + im.tobytes()
 
+    def content_digests(self, positions: Sequence[int]) -> list[bytes | None]:
+        """:func:`~hnbench.io.content_digest` of :meth:`content_bytes` for each position; None where the
+        image cannot be read. The embedding cache's image keys and the dataset fingerprint are these."""
+        found: list[bytes | None] = []
+        for i in positions:
+            try:
+                found.append(content_digest(self.content_bytes(i)))
+            except Exception as e:  # unreadable: no digest; the encoder reports it properly
+                logger.debug("no content digest for image %s: %s", self.describe(i), e)
+                found.append(None)
+        return found
+
     def describe(self, i: int) -> str:
         """Where image ``i`` comes from (a path or a dataset row), for error messages."""
         return self.ids[i]
-
-    def signature(self, i: int) -> str:
-        """A cheap identity of image ``i``'s content (name and size) used in dataset fingerprints."""
-        return self.describe(i)
 
     def subset(self, keep: Sequence[int]) -> ImageSource:  # pragma: no cover - interface
         raise NotImplementedError
@@ -88,16 +101,13 @@ class FileImages(ImageSource):
         with open(self.paths[i], "rb") as f:
             return f.read()
 
+    def content_digests(self, positions: Sequence[int]) -> list[bytes | None]:
+        """The files' digests through the stat-keyed memo under ``<hnbench cache>/file-digests``: a file
+        unchanged since it was last hashed is not read again."""
+        return file_digests([self.paths[i] for i in positions], cache_dir() / FILE_DIGESTS)
+
     def describe(self, i: int) -> str:
         return self.paths[i]
-
-    def signature(self, i: int) -> str:
-        p = self.paths[i]
-        try:
-            size = os.path.getsize(p)
-        except OSError:
-            size = -1
-        return f"{os.path.basename(p)}:{size}"
 
     def missing(self) -> list[int]:
         """Positions whose file does not exist (a cheap stat, no decoding)."""
@@ -148,12 +158,6 @@ class HFImages(ImageSource):
 
     def describe(self, i: int) -> str:
         return f"row {self.rows[i]} of column {self.column!r}"
-
-    def signature(self, i: int) -> str:
-        value = self._value(i)
-        if isinstance(value, dict) and value.get("bytes"):
-            return hashlib.sha1(value["bytes"]).hexdigest()
-        return str(value.get("path") if isinstance(value, dict) else value)
 
     def subset(self, keep: Sequence[int]) -> HFImages:
         return HFImages(self.dataset, self.column, [self.ids[i] for i in keep], [self.rows[i] for i in keep])
@@ -209,11 +213,14 @@ class ImageTextDataset:
         return [order[bounds[i]:bounds[i + 1]] for i in range(self.n_images)]
 
     def fingerprint(self) -> str:
-        """sha256 over ids, caption texts and image names+sizes (cheap: no image bytes are read)."""
+        """sha256 over the name and protocol, then the content: image ids with the digest of each image's
+        bytes (:meth:`ImageSource.content_digests`: a warm run reads no image, the memo's stat suffices),
+        caption ids, texts and caption→image map."""
         h = hashlib.sha256()
         h.update(json.dumps([self.name, self.protocol]).encode())
-        for i in range(self.n_images):
-            h.update(f"\0{self.images.ids[i]}\0{self.images.signature(i)}".encode())
+        digests = self.images.content_digests(range(self.n_images))
+        for image_id, digest in zip(self.images.ids, digests):
+            h.update(f"\0{image_id}\0{digest.hex() if digest is not None else 'unreadable'}".encode())
         for cid, text, img in zip(self.caption_ids, self.captions, self.caption_image.tolist()):
             h.update(f"\1{cid}\0{img}\0{text}".encode())
         return h.hexdigest()[:16]
