@@ -71,8 +71,8 @@ def _add_validity_args(g: argparse._ActionsContainer, skip_invalid: bool = True)
                    help="run even if a benchmark's loaded counts (after skipping) differ from the published "
                         "ones (recorded)")
     g.add_argument("--allow-outside-paths", action="store_true",
-                   help="let a manifest name images outside its folder (../, absolute paths); refused by default "
-                        "since a downloaded manifest could read any file")
+                   help="let a manifest or a benchmark's annotations name images outside its folder (../, "
+                        "absolute paths); refused by default since downloaded files could read any file")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,7 +154,7 @@ def _run_datasets_info(args: argparse.Namespace) -> int:
 
     info = describe(args.name, data_root=args.data_root, protocol=args.protocol, split_file=args.split_file,
                     skip_invalid=args.skip_invalid, allow_count_mismatch=args.allow_count_mismatch,
-                    progress=not args.quiet)
+                    allow_outside_paths=args.allow_outside_paths, progress=not args.quiet)
     print(json.dumps(info, indent=2) if args.json else render_info(info))
     return 0
 

@@ -11,9 +11,11 @@ import json
 from pathlib import Path
 
 import pytest
+from benchmark_fixtures import build_dci, build_docci, dci_name, goal_list, jpeg
 from conftest import assert_one_line_error, snapshot, write_jsonl
 from PIL import Image
 
+from hnbench.cli import main
 from hnbench.data import load_dataset
 from hnbench.evaluate import evaluate
 from hnbench.models import load_model
@@ -76,3 +78,65 @@ def test_item3_a_warm_rerun_reads_no_image_bytes(tmp_path, micro, monkeypatch):
     Image.new("RGB", (8, 8), (1, 2, 3)).save(tmp_path / "a" / "images" / "0.bmp")
     changed = load_dataset(str(manifest)).fingerprint()
     assert changed != first.dataset["fingerprint"]
+
+
+# --- item 6: every benchmark reader keeps image paths inside the data root -------------------------
+def _hostile_docci(root: Path, outside: Path) -> tuple[str, list[str]]:
+    rows = build_docci(root)
+    rows[0]["image_file"] = "../../outside/x.jpg"
+    (root / "docci_descriptions.jsonlines").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return "docci", []
+
+
+def _hostile_dci_annotation(root: Path, outside: Path) -> Path:
+    base = build_dci(root)
+    path = base / "annotations" / dci_name(1)
+    ann = json.loads(path.read_text())
+    ann["image"] = "../../../outside/sa_1001.jpg"
+    path.write_text(json.dumps(ann))
+    return base
+
+
+def _hostile_dci(root: Path, outside: Path) -> tuple[str, list[str]]:
+    _hostile_dci_annotation(root, outside)
+    return "dci", []
+
+
+def _hostile_dci_goal(root: Path, outside: Path) -> tuple[str, list[str]]:
+    _hostile_dci_annotation(root, outside)
+    lst = goal_list(root / "goal" / "DCI_test.json", [0, 1, 2])
+    return "dci", ["--protocol", "goal", "--split-file", str(lst)]
+
+
+def _hostile_long_dci_rebuilt(root: Path, outside: Path) -> tuple[str, list[str]]:
+    _hostile_dci_annotation(root, outside)
+    return "long-dci", []
+
+
+def _hostile_long_dci_csv(root: Path, outside: Path) -> tuple[str, list[str]]:
+    build_dci(root)
+    (root / "dci_long.csv").write_text(f"filepath\ttitle\nsa_1000.jpg\tfirst\n{outside / 'x.jpg'}\tsecond\n")
+    return "long-dci", []
+
+
+HOSTILE = {"docci": _hostile_docci, "dci-full": _hostile_dci, "dci-goal": _hostile_dci_goal,
+           "long-dci-rebuilt": _hostile_long_dci_rebuilt, "long-dci-csv": _hostile_long_dci_csv}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_item6_every_benchmark_reader_refuses_image_paths_outside_the_data_root(tmp_path, capsys, case):
+    outside, root = tmp_path / "outside", tmp_path / "root"
+    for name in ("x.jpg", "sa_1001.jpg"):
+        jpeg(outside / name, 3)
+    name, extra = HOSTILE[case](root, outside)
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    rc = main(["-q", "datasets", "info", name, "--data-root", str(root), *extra])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert_one_line_error(err, "points outside", str(root), "--allow-outside-paths")
+    assert snapshot(tmp_path) == before
+    # trusted with the flag: the outside image is part of the set (counts differ from the published ones)
+    options = {"protocol": "goal", "split_file": extra[-1]} if "--protocol" in extra else {}
+    ds = load_dataset(name, data_root=str(root), allow_outside_paths=True, allow_count_mismatch=True, **options)
+    assert any(Path(p).resolve().parent == outside.resolve() for p in ds.images.paths)

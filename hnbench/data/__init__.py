@@ -30,13 +30,14 @@ def load_dataset(
     Resolution order: a registered name (``synthdense``, …); an existing ``.jsonl``/``.csv`` manifest;
     a directory with ``metadata.jsonl``/``.csv`` (image folder); a directory or file that
     ``datasets`` can read (``save_to_disk`` output, parquet); otherwise a Hugging Face hub id
-    written ``hf:ORG/NAME`` (or ``ORG/NAME``). A manifest's image paths must stay inside its folder
-    unless ``allow_outside_paths``.
+    written ``hf:ORG/NAME`` (or ``ORG/NAME``). A manifest's or a benchmark release's image paths must
+    stay inside its folder (the data root) unless ``allow_outside_paths``.
     """
     columns = {"image_column": image_column, "caption_column": caption_column}
     if name_or_path in DATASETS:
         return DATASETS.get(name_or_path)(data_root=data_root, protocol=protocol, split=split,
-                                          skip_invalid=skip_invalid, **kwargs)
+                                          skip_invalid=skip_invalid, allow_outside_paths=allow_outside_paths,
+                                          **kwargs)
     p = Path(name_or_path)
     if p.is_file() and p.suffix in (".jsonl", ".csv"):
         return local.load_manifest(p, skip_invalid=skip_invalid, allow_outside_paths=allow_outside_paths, **columns)

@@ -260,6 +260,19 @@ def _first_duplicate(items: Sequence[str]) -> str:
     return ""
 
 
+def check_inside(base: str | os.PathLike[str], ref: str, where: str, trusted: str) -> None:
+    """Refuse an image path ``ref`` (relative to ``base``, or absolute) that leaves ``base``: lexically, ``..``
+    and absolute paths elsewhere leave it; symlinks are the folder owner's choice and are followed.
+
+    Manifests and every benchmark reader go through it: their files are often downloaded, and a path
+    could read any file (``browse`` would then embed it in a page that gets shared)."""
+    root = os.path.abspath(base)
+    joined = os.path.normpath(os.path.join(root, ref))
+    if os.path.commonpath([joined, root]) != root:
+        raise DataError(f"{where}: image path {ref!r} points outside {base}; pass --allow-outside-paths if you "
+                        f"trust {trusted}")
+
+
 def _caption_problem(text: object) -> str | None:
     """Why ``text`` is not a usable caption, or None. A number is not text (a wrong column, most often)."""
     if isinstance(text, str):

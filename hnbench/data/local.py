@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
-from hnbench.data.base import FileImages, HFImages, ImageTextDataset, build_dataset
+from hnbench.data.base import FileImages, HFImages, ImageTextDataset, build_dataset, check_inside
 from hnbench.errors import DataError
 from hnbench.io import read_rows
 
@@ -41,13 +40,6 @@ def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], w
     flag = "--image-column" if what == "image" else "--caption-column"
     raise DataError(f"{where}: no {what} column (looked for {list(candidates)}); columns are {columns}. "
                     f"Name it with {flag}.")
-
-
-def _inside(base: Path, ref: str) -> bool:
-    """``ref`` names a file under ``base`` (lexically: ``..`` and absolute paths leave it; symlinks are the
-    folder owner's choice and are followed)."""
-    joined = os.path.normpath(os.path.join(os.path.abspath(base), ref))
-    return os.path.commonpath([joined, os.path.abspath(base)]) == os.path.abspath(base)
 
 
 def _warn_duplicates(path: Path, rows: list[dict[str, Any]], lines: list[int]) -> None:
@@ -98,9 +90,8 @@ def load_manifest(
         ref = row.get(img_col)
         if not isinstance(ref, str) or not ref:
             raise DataError(f"{path}:{n}: row has no {img_col!r} value")
-        if not allow_outside_paths and not _inside(base, ref):
-            raise DataError(f"{path}:{n}: image path {ref!r} points outside {base}; pass --allow-outside-paths "
-                            f"if you trust this manifest")
+        if not allow_outside_paths:
+            check_inside(base, ref, f"{path}:{n}", "this manifest")
         texts = row.get(cap_col)
         texts = texts if isinstance(texts, list) else [texts if texts is not None else ""]
         image_id = str(row["id"]) if row.get("id") not in (None, "") else ref

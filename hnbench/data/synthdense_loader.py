@@ -29,6 +29,7 @@ def load_synthdense(
     skip_invalid: bool = False,
     config: SynthDenseConfig | None = None,
     progress: bool = False,
+    allow_outside_paths: bool = False,
     **overrides: Any,
 ) -> ImageTextDataset:
     """Load (generating on first use) a split of the synthetic dense-caption benchmark.
@@ -41,7 +42,8 @@ def load_synthdense(
         raise ConfigError(f"synthdense has protocols {list(PROTOCOLS)}, not {protocol!r}")
     config = config or SynthDenseConfig(**overrides)
     root = generate_synthdense(synthdense_dir(config, data_root), config, progress=progress)
-    ds = load_imagefolder(root / protocol, name="synthdense", skip_invalid=skip_invalid)
+    ds = load_imagefolder(root / protocol, name="synthdense", skip_invalid=skip_invalid,
+                          allow_outside_paths=allow_outside_paths)
     ds.protocol = protocol
     ds.meta.update({"generator_fingerprint": config.fingerprint(), "root": str(root)})
     return ds

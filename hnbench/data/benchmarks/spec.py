@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hnbench.data.base import FileImages, ImageTextDataset, build_dataset
+from hnbench.data.base import FileImages, ImageTextDataset, build_dataset, check_inside
 from hnbench.data.benchmarks.protocol import LoadContext, Protocol, SplitList
 from hnbench.data.benchmarks.readers import CAPTION_RULES, READERS
 from hnbench.errors import ConfigError, DataError
@@ -194,6 +195,7 @@ def load_benchmark(
     allow_count_mismatch: bool = False,
     expected_counts: Mapping[str, int] | None = None,
     progress: bool = False,
+    allow_outside_paths: bool = False,
     **unknown: Any,
 ) -> ImageTextDataset:
     """Load ``spec`` under ``protocol`` from ``data_root`` (default ``<cache>/benchmarks/NAME``).
@@ -201,7 +203,9 @@ def load_benchmark(
     ``split`` is accepted as another name for the protocol. ``expected_counts`` (``n_images``,
     ``n_captions``) replaces the spec's counts, e.g. for a subset; ``allow_count_mismatch`` turns a
     count mismatch (after skipping) into a warning. Either is recorded in ``ds.meta["count_check"]``.
-    ``progress`` shows a bar while a reader opens thousands of annotation files.
+    ``progress`` shows a bar while a reader opens thousands of annotation files. An image path a
+    release's annotation names (``../``, an absolute path) that leaves ``data_root`` is refused, whatever
+    the reader, unless ``allow_outside_paths``.
     """
     if unknown:
         raise ConfigError(f"{spec.name}: unknown option(s) {sorted(unknown)}")
@@ -215,6 +219,9 @@ def load_benchmark(
     lists, list_record = resolve_split_lists(spec, proto, root, split_file)
     ctx = LoadContext(name=spec.name, skip_invalid=skip_invalid, progress=progress, lists=lists)
     records = READERS[proto.reader](root, proto, ctx)
+    if not allow_outside_paths:
+        for image_id, ref, _ in records:
+            check_inside(root, os.path.abspath(ref), f"{spec.name}: image {image_id!r}", "these files")
     meta = {"benchmark": spec.name, "protocol_families": list(proto.families), "caption_rule": proto.caption,
             "caption_rule_text": CAPTION_RULES[proto.caption].__doc__, **ctx.meta}
     if proto.keep_empty:

@@ -58,6 +58,7 @@ def spec_info(spec: BenchmarkSpec) -> dict[str, Any]:
 def describe(
     name: str, *, data_root: str | None = None, protocol: str | None = None, split_file: Sequence[str] | None = None,
     skip_invalid: bool = False, allow_count_mismatch: bool = False, progress: bool = False,
+    allow_outside_paths: bool = False,
 ) -> dict[str, Any]:
     """Everything ``hnbench datasets info`` shows. With data present (``data_root`` or the download
     location), the protocol is loaded as ``eval`` loads it (``skip_invalid``, ``allow_count_mismatch``
@@ -70,9 +71,11 @@ def describe(
                             f"`hnbench datasets download {name}`")
             return info
         ds = load_benchmark(spec, data_root=data_root, protocol=protocol, split_file=split_file,
-                            skip_invalid=skip_invalid, allow_count_mismatch=allow_count_mismatch, progress=progress)
+                            skip_invalid=skip_invalid, allow_count_mismatch=allow_count_mismatch, progress=progress,
+                            allow_outside_paths=allow_outside_paths)
     else:  # another registered set (synthdense): no spec, just what loading it gives
-        ds = load_dataset(name, data_root=data_root, protocol=protocol, skip_invalid=skip_invalid)
+        ds = load_dataset(name, data_root=data_root, protocol=protocol, skip_invalid=skip_invalid,
+                          allow_outside_paths=allow_outside_paths)
         info = {"name": ds.name, "license": ds.meta.get("license"), "citation": None}
     info.update(protocol=ds.protocol, data_root=ds.source, n_images=ds.n_images, n_captions=ds.n_captions,
                 fingerprint=ds.fingerprint(), count_check=ds.meta.get("count_check"),
