@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 
 from hnbench.cache import KEY_DTYPE, EmbeddingCache, image_keys, text_keys
 from hnbench.data.base import ImageSource
-from hnbench.errors import ImageLoadError, WorkerError
+from hnbench.errors import CheckpointError, ImageLoadError, WorkerError
 from hnbench.models.base import Encoder
 
 logger = logging.getLogger(__name__)
@@ -113,6 +113,19 @@ def _collate(batch: list[tuple[int, torch.Tensor | None, str | None]],
     bad = [(i, err) for i, _, err in batch if err is not None]
     pixels = torch.stack([x for _, x in good]) if good else None
     return [i for i, _ in good], pixels, bad
+
+
+def _check_finite(encoder: Encoder, feats: np.ndarray, kind: str, first: int) -> None:
+    """Embeddings that are NaN or infinite (weights holding NaN/inf, an fp16 overflow) are an error naming
+    the model, raised on the first such batch, before anything is cached or scored."""
+    finite = np.isfinite(feats).all(axis=1)
+    if not finite.all():
+        info = encoder.info
+        weights = f", weights {info.pretrained}" if info.pretrained else ""
+        raise CheckpointError(f"model {info.arch}{weights} gives non-finite (NaN/inf) {kind} embeddings "
+                              f"({int((~finite).sum())} of the {len(feats)} in the batch from item {first}); "
+                              f"its weights hold NaN/inf values or overflow at precision "
+                              f"{info.extra.get('precision', 'fp32')}")
 
 
 def default_num_workers(device: torch.device | str | None = None) -> int:
@@ -265,6 +278,7 @@ def encode_images(
         def store(idx: list[int], feats_dev: torch.Tensor) -> None:
             nonlocal out, n_encoded
             feats = feats_dev.float().cpu().numpy()  # on CUDA this waits for that batch only
+            _check_finite(encoder, feats, "image", idx[0])
             if out is None:
                 out = np.full((len(source), feats.shape[1]), np.nan, dtype=np.float32)
             out[idx] = feats
@@ -352,6 +366,7 @@ def encode_texts(
                 with _autocast(encoder.device, amp):
                     feats = encoder.encode_texts(tokens).float().cpu().numpy()
                 rows, batch_lengths = todo[b * batch_size:(b + 1) * batch_size], np.asarray(batch_lengths)
+                _check_finite(encoder, feats, "text", int(rows[0]))
                 vectors[rows], lengths[rows] = feats, batch_lengths
                 if writer is not None and keys is not None:
                     writer.add(keys[rows], feats, batch_lengths)

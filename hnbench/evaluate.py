@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -23,6 +24,7 @@ from hnbench.cache import EmbeddingCache, default_root
 from hnbench.data import ImageTextDataset, load_dataset
 from hnbench.data.benchmarks.spec import recheck_counts
 from hnbench.encode import encode_images, encode_texts
+from hnbench.errors import ConfigError
 from hnbench.metrics import csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
 from hnbench.models.remembered import load_remembered
@@ -37,6 +39,7 @@ from hnbench.results import (
 from hnbench.search import RetrievalOutput, retrieve
 from hnbench.search_approximate import retrieve_approximate
 from hnbench.settings import EvalSettings, from_options
+from hnbench.validate import check_model_config_name, warn_trivial_ks
 
 logger = logging.getLogger(__name__)
 
@@ -114,12 +117,12 @@ def per_query_frame(ds: ImageTextDataset, outs: dict[str, RetrievalOutput]) -> p
 
 
 def evaluate(
-    model: str | Encoder,
-    dataset: str | ImageTextDataset,
+    model: str | os.PathLike[str] | Encoder,
+    dataset: str | os.PathLike[str] | ImageTextDataset,
     *,
-    pretrained: str | None = None,
-    model_config: str | None = None,
-    data_root: str | None = None,
+    pretrained: str | os.PathLike[str] | None = None,
+    model_config: str | os.PathLike[str] | None = None,
+    data_root: str | os.PathLike[str] | None = None,
     protocol: str | None = None,
     split: str | None = None,
     image_column: str | None = None,
@@ -132,7 +135,8 @@ def evaluate(
     """Score a model on an image–caption set: R@K both ways, ranks, MRR, bootstrap CIs, per-query file.
 
     ``model`` is a name understood by :func:`hnbench.models.load_model` or a loaded encoder;
-    ``dataset`` a registered name, a path, or a loaded :class:`ImageTextDataset`. With
+    ``dataset`` a registered name, a path (``str`` or ``os.PathLike``), or a loaded :class:`ImageTextDataset`;
+    ``pretrained``, ``model_config`` and ``data_root`` may be ``os.PathLike`` too. With
     ``output_dir`` the result JSON and a per-query parquet are written there (atomically; the JSON
     last, so its presence means the run is complete). ``settings`` and the keyword ``options`` are the
     fields of :class:`~hnbench.settings.EvalSettings` (device, batch_size, precision, ks, ci, seed, ...; the
@@ -149,6 +153,13 @@ def evaluate(
     """
     s = from_options(EvalSettings, settings, options)
     s.validate(output_dir)
+    model = os.fspath(model) if isinstance(model, os.PathLike) else model
+    weights, config, root = (os.fspath(x) if x is not None else None for x in (pretrained, model_config, data_root))
+    if isinstance(dataset, os.PathLike):
+        dataset = os.fspath(dataset)
+    if not isinstance(dataset, (str, ImageTextDataset)):
+        raise ConfigError(f"dataset must be a name, a path or an ImageTextDataset, got {type(dataset).__name__}")
+    check_model_config_name(model, config)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     ctx = dist.from_env(s.device) if dist.wanted(s.distributed) else dist.DistContext()
@@ -157,20 +168,20 @@ def evaluate(
         if ctx.enabled and not ctx.is_main:
             ctx.all_gather(None)  # rank 0 first: a generated dataset or downloaded weights are written once
         if isinstance(dataset, str):
-            dataset = load_dataset(dataset, data_root=data_root, protocol=protocol, split=split,
+            dataset = load_dataset(dataset, data_root=root, protocol=protocol, split=split,
                                    image_column=image_column, caption_column=caption_column,
                                    skip_invalid=s.skip_invalid, **(dataset_options or {}))
         timings["load_data"] = time.perf_counter() - t0
         t = time.perf_counter()
         if isinstance(model, str) and s.use_cache and not ctx.enabled:
             # Remembered fingerprint: the model is built only if some embedding is not cached yet.
-            encoder = load_remembered(model, pretrained,
+            encoder = load_remembered(model, weights,
                                       root=s.cache_dir if s.cache_dir is not None else default_root(),
-                                      model_config=model_config, context_length=s.context_length, device=device,
+                                      model_config=config, context_length=s.context_length, device=device,
                                       precision=s.precision)
         else:
             encoder = model if not isinstance(model, str) else load_model(
-                model, pretrained, model_config=model_config, context_length=s.context_length, device=device,
+                model, weights, model_config=config, context_length=s.context_length, device=device,
                 precision=s.precision)
         timings["load_model"] = time.perf_counter() - t
         if ctx.enabled and ctx.is_main:
@@ -196,6 +207,8 @@ def run_evaluation(encoder: Encoder, dataset: ImageTextDataset, settings: EvalSe
         finally:
             own.close()
     s = settings
+    if ctx.is_main:
+        warn_trivial_ks(s.ks, dataset.n_images, dataset.n_captions)
     t0 = time.perf_counter() if t0 is None else t0
     timings = {} if timings is None else timings
     device = dist.rank_device(s.device, ctx)

@@ -9,8 +9,9 @@ import functools
 import hashlib
 import io
 import json
-import os
 import logging
+import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,8 +20,8 @@ from typing import Any
 
 from hnbench.errors import ConfigError, DataError
 
-__all__ = ["DIGEST_BYTES", "atomic_write_bytes", "check_output", "content_digest", "file_digests", "process_umask",
-           "read_rows", "read_text_utf8", "record_output", "sha256_file", "write_temp"]
+__all__ = ["DIGEST_BYTES", "atomic_write_bytes", "check_output", "content_digest", "file_digests", "loads_json",
+           "process_umask", "read_rows", "read_text_utf8", "record_output", "sha256_file", "write_temp"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,21 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
+def loads_json(text: str) -> Any:
+    """``json.loads``, with a document nested past Python's recursion limit (``[[[[...`` 100,000 deep)
+    reported as the :class:`json.JSONDecodeError` it is: a hostile file is bad input, not a crash."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
+
+
+def allow_long_csv_fields() -> None:
+    """Lift the csv module's 131,072-character field limit: a long caption is text like any other (the
+    tokenizer truncates it and the result counts it, as for JSONL)."""
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+
 def read_text_utf8(path: Path) -> str:
     """A text file as UTF-8, with or without the byte-order mark Excel writes; else one line naming the byte."""
     data = path.read_bytes()
@@ -86,6 +102,7 @@ def read_rows(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
     rows: list[dict[str, Any]] = []
     lines: list[int] = []
     if path.suffix in (".csv", ".tsv"):
+        allow_long_csv_fields()
         reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if path.suffix == ".tsv" else ",")
         for row in reader:
             n = reader.line_num
@@ -95,11 +112,11 @@ def read_rows(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
             rows.append(row)
             lines.append(n)
         return rows, lines
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(text.split("\n"), start=1):  # not splitlines(): U+2028, U+0085 may be in a string
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = loads_json(line)
         except json.JSONDecodeError as e:
             raise DataError(f"{path}:{n}: not valid JSON ({e.msg})") from e
         if not isinstance(row, dict):
@@ -160,7 +177,7 @@ def file_digests(paths: Sequence[str], memo: Path | None, *, threads: int = 8) -
     if memo is not None:
         for folder in {os.path.dirname(p) for p in absolute}:
             try:
-                entries = json.loads(_memo_path(memo, folder).read_text())["files"]
+                entries = loads_json(_memo_path(memo, folder).read_text())["files"]
                 folders[folder] = entries if isinstance(entries, dict) else {}
             except (OSError, ValueError, KeyError, TypeError):
                 folders[folder] = {}
@@ -187,7 +204,7 @@ def file_digests(paths: Sequence[str], memo: Path | None, *, threads: int = 8) -
             folder = os.path.dirname(absolute[i])
             folders[folder][os.path.basename(absolute[i])] = [stats[i], digest.hex()]
             changed.add(folder)
-    for folder in changed if memo is not None else ():
+    for folder in sorted(changed):
         data = json.dumps({"folder": folder, "files": folders[folder]}, separators=(",", ":")).encode()
         try:
             atomic_write_bytes(_memo_path(memo, folder), data)
@@ -196,7 +213,8 @@ def file_digests(paths: Sequence[str], memo: Path | None, *, threads: int = 8) -
     return found
 
 
-def _memo_path(memo: Path, folder: str) -> Path:
+def _memo_path(memo: Path | None, folder: str) -> Path:
+    assert memo is not None  # a folder is read or changed only with a memo
     return memo / f"{hashlib.sha256(folder.encode()).hexdigest()[:24]}.json"
 
 

@@ -6,6 +6,7 @@ value costs nothing: no download, no encoding, nothing written.
 
 from __future__ import annotations
 
+import logging
 import numbers
 import re
 import tempfile
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import TypeGuard
 
 from hnbench.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 # Weight precisions an evaluation accepts (open_clip's names; the pixels are cast to match).
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -91,6 +94,26 @@ def check_output_dir(path: str | Path | None, option: str = "--output") -> None:
             pass
     except OSError as e:
         raise ConfigError(f"{option} {path}: cannot write in {existing} ({e.strerror or e})") from e
+
+
+def check_model_config_name(model: object, model_config: object) -> None:
+    """With ``--model-config`` the model name is the architecture it registers (a file name in open_clip's
+    config registry): no path separator in it."""
+    if model_config is None or not isinstance(model, str):
+        return
+    if "/" in model or "\\" in model:
+        raise ConfigError(f"--model {model!r} with --model-config: the name is the architecture the config "
+                          f"registers and cannot hold '/' or '\\'; name it e.g. {model.replace('/', '-')!r}")
+
+
+def warn_trivial_ks(ks: Sequence[int], n_images: int, n_captions: int) -> None:
+    """Warn of a cut-off K at or above a direction's gallery size: every query then finds a positive in
+    its top K, so that R@K is 100 by construction and says nothing."""
+    trivial = [f"R@{k} text→image ({n_images} images)" for k in ks if k >= n_images]
+    trivial += [f"R@{k} image→text ({n_captions} captions)" for k in ks if k >= n_captions]
+    if trivial:
+        logger.warning("%s: K is at least the gallery size, so R@K is 100 by construction; choose a smaller "
+                       "--k", ", ".join(trivial))
 
 
 def check_eval(*, ks: Sequence[int], device: str, precision: str, output_dir: str | Path | None, search: str,

@@ -140,3 +140,138 @@ def test_item6_every_benchmark_reader_refuses_image_paths_outside_the_data_root(
     options = {"protocol": "goal", "split_file": extra[-1]} if "--protocol" in extra else {}
     ds = load_dataset(name, data_root=str(root), allow_outside_paths=True, allow_count_mismatch=True, **options)
     assert any(Path(p).resolve().parent == outside.resolve() for p in ds.images.paths)
+
+
+# --- tracebacks where one line and exit 2 are due -------------------------------------------------
+def _manifest(root: Path, captions: list[str] | None = None) -> Path:
+    """A JSONL manifest over four 8x8 images; ``captions`` replace the default ones (written as raw UTF-8)."""
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    texts = captions or [f"picture number {i}" for i in range(len(COLOURS))]
+    rows = []
+    for i, text in enumerate(texts):
+        Image.new("RGB", (8, 8), COLOURS[i % len(COLOURS)]).save(root / "images" / f"{i}.png")
+        rows.append(json.dumps({"image": f"images/{i}.png", "caption": text}, ensure_ascii=False))
+    path = root / "m.jsonl"
+    path.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _eval_cli(capsys, *argv: str) -> tuple[int, str]:
+    capsys.readouterr()
+    rc = main(["-q", "eval", "--num-workers", "0", *argv])
+    return rc, capsys.readouterr().err
+
+
+def test_weights_with_nan_are_one_line_naming_the_model(tmp_path, capsys, micro_config, micro):
+    from safetensors.torch import save_file
+
+    weights = tmp_path / "nan.safetensors"
+    save_file({k: (v * float("nan") if v.is_floating_point() else v).contiguous()
+               for k, v in micro.model.state_dict().items()}, str(weights))
+    manifest = _manifest(tmp_path / "data")
+    rc, err = _eval_cli(capsys, "--model", "hnb-micro", "--model-config", str(micro_config), "--pretrained",
+                        str(weights), "--dataset", str(manifest), "--output", str(tmp_path / "out"))
+    assert rc == 2
+    assert_one_line_error(err, "hnb-micro", str(weights), "non-finite")
+    assert not (tmp_path / "out").exists() or snapshot(tmp_path / "out") == {}
+
+
+def test_model_name_with_a_slash_and_a_model_config_is_one_line_before_loading(tmp_path, capsys, micro_config):
+    # the dataset does not exist: the error naming the model proves it was checked first
+    rc, err = _eval_cli(capsys, "--model", "team/arch", "--model-config", str(micro_config), "--dataset",
+                        str(tmp_path / "missing.jsonl"), "--output", str(tmp_path / "out"))
+    assert rc == 2
+    assert_one_line_error(err, "team/arch", "--model-config", "team-arch")
+    assert not (tmp_path / "out").exists()
+
+
+def test_model_config_leaves_no_folder_in_the_temp_directory(tmp_path, micro_config, monkeypatch):
+    import tempfile
+
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    enc = load_model("hnb-micro", model_config=str(micro_config))
+    assert enc.info.arch == "hnb-micro" and list(private.iterdir()) == []
+    assert load_model("hnb-micro").info.arch == "hnb-micro"  # the architecture stays registered without the file
+
+
+def test_jsonl_line_nested_100000_deep_is_one_line(tmp_path, capsys, micro_config):
+    manifest = _manifest(tmp_path / "data")
+    with open(manifest, "a") as f:
+        f.write("[" * 100_000 + "]" * 100_000 + "\n")
+    rc, err = _eval_cli(capsys, "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset",
+                        str(manifest), "--output", str(tmp_path / "out"))
+    assert rc == 2
+    assert_one_line_error(err, f"{manifest}:5", "nested too deeply")
+    assert not (tmp_path / "out").exists()
+
+
+def test_csv_caption_over_131072_characters_is_read_truncated_and_counted(tmp_path, micro):
+    root = tmp_path / "data"
+    _manifest(root)
+    long_caption = "a very long caption " * 7_000  # 140,000 characters
+    with open(root / "m.csv", "w", newline="") as f:
+        f.write("image,caption\n")
+        f.write(f"images/0.png,{long_caption}\n")
+        for i in range(1, len(COLOURS)):
+            f.write(f"images/{i}.png,picture number {i}\n")
+    ds = load_dataset(str(root / "m.csv"))
+    assert len(long_caption) > 131_072 and ds.captions[0] == long_caption
+    result = evaluate(micro, ds, num_workers=0, ci=False, use_cache=False)
+    assert result.tokens["n_truncated"] == 1 and result.tokens["max"] == 4 * 7_000 + 2  # + start and end
+
+
+# --- valid input refused, degenerate input accepted ------------------------------------------------
+@pytest.mark.parametrize("separator", ["\u2028", "\u0085", "\u2029"], ids=["U+2028", "U+0085", "U+2029"])
+def test_jsonl_caption_holding_a_unicode_line_separator_reads(tmp_path, separator):
+    captions = [f"first line{separator}second line {i}" for i in range(len(COLOURS))]
+    ds = load_dataset(str(_manifest(tmp_path, captions)))
+    assert ds.captions == captions
+
+
+def test_evaluate_accepts_paths_for_dataset_weights_and_model_config(tmp_path, micro_config, micro):
+    from safetensors.torch import save_file
+
+    weights = tmp_path / "w.safetensors"
+    save_file({k: v.contiguous() for k, v in micro.model.state_dict().items()}, str(weights))
+    result = evaluate("hnb-micro", _manifest(tmp_path / "data"), pretrained=weights, model_config=micro_config,
+                      output_dir=tmp_path / "out", num_workers=0, ci=False)
+    assert result.model["pretrained"] == str(weights) and result.dataset["n_images"] == len(COLOURS)
+    assert read_result(result.path).model["pretrained"] == str(weights)
+
+
+def test_evaluate_refuses_a_dataset_of_another_type_before_loading_the_model(tmp_path):
+    from hnbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="dataset must be a name, a path or an ImageTextDataset, got int"):
+        evaluate("no-such-model", 42, output_dir=tmp_path / "out")  # type: ignore[arg-type]
+    assert not (tmp_path / "out").exists()
+
+
+BLANK = {"nbsp": "&nbsp;", "bom": "\ufeff", "line-separator": "\u2028", "nul": "\x00", "nested-entity": "&amp;nbsp;"}
+
+
+@pytest.mark.parametrize("name", sorted(BLANK))
+def test_caption_that_tokenizes_to_nothing_is_refused_like_an_empty_one(tmp_path, capsys, name):
+    captions = ["picture number 0", BLANK[name], "picture number 2", "picture number 3"]
+    manifest = _manifest(tmp_path / "data", captions)
+    before = snapshot(tmp_path)
+    # the model does not exist: the data is checked before any model loads
+    rc, err = _eval_cli(capsys, "--model", "no-such-model", "--dataset", str(manifest), "--output",
+                        str(tmp_path / "out"))
+    assert rc == 2
+    assert_one_line_error(err, "empty caption", "'images/1.png'", "--skip-invalid")
+    assert snapshot(tmp_path) == before
+    ds = load_dataset(str(manifest), skip_invalid=True)
+    assert ds.skipped == {"empty caption": ["images/1.png"]} and ds.n_captions == 3
+
+
+def test_k_at_least_the_gallery_size_warns(tmp_path, micro, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="hnbench"):
+        evaluate(micro, _manifest(tmp_path), ks=(1, 4, 10), num_workers=0, ci=False, use_cache=False)
+    warned = [r.getMessage() for r in caplog.records if "by construction" in r.getMessage()]
+    assert len(warned) == 1 and "R@4 text→image (4 images)" in warned[0] and "R@10 image→text" in warned[0]
+    assert "R@1 " not in warned[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ __all__ = ["FileImages", "HFImages", "ImageSource", "ImageTextDataset", "load_da
 
 
 def load_dataset(
-    name_or_path: str,
+    name_or_path: str | os.PathLike[str],
     *,
     data_root: str | None = None,
     protocol: str | None = None,
@@ -34,6 +35,7 @@ def load_dataset(
     stay inside its folder (the data root) unless ``allow_outside_paths``.
     """
     columns = {"image_column": image_column, "caption_column": caption_column}
+    name_or_path = os.fspath(name_or_path)
     if name_or_path in DATASETS:
         return DATASETS.get(name_or_path)(data_root=data_root, protocol=protocol, split=split,
                                           skip_invalid=skip_invalid, allow_outside_paths=allow_outside_paths,

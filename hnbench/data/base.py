@@ -9,6 +9,7 @@ can decode in parallel.
 from __future__ import annotations
 
 import hashlib
+import html
 import io
 import json
 import logging
@@ -273,10 +274,26 @@ def check_inside(base: str | os.PathLike[str], ref: str, where: str, trusted: st
                         f"trust {trusted}")
 
 
+def is_blank_caption(text: str) -> bool:
+    """``text`` is empty after the text tokenizer's own cleaning (open_clip's ``basic_clean`` and
+    ``whitespace_clean``: ftfy, HTML entities unescaped twice, whitespace collapsed), so a model would see
+    no word of it: ``""``, ``"&nbsp;"``, a lone byte-order mark, ``"\\u2028"``, ``"\\x00"``."""
+    unescaped = html.unescape(html.unescape(text))
+    if any(c.isalnum() for c in unescaped):  # the fast path: ftfy never removes a letter or digit
+        return False
+    import ftfy  # open_clip's dependency; only for captions without a letter or digit
+
+    return not "".join(html.unescape(html.unescape(ftfy.fix_text(text))).split())
+
+
 def _caption_problem(text: object) -> str | None:
     """Why ``text`` is not a usable caption, or None. A number is not text (a wrong column, most often)."""
     if isinstance(text, str):
-        return None if text.strip() else "empty caption"
+        if not text.strip():
+            return "empty caption"
+        if is_blank_caption(text):
+            return f"empty caption (no text once markup, control and invisible characters are removed: {text[:20]!r})"
+        return None
     if text is None:
         return "empty caption"
     return f"non-text caption ({type(text).__name__} {str(text)[:40]!r}; captions must be strings)"
@@ -314,7 +331,7 @@ def build_dataset(
             caps[image_id] = []
         for text in texts:
             problem = _caption_problem(text)
-            if problem == "empty caption" and keep_empty and isinstance(text, str):
+            if problem and problem.startswith("empty caption") and keep_empty and isinstance(text, str):
                 problem = None
             if problem:
                 if skip_invalid:

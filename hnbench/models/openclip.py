@@ -16,9 +16,11 @@ import numpy as np
 import torch
 
 from hnbench.errors import CheckpointError, ConfigError, did_you_mean
+from hnbench.io import loads_json
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
 from hnbench.models.checkpoint import load_into, read_state_dict
 from hnbench.models.longclip_tables import convert_longclip_state_dict
+from hnbench.validate import check_model_config_name
 
 logger = logging.getLogger(__name__)
 
@@ -52,16 +54,20 @@ def register_model_config(path: str | Path, name: str | None = None) -> str:
 
     path = Path(path)
     try:
-        cfg = json.loads(path.read_text())
+        cfg = loads_json(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ConfigError(f"--model-config {path}: cannot read JSON ({e})") from e
     if not all(k in cfg for k in ("embed_dim", "vision_cfg", "text_cfg")):
         raise ConfigError(f"--model-config {path}: an open_clip config needs 'embed_dim', 'vision_cfg' and "
                           f"'text_cfg' (found {sorted(cfg)})")
+    check_model_config_name(name, path)
     name = name or path.stem
     tmp = Path(tempfile.mkdtemp(prefix="hnbench-cfg-"))
-    shutil.copyfile(path, tmp / f"{name}.json")
-    open_clip.add_model_config(tmp / f"{name}.json")
+    try:  # open_clip reads the file once, here, and keeps the config in memory: the copy can go
+        (tmp / f"{name}.json").write_text(json.dumps(cfg))
+        open_clip.add_model_config(tmp / f"{name}.json")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return name
 
 

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from hnbench.data.benchmarks.protocol import LoadContext, Protocol
 from hnbench.errors import DataError
-from hnbench.io import sha256_file
+from hnbench.io import allow_long_csv_fields, loads_json, sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def require_dir(path: Path, name: str, how: str) -> Path:
 
 def _load_json(path: Path, ctx: LoadContext, what: str) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         ctx.invalid(str(path), f"{what} not found", f"missing {what}")
         return None
@@ -124,7 +124,7 @@ def read_docci(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = loads_json(line)
             except json.JSONDecodeError as e:
                 ctx.invalid(f"{path}:{n}", f"malformed annotation line ({e.msg})", "malformed annotation")
                 continue
@@ -163,7 +163,7 @@ def read_dci_splits(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Re
     if not splits_path.is_file():
         raise DataError(f"dci: {splits_path} not found; it ships in {DCI_RELEASE}")
     try:
-        splits = json.loads(splits_path.read_text(encoding="utf-8"))
+        splits = loads_json(splits_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DataError(f"dci: {splits_path}: malformed ({e})") from e
     if not isinstance(splits, dict) or not all(isinstance(v, list) for v in splits.values()):
@@ -180,7 +180,7 @@ def _annotations(annotations: Path, ctx: LoadContext) -> Iterator[tuple[Path, di
     files = sorted(annotations.glob("*.json"))
     for path in tqdm(files, desc=f"{ctx.name}: annotations", unit="file", disable=not ctx.progress):
         try:
-            ann = json.loads(path.read_text(encoding="utf-8"))
+            ann = loads_json(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             yield path, f"malformed annotation ({e})"
             continue
@@ -240,6 +240,7 @@ def read_long_dci(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Reco
         raise DataError(f"long-dci: no photos beside {csv_path} (looked in densely_captioned_images/photos/, "
                         f"photos/); {DCI_PHOTOS}")
     records, dropped = [], 0
+    allow_long_csv_fields()
     with open(csv_path, encoding="utf-8", newline="") as f:
         delimiter = "\t" if "\t" in f.readline() else ","
         f.seek(0)

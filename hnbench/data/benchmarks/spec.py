@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hnbench.data.base import FileImages, ImageTextDataset, build_dataset, check_inside
+from hnbench.data.base import FileImages, ImageTextDataset, build_dataset, check_inside, is_blank_caption
 from hnbench.data.benchmarks.protocol import LoadContext, Protocol, SplitList
 from hnbench.data.benchmarks.readers import CAPTION_RULES, READERS
 from hnbench.errors import ConfigError, DataError
-from hnbench.io import sha256_file
+from hnbench.io import loads_json, sha256_file
 from hnbench.paths import cache_dir
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ DOWNLOAD_RECORD = "hnbench_download.json"
 def read_record(root: Path) -> dict[str, Any]:
     """The download record in ``root``; empty when missing, unreadable or not shaped as one (it is rewritten)."""
     try:
-        record = json.loads((root / DOWNLOAD_RECORD).read_text())
+        record = loads_json((root / DOWNLOAD_RECORD).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return {}
     if not isinstance(record, dict) or not isinstance(record.get("resources", {}), dict):
@@ -91,7 +91,7 @@ class BenchmarkSpec:
 
 def _read_split_list(path: Path) -> list[dict[str, Any]]:
     try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
+        entries = loads_json(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DataError(f"split list {path}: not readable JSON ({e})") from e
     if not isinstance(entries, list):
@@ -225,7 +225,7 @@ def load_benchmark(
     meta = {"benchmark": spec.name, "protocol_families": list(proto.families), "caption_rule": proto.caption,
             "caption_rule_text": CAPTION_RULES[proto.caption].__doc__, **ctx.meta}
     if proto.keep_empty:
-        empty = [image_id for image_id, _, texts in records if any(not t.strip() for t in texts)]
+        empty = [image_id for image_id, _, texts in records if any(is_blank_caption(t) for t in texts)]
         meta["empty_captions"] = empty
         if empty:
             logger.warning("%s/%s: %d empty or whitespace-only captions kept as queries, as the protocol's reference "
