@@ -275,3 +275,11 @@ def test_k_at_least_the_gallery_size_warns(tmp_path, micro, caplog):
     warned = [r.getMessage() for r in caplog.records if "by construction" in r.getMessage()]
     assert len(warned) == 1 and "R@4 text→image (4 images)" in warned[0] and "R@10 image→text" in warned[0]
     assert "R@1 " not in warned[0]
+
+
+def test_item3_the_content_fingerprint_is_separable_from_the_name(tmp_path):
+    a = load_dataset(str(_same_size_set(tmp_path / "a", 0)))
+    (tmp_path / "a" / "m.jsonl").rename(tmp_path / "a" / "other.jsonl")
+    renamed = load_dataset(str(tmp_path / "a" / "other.jsonl"))
+    assert renamed.name != a.name and renamed.fingerprint() != a.fingerprint()
+    assert renamed.content_fingerprint() == a.content_fingerprint()

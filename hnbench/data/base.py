@@ -214,17 +214,22 @@ class ImageTextDataset:
         return [order[bounds[i]:bounds[i + 1]] for i in range(self.n_images)]
 
     def fingerprint(self) -> str:
-        """sha256 over the name and protocol, then the content: image ids with the digest of each image's
-        bytes (:meth:`ImageSource.content_digests`: a warm run reads no image, the memo's stat suffices),
-        caption ids, texts and caption→image map."""
+        """sha256 over the name and protocol and the :meth:`content_fingerprint` (16 hex digits)."""
+        h = hashlib.sha256(json.dumps([self.name, self.protocol]).encode())
+        h.update(self.content_fingerprint().encode())
+        return h.hexdigest()[:16]
+
+    def content_fingerprint(self) -> str:
+        """sha256 over the content alone: image ids with the digest of each image's bytes
+        (:meth:`ImageSource.content_digests`: a warm run reads no image, the memo's stat suffices), caption
+        ids, texts and the caption→image map. The same files under another name give the same value."""
         h = hashlib.sha256()
-        h.update(json.dumps([self.name, self.protocol]).encode())
         digests = self.images.content_digests(range(self.n_images))
         for image_id, digest in zip(self.images.ids, digests):
             h.update(f"\0{image_id}\0{digest.hex() if digest is not None else 'unreadable'}".encode())
         for cid, text, img in zip(self.caption_ids, self.captions, self.caption_image.tolist()):
             h.update(f"\1{cid}\0{img}\0{text}".encode())
-        return h.hexdigest()[:16]
+        return h.hexdigest()
 
     def drop_images(self, bad: Sequence[int], reason: str = "unreadable image") -> ImageTextDataset:
         """A copy without the given image positions and their captions; the dropped ids are recorded."""
