@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from benchmark_fixtures import build_dci, build_docci, dci_name, goal_list, jpeg
+from benchmark_fixtures import build_dci, build_docci, build_urban1k, dci_name, goal_list, jpeg
 from conftest import assert_one_line_error, snapshot, write_jsonl
 from PIL import Image
 
@@ -19,6 +19,7 @@ from hnbench.cli import main
 from hnbench.data import load_dataset
 from hnbench.evaluate import evaluate
 from hnbench.models import load_model
+from hnbench.paths import cache_dir
 from hnbench.results import read_result
 
 COLOURS = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (220, 220, 40)]
@@ -174,6 +175,7 @@ def test_weights_with_nan_are_one_line_naming_the_model(tmp_path, capsys, micro_
     assert rc == 2
     assert_one_line_error(err, "hnb-micro", str(weights), "non-finite")
     assert not (tmp_path / "out").exists() or snapshot(tmp_path / "out") == {}
+    assert list((cache_dir() / "embeddings").glob("*/*/*.emb")) == []  # nothing cached either
 
 
 def test_model_name_with_a_slash_and_a_model_config_is_one_line_before_loading(tmp_path, capsys, micro_config):
@@ -239,6 +241,10 @@ def test_evaluate_accepts_paths_for_dataset_weights_and_model_config(tmp_path, m
                       output_dir=tmp_path / "out", num_workers=0, ci=False)
     assert result.model["pretrained"] == str(weights) and result.dataset["n_images"] == len(COLOURS)
     assert read_result(result.path).model["pretrained"] == str(weights)
+    build_urban1k(tmp_path / "urban", n=4, blank_first=())
+    bench = evaluate(micro, "urban1k", data_root=tmp_path / "urban", dataset_options={"allow_count_mismatch": True},
+                     ks=(1,), num_workers=0, ci=False, use_cache=False)
+    assert bench.dataset["n_images"] == 4
 
 
 def test_evaluate_refuses_a_dataset_of_another_type_before_loading_the_model(tmp_path):
@@ -265,6 +271,17 @@ def test_caption_that_tokenizes_to_nothing_is_refused_like_an_empty_one(tmp_path
     assert snapshot(tmp_path) == before
     ds = load_dataset(str(manifest), skip_invalid=True)
     assert ds.skipped == {"empty caption": ["images/1.png"]} and ds.n_captions == 3
+
+
+def test_caption_that_tokenizes_to_nothing_is_kept_only_by_a_protocol_that_keeps_empty_queries(tmp_path):
+    from hnbench.errors import DataError
+
+    base = build_urban1k(tmp_path, n=4, blank_first=())
+    (base / "caption" / "2.txt").write_text("&nbsp;\nThe rest of the caption.\n")
+    with pytest.raises(DataError, match="empty caption .*'2'"):  # `test`: the first non-blank line is "&nbsp;"
+        load_dataset("urban1k", data_root=str(tmp_path), allow_count_mismatch=True)
+    kept = load_dataset("urban1k", data_root=str(tmp_path), protocol="longclip", allow_count_mismatch=True)
+    assert kept.meta["empty_captions"] == ["2"] and kept.n_captions == 4  # as Long-CLIP's loader queries it
 
 
 def test_k_at_least_the_gallery_size_warns(tmp_path, micro, caplog):
