@@ -15,7 +15,7 @@ from typing import Any
 
 from hnbench.errors import ConfigError, DataError
 
-__all__ = ["atomic_write_bytes", "check_output", "process_umask", "read_rows", "read_text_utf8", "record_output",
+__all__ = ["atomic_write_bytes", "check_output", "human_bytes", "process_umask", "read_rows", "read_text_utf8", "record_output",
            "sha256_file", "write_temp"]
 
 
@@ -58,6 +58,16 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def human_bytes(n: float) -> str:
+    """A size for people: ``512 B``, ``1.5 KiB`` … ``3.2 GiB``."""
+    unit = "B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            break
+        n /= 1024
+    return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
 
 
 def read_text_utf8(path: Path) -> str:
