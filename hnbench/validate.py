@@ -6,6 +6,7 @@ value costs nothing: no download, no encoding, nothing written.
 
 from __future__ import annotations
 
+import math
 import numbers
 import re
 import tempfile
@@ -32,6 +33,25 @@ def check_at_least(name: str, value: object, low: int) -> None:
         return
     what = {0: "0 or more", 1: "a positive integer"}.get(low, f"an integer >= {low}")
     raise ConfigError(f"{name} must be {what}, got {value!r}")
+
+
+def _is_real(value: object) -> TypeGuard[float]:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_number(name: str, value: object, *, minimum: float | None = None, above: float | None = None,
+                 maximum: float | None = None, below: float | None = None) -> None:
+    """``value`` is a finite number within the bounds a float settings field declares with ``option(...)``:
+    ``minimum``/``maximum`` inclusive, ``above``/``below`` exclusive (no bound: any finite number)."""
+    if _is_real(value) and math.isfinite(value) and all(
+            bound is None or ok(float(value), float(bound)) is True for bound, ok in (
+                (minimum, float.__ge__), (above, float.__gt__), (maximum, float.__le__), (below, float.__lt__))):
+        return
+    low = f"[{minimum:g}" if minimum is not None else f"({above:g}" if above is not None else None
+    high = f"{maximum:g}]" if maximum is not None else f"{below:g})" if below is not None else None
+    what = (f"in {low}, {high}" if low and high else f"{'>=' if minimum is not None else '>'} {low[1:]}" if low
+            else f"{'<=' if maximum is not None else '<'} {high[:-1]}" if high else "")
+    raise ConfigError(f"{name} must be a finite number{' ' + what if what else ''}, got {value!r}")
 
 
 def check_ks(ks: Sequence[int]) -> None:
