@@ -438,12 +438,15 @@ def _model_dirs(root: Path) -> list[Path]:
 
 def _foreign(root: Path) -> Path | None:
     """For a folder without the marker (a cache made before it existed, adopted): its first entry that is
-    not a cached model's folder (``model.json`` and shards), the quarantine, the fingerprint records or a
-    temporary file."""
+    not a cached model's folder (``model.json`` and shards), the quarantine, the fingerprint records, an
+    interrupted distributed run's ``.run-*`` (itself such a folder) or a temporary file."""
     models = _model_dirs(root)
     for p in sorted(root.iterdir()):
+        folder = p.is_dir() and not p.is_symlink()
         if p in models and (p / "model.json").is_file() and _owned(p)[1] or _temporary(p) or \
-                p.name in _FLAT and p.is_dir() and not p.is_symlink() and _shards_of(p, _FLAT[p.name])[1]:
+                p.name == MARKER and _plain_file(p) or \
+                folder and p.name in _FLAT and _shards_of(p, _FLAT[p.name])[1] or \
+                folder and p.name.startswith(".run-") and _foreign(p) in (None, p):  # an interrupted run's
             continue
         return p
     return None if models else root

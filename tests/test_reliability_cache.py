@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -68,7 +69,10 @@ def test_cache_clear_lists_what_it_removes_needs_yes_and_removes_only_its_own_fi
 def test_cache_made_before_the_marker_is_adopted_only_if_it_holds_nothing_else(filled, capsys):
     (filled / cache.MARKER).unlink()  # a cache written before hnbench marked its caches
     (key,) = [r["key"] for r in cache.list_models(filled)]
-    assert main(["cache", "du", "--cache-dir", str(filled)]) == 0 and key in capsys.readouterr().out
+    shutil.copytree(filled / key, filled / ".run-x1" / key)  # an interrupted distributed run's private cache
+    assert main(["cache", "du", "--cache-dir", str(filled)]) == 0
+    out = capsys.readouterr().out
+    assert key in out and ".run-x1" in out
     (filled / "notes.txt").write_text("mine")  # …but a folder with anything else in it is not adopted
     before = snapshot(filled)
     assert main(["cache", "clear", "--cache-dir", str(filled), "--yes"]) == 2

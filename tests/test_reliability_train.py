@@ -42,10 +42,14 @@ def test_item2_finished_run_is_not_replaced_without_resume_or_overwrite(train_ar
     assert json.loads(now["train_config.json"])["config"]["seed"] == 1
 
 
-def test_item2_failed_start_leaves_no_run_directory(train_argv, tmp_path, capsys):
+@pytest.mark.parametrize("flag", ["--dataset", "--eval-dataset"])  # fails loading, or at the first evaluation
+def test_item2_failed_start_leaves_no_run_directory(train_argv, tmp_path, capsys, flag):
     run = tmp_path / "new" / "run"
     argv = [*train_argv, "--output", str(run)]
-    argv[argv.index("--dataset") + 1] = str(tmp_path / "missing.jsonl")
+    if flag in argv:
+        argv[argv.index(flag) + 1] = str(tmp_path / "missing.jsonl")
+    else:
+        argv += [flag, str(tmp_path / "missing.jsonl")]
     assert main(argv) == 2
     assert_one_line_error(capsys.readouterr().err, "missing.jsonl")
     assert not (tmp_path / "new").exists()
@@ -243,7 +247,7 @@ def test_item4_disk_full_while_saving_the_state_keeps_the_previous_one(train_arg
         assert (saved["step"], saved["epoch"]) == (2, 1)
         shutil.copytree(run, tmp_path / "roomier")  # the space back: the kept state resumes
     finally:
-        subprocess.run(["umount", str(disk)], check=True)
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)  # lazy: detached even if a file is open
     assert main([*train_argv, "--output", str(tmp_path / "roomier"), "--resume"]) == 0
     assert json.loads((tmp_path / "roomier" / "train_config.json").read_text())["steps"] == 4
 

@@ -46,7 +46,7 @@ from hnbench.train.batches import GlobalBatchSampler, PairItems, group_positions
 from hnbench.train.config import TrainConfig, load_recipe  # noqa: F401  (load_recipe: re-exported)
 from hnbench.train.diagnostics import measure, summarize_epoch
 from hnbench.train.export import export_checkpoints
-from hnbench.train.rundir import check_run_dir, claim, clear_recorded, locked
+from hnbench.train.rundir import MANIFEST, check_run_dir, claim, clear_recorded, locked
 from hnbench.train.state import STATE_DIR, TrainState, load_state, resolve_resume, save_state, trim_jsonl
 from hnbench.train.step import MicroBatch, Objective, run_step
 from hnbench.train.towers import CLIPTowers, param_groups
@@ -103,8 +103,10 @@ def _first_missing(path: Path) -> Path | None:
 
 
 def _nothing_of_value(root: Path) -> bool:
-    """Only directories and empty files under ``root`` (what a run leaves when it fails before training)."""
-    return all(p.is_dir() or p.stat().st_size == 0 for p in root.rglob("*")) if root.is_dir() else True
+    """Only directories, empty files and the run manifest under ``root`` (what a run leaves when it fails
+    before training)."""
+    return all(p.is_dir() or p.name == MANIFEST or p.stat().st_size == 0 for p in root.rglob("*")) \
+        if root.is_dir() else True
 
 
 class _Run:
