@@ -3,6 +3,7 @@ and the last resumable state is the run's end."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -230,14 +231,22 @@ def test_one_image_training_set_is_refused_like_batch_size_1(micro_config, tmp_p
     assert not (tmp_path / "run").exists()
 
 
-def test_item4_disk_full_while_saving_the_state_keeps_the_previous_one(train_argv, tmp_path, capsys):
-    """A real full disk: a 30 MiB tmpfs holds epoch 1's resumable state (~19 MiB) but not epoch 2's beside it."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=30m", "tmpfs", str(disk)],
+@contextlib.contextmanager
+def small_disk(path, size: str):
+    """A real disk of ``size`` (a tmpfs mounted on ``path``): writes past it fail with ENOSPC."""
+    path.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
                                            capture_output=True).returncode:
         pytest.skip("needs root to mount a small tmpfs")
     try:
+        yield path
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=True)  # lazy: detached even if a file is open
+
+
+def test_item4_disk_full_while_saving_the_state_keeps_the_previous_one(train_argv, tmp_path, capsys):
+    """A 30 MiB disk holds epoch 1's resumable state (~19 MiB) but not epoch 2's beside it."""
+    with small_disk(tmp_path / "disk", "30m") as disk:
         run = disk / "run"
         assert main([*train_argv, "--output", str(run)]) == 2
         assert_one_line_error(capsys.readouterr().err, "cannot save the resumable state", str(run / "last"),
@@ -246,10 +255,23 @@ def test_item4_disk_full_while_saving_the_state_keeps_the_previous_one(train_arg
         saved = torch.load(run / "last" / "trainer_state.pt", map_location="cpu", weights_only=True)
         assert (saved["step"], saved["epoch"]) == (2, 1)
         shutil.copytree(run, tmp_path / "roomier")  # the space back: the kept state resumes
-    finally:
-        subprocess.run(["umount", "--lazy", str(disk)], check=True)  # lazy: detached even if a file is open
     assert main([*train_argv, "--output", str(tmp_path / "roomier"), "--resume"]) == 0
     assert json.loads((tmp_path / "roomier" / "train_config.json").read_text())["steps"] == 4
+
+
+def test_item4_disk_full_while_writing_the_checkpoint_keeps_the_final_state(train_argv, tmp_path, capsys):
+    """A 22 MiB disk holds the final state (~19 MiB) but not the checkpoint (~6 MiB) beside it."""
+    argv = [*train_argv, "--epochs", "1"]
+    with small_disk(tmp_path / "disk", "22m") as disk:
+        run = disk / "run"
+        assert main([*argv, "--output", str(run)]) == 2
+        assert_one_line_error(capsys.readouterr().err, "cannot save the checkpoint", "free on its disk",
+                              f"final state is kept in {run / 'last'}", "--resume")
+        assert not (run / ".checkpoint.safetensors.tmp").exists() and not (run / "checkpoint.safetensors").exists()
+        shutil.copytree(run, tmp_path / "roomier")
+    assert main([*argv, "--output", str(tmp_path / "roomier"), "--resume"]) == 0  # writes the checkpoint
+    assert (tmp_path / "roomier" / "checkpoint.safetensors").is_file()
+    assert json.loads((tmp_path / "roomier" / "train_config.json").read_text())["steps"] == 2
 
 
 def test_hardness_float_options_are_finite_before_loading(tmp_path, capsys):

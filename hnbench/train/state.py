@@ -31,7 +31,8 @@ from hnbench.train.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TrainState", "check_resume_config", "load_state", "resolve_resume", "save_state"]
+__all__ = ["WRITE_ERRORS", "TrainState", "check_resume_config", "load_state", "resolve_resume", "save_state",
+           "write_failed"]
 
 STATE_DIR = "last"
 # Options that may differ between an interrupted run and its continuation (they do not touch the weights):
@@ -86,19 +87,27 @@ def save_state(run_dir: Path, module: torch.nn.Module, optimizer: torch.optim.Op
     except BaseException as e:  # disk full, quota, I/O error, Ctrl-C: no half state left filling the disk
         free = shutil.disk_usage(run_dir).free  # before the clean-up gives the space back
         shutil.rmtree(tmp, ignore_errors=True)
-        if not isinstance(e, (OSError, RuntimeError, SafetensorError)):  # torch/safetensors wrap the OS error
+        if not isinstance(e, WRITE_ERRORS):
             raise
         kept = (f"the previous state ({_saved_step(final)}) is kept" if (final / "trainer_state.pt").is_file()
                 else "no earlier state was saved")
-        raise CheckpointError(f"cannot save the resumable state in {final} ({str(e).splitlines()[0][:160]}; "
-                              f"{human_bytes(free)} free on its disk): {kept}; free some space, then continue "
-                              f"with --resume") from e
+        raise write_failed(f"the resumable state in {final}", e, free, kept) from e
     old = run_dir / f".{STATE_DIR}.old-{os.getpid()}"
     if final.exists():
         os.replace(final, old)
     os.replace(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+# What a failed write raises: the OS error, or torch's / safetensors' wrapping of it.
+WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)
+
+
+def write_failed(what: str, error: BaseException, free: int, kept: str) -> CheckpointError:
+    """The one line for a run's write that failed (disk full, quota, I/O error), once its partial file is gone."""
+    return CheckpointError(f"cannot save {what} ({str(error).splitlines()[0][:160]}; {human_bytes(free)} free on "
+                           f"its disk): {kept}; free some space, then continue with --resume")
 
 
 def _saved_step(state_dir: Path) -> str:

@@ -47,7 +47,16 @@ from hnbench.train.config import TrainConfig, load_recipe  # noqa: F401  (load_r
 from hnbench.train.diagnostics import measure, summarize_epoch
 from hnbench.train.export import export_checkpoints
 from hnbench.train.rundir import MANIFEST, check_run_dir, claim, clear_recorded, locked
-from hnbench.train.state import STATE_DIR, TrainState, load_state, resolve_resume, save_state, trim_jsonl
+from hnbench.train.state import (
+    STATE_DIR,
+    WRITE_ERRORS,
+    TrainState,
+    load_state,
+    resolve_resume,
+    save_state,
+    trim_jsonl,
+    write_failed,
+)
 from hnbench.train.step import MicroBatch, Objective, run_step
 from hnbench.train.towers import CLIPTowers, param_groups
 from hnbench.validate import check_device
@@ -377,7 +386,11 @@ class _Run:
         c = self.config
         path = self.out_dir / "checkpoint.safetensors"
         if self.dist.is_main:
-            outputs = export_checkpoints(self.towers.model, self.encoder, c, self.out_dir)
+            try:
+                outputs = export_checkpoints(self.towers.model, self.encoder, c, self.out_dir)
+            except WRITE_ERRORS as e:
+                raise write_failed(f"the checkpoint in {self.out_dir}", e, shutil.disk_usage(self.out_dir).free,
+                                   f"the run's final state is kept in {self.out_dir / STATE_DIR}") from e
             claim(self.out_dir, "train_config.json", *(Path(v).relative_to(self.out_dir).parts[0]
                                                        for v in outputs.values()))
             path = Path(outputs["checkpoint"])
