@@ -35,7 +35,8 @@ def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None =
     ``resume_free`` marks a training option that may change when a run is resumed; ``sep`` parses a
     list flag from one separated string; ``minimum``: an integer field holds an integer at least this;
     a float field (always a finite number) lies within ``minimum``/``maximum`` (inclusive) and
-    ``above``/``below`` (exclusive), where declared (checked by :func:`check_minimums`); other keywords (nargs, const, metavar) go to argparse as they are.
+    ``above``/``below`` (exclusive), where declared (checked by :func:`check_minimums`); other keywords
+    (nargs, const, metavar) go to argparse as they are.
     """
     meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices else None,
             "cli": cli, "record": record, "resume_free": resume_free, "sep": sep, "minimum": minimum,

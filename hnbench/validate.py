@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 import re
 import tempfile
 from collections.abc import Sequence
@@ -43,15 +44,17 @@ def check_number(name: str, value: object, *, minimum: float | None = None, abov
                  maximum: float | None = None, below: float | None = None) -> None:
     """``value`` is a finite number within the bounds a float settings field declares with ``option(...)``:
     ``minimum``/``maximum`` inclusive, ``above``/``below`` exclusive (no bound: any finite number)."""
-    if _is_real(value) and math.isfinite(value) and all(
-            bound is None or ok(float(value), float(bound)) is True for bound, ok in (
-                (minimum, float.__ge__), (above, float.__gt__), (maximum, float.__le__), (below, float.__lt__))):
+    bounds = [(b, sign, test) for b, sign, test in ((minimum, ">=", operator.ge), (above, ">", operator.gt),
+                                                    (maximum, "<=", operator.le), (below, "<", operator.lt))
+              if b is not None]
+    if _is_real(value) and math.isfinite(value) and all(test(value, b) for b, _, test in bounds):
         return
-    low = f"[{minimum:g}" if minimum is not None else f"({above:g}" if above is not None else None
-    high = f"{maximum:g}]" if maximum is not None else f"{below:g})" if below is not None else None
-    what = (f"in {low}, {high}" if low and high else f"{'>=' if minimum is not None else '>'} {low[1:]}" if low
-            else f"{'<=' if maximum is not None else '<'} {high[:-1]}" if high else "")
-    raise ConfigError(f"{name} must be a finite number{' ' + what if what else ''}, got {value!r}")
+    if len(bounds) == 2:  # a range: [0, 1), (0, 1]
+        (low, low_sign, _), (high, high_sign, _) = bounds
+        what = f" in {'[' if low_sign == '>=' else '('}{low:g}, {high:g}{']' if high_sign == '<=' else ')'}"
+    else:
+        what = "".join(f" {sign} {b:g}" for b, sign, _ in bounds)
+    raise ConfigError(f"{name} must be a finite number{what}, got {value!r}")
 
 
 def check_ks(ks: Sequence[int]) -> None:

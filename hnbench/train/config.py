@@ -47,12 +47,14 @@ class TrainConfig:
     output: str = option("runs/train", group="run, diagnostics, evaluation", resume_free=True,
                          help="run directory (checkpoint, train_config.json, log.jsonl, diagnostics.jsonl)")
     # loss options
-    label_smoothing: float = option(0.0, minimum=0, below=1, group="objective", help="label smoothing of the contrastive targets")
+    label_smoothing: float = option(0.0, minimum=0, below=1, group="objective",
+                                    help="label smoothing of the contrastive targets")
     mask_duplicates: bool = option(False, group="objective",
                                    help="mask same-image / identical-caption pairs inside a batch")
     g_source: str = option("current", group="objective", choices=("current", "frozen_init"),
                            help="Ḡ from the text encoder being trained (default) or a frozen copy of the initial one")
-    token_loss_weight: float = option(0.0, minimum=0, group="objective", help="λ of the FILIP token-level term (open_clip)")
+    token_loss_weight: float = option(0.0, minimum=0, group="objective",
+                                      help="λ of the FILIP token-level term (open_clip)")
     # optimisation
     accum_steps: int = option(1, group="optimisation", minimum=1, help="micro-batches per optimizer step")
     accum_mode: str = option("loss", group="optimisation", choices=("loss", "cached"),
@@ -64,7 +66,8 @@ class TrainConfig:
     amp_dtype: str = option("bf16", group="optimisation", choices=("bf16", "fp16"), help="autocast dtype")
     lock_image: bool = option(False, group="optimisation", help="freeze the image tower")
     lock_text: bool = option(False, group="optimisation", help="freeze the text tower")
-    init_logit_scale: float | None = option(None, above=0, group="objective", help="set s (not its log) before training")
+    init_logit_scale: float | None = option(None, above=0, group="objective",
+                                            help="set s (not its log) before training")
     train_logit_scale: bool = option(True, group="objective",
                                      help="train the logit scale (on by default; --no-train-logit-scale freezes it)")
     data_fraction: float = option(1.0, above=0, maximum=1, group="optimisation",

@@ -63,6 +63,7 @@ from hnbench.validate import check_device
 
 logger = logging.getLogger(__name__)
 
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -87,7 +88,8 @@ def train(config: TrainConfig, *, progress: bool = True) -> Path:
     check_device(config.device)  # here, not in validate(): a recipe may be written for another machine's GPU
     out = Path(config.output)
     resume, overwrite = bool(config.resume), config.overwrite
-    check_run_dir(out, resume=resume, overwrite=overwrite)  # before the lock file is made: a refused folder gets nothing
+    # before the lock file is made: a refused folder gets nothing
+    check_run_dir(out, resume=resume, overwrite=overwrite)
     created = _first_missing(out)
     dist = from_env(config.device)
     try:
@@ -155,7 +157,8 @@ class _Run:
         self.ds = subset_fraction(ds, c.data_fraction, c.seed)
         if len(self.ds.images) < 2:  # batch_size >= 2 is checked up front; this is the same rule on the data
             left = " after --data-fraction" if c.data_fraction < 1 else ""
-            raise ConfigError(f"the training set has {len(self.ds.images)} image{left}: a batch of one pair has no "
+            n_images = f"{len(self.ds.images)} image{'' if len(self.ds.images) == 1 else 's'}"
+            raise ConfigError(f"the training set has {n_images}{left}: a batch of one pair has no "
                               "in-batch negatives and the contrastive loss is constant (as with --batch-size 1); "
                               "train on at least 2 images")
         self.tokens = self.encoder.tokenize(self.ds.captions).tokens
