@@ -464,7 +464,7 @@ def check_root(root: str | Path) -> Path:
     odd = _foreign(root) if root.is_dir() else root
     if odd is None:
         return root
-    what = "not a folder" if odd == root and not root.is_dir() else "it holds no cached model" if odd == root \
+    what = "it is not a folder" if odd == root and not root.is_dir() else "it holds no cached model" if odd == root \
         else f"{odd.name} is not hnbench's"
     raise CacheError(f"{root} is not an hnbench embedding cache (no {MARKER} marker, and {what}); nothing was "
                      f"changed (the default cache is {default_root()})")
