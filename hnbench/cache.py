@@ -16,6 +16,9 @@ Layout under the root (default ``<hnbench cache>/embeddings``, see :func:`defaul
     <root>/<model key>/image/<name>.emb    shards of image embeddings
     <root>/<model key>/text/<name>.emb     shards of text embeddings (+ token lengths)
     <root>/quarantine/<...>.emb            shards that failed their checksum
+    <root>/.hnbench-cache                  the marker: ``hnbench cache clear`` refuses a folder without it
+                                           (unless every entry is a model folder as above: a cache made
+                                           before the marker, adopted) and removes only these files
 
 A shard is written once, atomically (temporary file + ``os.replace``) and never modified::
 
@@ -35,7 +38,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import struct
 import time
 from collections.abc import Sequence
@@ -50,8 +52,8 @@ from hnbench.errors import CacheError
 from hnbench.io import DIGEST_BYTES, atomic_write_bytes, content_digest
 from hnbench.paths import cache_dir
 
-__all__ = ["CacheStats", "CorruptShardError", "EmbeddingCache", "ShardStore", "clear", "default_root",
-           "disk_usage", "list_models", "model_spec"]
+__all__ = ["MARKER", "CacheStats", "CorruptShardError", "EmbeddingCache", "ShardStore", "check_root", "clear",
+           "default_root", "disk_usage", "list_models", "model_spec", "plan_clear"]
 
 logger = logging.getLogger(__name__)
 
@@ -342,7 +344,8 @@ class EmbeddingCache:
                    **kwargs)
 
     def write_metadata(self) -> None:
-        """``model.json`` beside the shards, written once: what the key stands for."""
+        """``model.json`` beside the shards, written once: what the key stands for (and the root's marker)."""
+        _mark(self.root)
         path = self.directory / "model.json"
         if path.exists():
             return
@@ -361,6 +364,93 @@ class EmbeddingCache:
 
 
 # --- ls / du / clear -----------------------------------------------------------------------------
+MARKER = ".hnbench-cache"  # written into the root by the first cache write: "this folder is hnbench's cache"
+_MODEL_DIR = re.compile(r"^[0-9a-f]{16}$")  # a model key (see EmbeddingCache)
+QUARANTINE = "quarantine"
+FINGERPRINTS = ".fingerprints"  # hnbench.models.remembered's records of model fingerprints (its RECORD_DIR)
+_FLAT = {QUARANTINE: SHARD_SUFFIX, FINGERPRINTS: ".json"}  # folders of the root holding one kind of file
+
+
+def _mark(root: Path) -> None:
+    """Mark ``root`` as an embedding cache (once; an unwritable cache is reported by the shard writer)."""
+    if not (root / MARKER).is_file():
+        with contextlib.suppress(OSError):
+            atomic_write_bytes(root / MARKER, (json.dumps({"format": FORMAT, "what": "hnbench embedding cache"})
+                                               + "\n").encode())
+
+
+def _plain_file(p: Path) -> bool:
+    return p.is_file() and not p.is_symlink()
+
+
+def _temporary(p: Path) -> bool:
+    """A temporary file of an atomic write (``.<name>.<random>.tmp``)."""
+    return p.name.startswith(".") and p.name.endswith(".tmp") and _plain_file(p)
+
+
+def _shards_of(folder: Path, suffix: str = SHARD_SUFFIX) -> tuple[list[Path], bool]:
+    """The shard (or other ``suffix``) files of ``folder``, temporary files included, and whether it holds
+    nothing else."""
+    entries = list(folder.iterdir())
+    files = [p for p in entries if _plain_file(p) and p.suffix == suffix or _temporary(p)]
+    return files, len(files) == len(entries)
+
+
+def _owned(model_dir: Path, kind: str | None = None) -> tuple[list[Path], bool]:
+    """The files hnbench wrote in a model's folder (with ``kind``: that kind's shards only) and whether
+    the folder holds nothing else."""
+    files, only = [], True
+    for p in model_dir.iterdir():
+        if p.name in KINDS and p.is_dir() and not p.is_symlink():
+            shards, alone = _shards_of(p)
+            files += shards if kind in (None, p.name) else []
+            only = only and alone
+        elif _plain_file(p) and (p.name == "model.json" or _temporary(p)):
+            files += [p] if kind is None else []
+        else:
+            only = False
+    return files, only
+
+
+def _model_dirs(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if _MODEL_DIR.match(p.name) and p.is_dir() and not p.is_symlink()) \
+        if root.is_dir() else []
+
+
+def _foreign(root: Path) -> Path | None:
+    """For a folder without the marker (a cache made before it existed, adopted): its first entry that is
+    not a cached model's folder (``model.json`` and shards), the quarantine, the fingerprint records, an
+    interrupted distributed run's ``.run-*`` (itself such a folder) or a temporary file."""
+    models = _model_dirs(root)
+    for p in sorted(root.iterdir()):
+        folder = p.is_dir() and not p.is_symlink()
+        if p in models and (p / "model.json").is_file() and _owned(p)[1] or _temporary(p) or \
+                p.name == MARKER and _plain_file(p) or \
+                folder and p.name in _FLAT and _shards_of(p, _FLAT[p.name])[1] or \
+                folder and p.name.startswith(".run-") and _foreign(p) in (None, p):  # an interrupted run's
+            continue
+        return p
+    return None if models else root
+
+
+def check_root(root: str | Path) -> Path:
+    """``root`` as a Path, if it is hnbench's embedding cache (or does not exist); else a one-line CacheError.
+
+    A cache is a folder holding hnbench's marker (``.hnbench-cache``, written by the first cache write), or,
+    made before the marker existed, one whose every entry is a cached model's folder (``model.json`` and
+    shards), the quarantine or the fingerprint records; an empty folder holds nothing to list or clear."""
+    root = Path(root).expanduser()
+    if not root.exists() or root.is_dir() and ((root / MARKER).is_file() or not any(root.iterdir())):
+        return root
+    odd = _foreign(root) if root.is_dir() else root
+    if odd is None:
+        return root
+    what = "it is not a folder" if odd == root and not root.is_dir() else "it holds no cached model" if odd == root \
+        else f"{odd.name} is not hnbench's"
+    raise CacheError(f"{root} is not an hnbench embedding cache (no {MARKER} marker, and {what}); nothing was "
+                     f"changed (the default cache is {default_root()})")
+
+
 def _size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
@@ -369,11 +459,9 @@ def _size(path: Path) -> int:
 
 def list_models(root: str | Path | None = None) -> list[dict[str, Any]]:
     """One row per cached model: key, arch, fingerprint, pretrained, items and bytes per kind."""
-    root = Path(root) if root is not None else default_root()
+    root = check_root(root if root is not None else default_root())
     rows = []
-    dirs = sorted(p for p in root.iterdir() if p.is_dir() and p.name != "quarantine" and not p.name.startswith(".")) \
-        if root.is_dir() else []
-    for d in dirs:
+    for d in _model_dirs(root):
         try:
             meta = json.loads((d / "model.json").read_text())
         except (OSError, ValueError):
@@ -381,7 +469,7 @@ def list_models(root: str | Path | None = None) -> list[dict[str, Any]]:
         spec = meta.get("spec", {})
         row = {"key": d.name, "arch": spec.get("arch"), "pretrained": meta.get("pretrained"),
                "fingerprint": spec.get("fingerprint"), "precision": spec.get("precision"),
-               "context_length": spec.get("context_length"), "bytes": _size(d)}
+               "context_length": spec.get("context_length"), "bytes": sum(_size(p) for p in _owned(d)[0])}
         for kind in KINDS:
             shards = sorted((d / kind).glob(f"*{SHARD_SUFFIX}")) if (d / kind).is_dir() else []
             n = 0
@@ -396,34 +484,54 @@ def list_models(root: str | Path | None = None) -> list[dict[str, Any]]:
 
 
 def disk_usage(root: str | Path | None = None) -> dict[str, int]:
-    """Bytes per model key, plus ``quarantine`` and ``total``."""
-    root = Path(root) if root is not None else default_root()
-    out = {p.name: _size(p) for p in sorted(root.iterdir())} if root.is_dir() else {}
+    """Bytes hnbench wrote per model key, plus ``quarantine``, ``.fingerprints`` and ``total`` (the files
+    :func:`clear` removes)."""
+    out = {name: sum(_size(p) for p in files) for name, files in plan_clear(root).items()}
     out["total"] = sum(out.values())
     return out
 
 
+def plan_clear(root: str | Path | None = None, *, models: Sequence[str] | None = None,
+               kind: str | None = None) -> dict[str, list[Path]]:
+    """What :func:`clear` removes, by entry (model key, ``quarantine``, ``.fingerprints``, an interrupted run's
+    ``.run-*``): only files hnbench wrote (shards, ``model.json``, temporary files), never anything else."""
+    root = check_root(root if root is not None else default_root())
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    plan: dict[str, list[Path]] = {}
+    for r in list_models(root):
+        if not models or any(r["key"].startswith(m) or r["arch"] == m or (r["fingerprint"] or "").startswith(m)
+                             for m in models):
+            plan[r["key"]] = _owned(root / r["key"], kind)[0]
+    if not models and kind is None:  # everything: quarantine, fingerprints, interrupted distributed runs
+        for name, suffix in _FLAT.items():
+            if (root / name).is_dir() and not (root / name).is_symlink():
+                plan[name] = _shards_of(root / name, suffix)[0]
+        for run in sorted(p for p in root.glob(".run-*") if p.is_dir() and not p.is_symlink()):
+            plan[run.name] = [f for d in _model_dirs(run) for f in _owned(d)[0]] + \
+                ([run / MARKER] if _plain_file(run / MARKER) else [])
+    return {name: files for name, files in plan.items() if files}
+
+
 def clear(root: str | Path | None = None, *, models: Sequence[str] | None = None,
           kind: str | None = None) -> int:
-    """Delete cached embeddings; returns bytes freed.
+    """Delete cached embeddings (the files :func:`plan_clear` lists, and the folders they leave empty);
+    returns bytes freed. A folder that is not hnbench's cache is refused (:func:`check_root`).
 
     ``models`` selects model keys, architectures or weight fingerprints (prefixes of keys and
     fingerprints work); without it everything goes, quarantine included. ``kind`` limits the
     deletion to ``image`` or ``text`` shards.
     """
-    root = Path(root) if root is not None else default_root()
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    if not root.is_dir():
-        return 0
-    if models:
-        chosen = [root / r["key"] for r in list_models(root) if any(
-            r["key"].startswith(m) or r["arch"] == m or (r["fingerprint"] or "").startswith(m) for m in models)]
-    else:  # everything: models, quarantine, leftovers of interrupted distributed runs
-        chosen = [p for p in root.iterdir() if p.is_dir() and (kind is None or p.name != "quarantine")]
-    freed = 0
-    for target in chosen:
-        target = target / kind if kind else target
-        freed += _size(target)
-        shutil.rmtree(target, ignore_errors=True)
+    root = check_root(root if root is not None else default_root())
+    freed, folders = 0, set[Path]()
+    for files in plan_clear(root, models=models, kind=kind).values():
+        for f in files:
+            with contextlib.suppress(FileNotFoundError):
+                size = f.stat().st_size
+                f.unlink()
+                freed += size
+            folders.update(p for p in f.parents if root in p.parents)
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):  # kept if anything else is in it
+            folder.rmdir()
     return freed

@@ -17,6 +17,7 @@ from tabulate import tabulate
 
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
+from hnbench.io import human_bytes
 from hnbench.registry import DATASETS, MODELS, RECIPES, TEXT_ENCODERS
 from hnbench.settings import EvalSettings, HardnessSettings, field_types, option_help
 from hnbench.train.config import TrainConfig, load_recipe
@@ -265,37 +266,54 @@ def _add_cache_parser(sub: _Subparsers) -> None:
     clear.add_argument("--model", action="append", metavar="KEY|ARCH|FINGERPRINT",
                        help="only this model (cache key or fingerprint prefix, or architecture); repeatable")
     clear.add_argument("--kind", choices=["image", "text"], help="only image or only text embeddings")
+    clear.add_argument("--yes", action="store_true",
+                       help="remove without asking (needed when stdin is not a terminal)")
     for c in (ls, du, clear):
         c.add_argument("--cache-dir", help="embedding cache directory (default: as for eval)")
         c.set_defaults(handler=_run_cache)
 
 
-def _human(n: float) -> str:
-    unit = "B"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            break
-        n /= 1024
-    return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _run_cache(args: argparse.Namespace) -> int:
     from hnbench import cache
 
+    if args.cache_dir is not None and not args.cache_dir.strip():
+        raise ConfigError("--cache-dir is empty (an unset variable?): name the cache folder, or leave the flag out "
+                          "for the default one")
     root = args.cache_dir or cache.default_root()
     if args.cache_command == "ls":
         rows = cache.list_models(root)
         print(tabulate([[r["key"], r["arch"], r["pretrained"] or "", (r["fingerprint"] or "")[:16], r["precision"],
-                         r["context_length"], r["image_items"], r["text_items"], _human(r["bytes"])] for r in rows],
+                         r["context_length"], r["image_items"], r["text_items"], human_bytes(r["bytes"])] for r in rows],
                        headers=["key", "arch", "weights", "fingerprint", "precision", "ctx", "images", "texts",
                                 "size"]) if rows else f"no cached embeddings in {root}")
     elif args.cache_command == "du":
         for name, size in cache.disk_usage(root).items():
-            print(f"{_human(size):>10}  {name}")
+            print(f"{human_bytes(size):>10}  {name}")
         print(f"({root})")
     else:
+        plan = cache.plan_clear(root, models=args.model, kind=args.kind)
+        if not plan:
+            print(f"nothing to clear in {root}")
+            return 0
+        sizes = {name: sum(f.stat().st_size for f in files) for name, files in plan.items()}
+        n_files, total = sum(map(len, plan.values())), sum(sizes.values())
+        print(f"cache clear removes from {root}:")
+        for name, files in plan.items():
+            print(f"{human_bytes(sizes[name]):>10}  {name} ({_count(len(files), 'file')})")
+        print(f"{human_bytes(total):>10}  in all ({_count(n_files, 'file')})")
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise ConfigError(f"cache clear would remove {_count(n_files, 'file')} ({human_bytes(total)}) from {root}: "
+                                  "pass --yes to confirm (stdin is not a terminal); nothing was removed")
+            if input("remove them? [y/N] ").strip().lower() not in ("y", "yes"):
+                print("nothing removed")
+                return 0
         freed = cache.clear(root, models=args.model, kind=args.kind)
-        print(f"freed {_human(freed)} in {root}")
+        print(f"freed {human_bytes(freed)} in {root}")
     return 0
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 from hnbench.errors import ConfigError, DataError
 
-__all__ = ["DIGEST_BYTES", "atomic_write_bytes", "check_output", "content_digest", "file_digests", "loads_json",
-           "process_umask", "read_rows", "read_text_utf8", "record_output", "sha256_file", "write_temp"]
+__all__ = ["DIGEST_BYTES", "atomic_write_bytes", "check_output", "content_digest", "file_digests", "human_bytes",
+           "loads_json", "process_umask", "read_rows", "read_text_utf8", "record_output", "sha256_file", "write_temp"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,16 @@ def allow_long_csv_fields() -> None:
     """Lift the csv module's 131,072-character field limit: a long caption is text like any other (the
     tokenizer truncates it and the result counts it, as for JSONL)."""
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+
+def human_bytes(n: float) -> str:
+    """A size for people: ``512 B``, ``1.5 KiB`` … ``3.2 GiB``."""
+    unit = "B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            break
+        n /= 1024
+    return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
 
 
 def read_text_utf8(path: Path) -> str:

@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.errors import ConfigError, did_you_mean
-from hnbench.validate import BACKENDS, PRECISIONS, SEARCHES, check_at_least, check_eval
+from hnbench.validate import BACKENDS, PRECISIONS, SEARCHES, check_at_least, check_eval, check_number
 
 __all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "from_options", "option", "option_help", "resume_free"]
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None = None, flag: str | None = None,
            choices: Sequence[str] | None = None, cli: bool = True, record: bool | str = False,
-           resume_free: bool = False, sep: str | None = None, minimum: int | None = None,
+           resume_free: bool = False, sep: str | None = None, minimum: float | None = None,
+           above: float | None = None, maximum: float | None = None, below: float | None = None,
            default_factory: Any = dataclasses.MISSING, **argparse_extra: Any) -> Any:
     """A dataclass field with the metadata the CLI, resume check and result record read.
 
@@ -32,12 +33,14 @@ def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None =
     ``cli=False`` gives no flag; ``record`` is True (always written to the result's settings) or
     ``"if_set"`` (written when it differs from the default, so default results keep their bytes);
     ``resume_free`` marks a training option that may change when a run is resumed; ``sep`` parses a
-    list flag from one separated string; ``minimum``: an integer at least this (checked by ``validate``);
-    other keywords (nargs, const, metavar) go to argparse as they are.
+    list flag from one separated string; ``minimum``: an integer field holds an integer at least this;
+    a float field (always a finite number) lies within ``minimum``/``maximum`` (inclusive) and
+    ``above``/``below`` (exclusive), where declared (checked by :func:`check_minimums`); other keywords
+    (nargs, const, metavar) go to argparse as they are.
     """
     meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices else None,
             "cli": cli, "record": record, "resume_free": resume_free, "sep": sep, "minimum": minimum,
-            "argparse": argparse_extra}
+            "above": above, "maximum": maximum, "below": below, "argparse": argparse_extra}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -54,15 +57,26 @@ def resume_free(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get("resume_free"))
 
 
+_BOUNDS = ("minimum", "above", "maximum", "below")  # option()'s bound keywords, as check_number takes them
+
+
 def check_minimums(settings: Any, *, with_key: bool = False) -> None:
-    """Fields declared with ``minimum`` hold an integer at least that large (None where None is the default).
+    """The declared bounds: integer fields with ``minimum`` hold an integer at least that large, float fields a
+    finite number within their bounds (None where None is the default).
 
     The message names the flag, and with ``with_key`` the field's name too (a recipe's key)."""
+    types_ = field_types(type(settings))
     for f in dataclasses.fields(settings):
-        low, value = f.metadata.get("minimum"), getattr(settings, f.name)
-        if low is not None and not (value is None and f.default is None):
-            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-            check_at_least(f"{flag} ({f.name})" if with_key else flag, value, low)
+        value, bounds = getattr(settings, f.name), {k: f.metadata.get(k) for k in _BOUNDS}
+        is_float, low = types_[f.name][0] is float, bounds["minimum"]
+        if value is None and f.default is None:
+            continue
+        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+        label = f"{flag} ({f.name})" if with_key else flag
+        if is_float:
+            check_number(label, value, **bounds)
+        elif low is not None:
+            check_at_least(label, value, int(low))
 
 
 def field_types(cls: type) -> dict[str, tuple[Any, bool]]:

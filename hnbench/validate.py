@@ -7,7 +7,9 @@ value costs nothing: no download, no encoding, nothing written.
 from __future__ import annotations
 
 import logging
+import math
 import numbers
+import operator
 import re
 import tempfile
 from collections.abc import Sequence
@@ -35,6 +37,27 @@ def check_at_least(name: str, value: object, low: int) -> None:
         return
     what = {0: "0 or more", 1: "a positive integer"}.get(low, f"an integer >= {low}")
     raise ConfigError(f"{name} must be {what}, got {value!r}")
+
+
+def _is_real(value: object) -> TypeGuard[float]:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_number(name: str, value: object, *, minimum: float | None = None, above: float | None = None,
+                 maximum: float | None = None, below: float | None = None) -> None:
+    """``value`` is a finite number within the bounds a float settings field declares with ``option(...)``:
+    ``minimum``/``maximum`` inclusive, ``above``/``below`` exclusive (no bound: any finite number)."""
+    bounds = [(b, sign, test) for b, sign, test in ((minimum, ">=", operator.ge), (above, ">", operator.gt),
+                                                    (maximum, "<=", operator.le), (below, "<", operator.lt))
+              if b is not None]
+    if _is_real(value) and math.isfinite(value) and all(test(value, b) for b, _, test in bounds):
+        return
+    if len(bounds) == 2:  # a range: [0, 1), (0, 1]
+        (low, low_sign, _), (high, high_sign, _) = bounds
+        what = f" in {'[' if low_sign == '>=' else '('}{low:g}, {high:g}{']' if high_sign == '<=' else ')'}"
+    else:
+        what = "".join(f" {sign} {b:g}" for b, sign, _ in bounds)
+    raise ConfigError(f"{name} must be a finite number{what}, got {value!r}")
 
 
 def check_ks(ks: Sequence[int]) -> None:

@@ -269,11 +269,11 @@ def test_cli_cache_ls_du_clear_and_eval_cache_dir(micro_config, tmp_path, capsys
     assert main(["cache", "du", "--cache-dir", str(root)]) == 0
     out = capsys.readouterr().out
     assert key in out and "total" in out
-    assert main(["cache", "clear", "--cache-dir", str(root), "--model", "hnb-micro", "--kind", "text"]) == 0
+    assert main(["cache", "clear", "--cache-dir", str(root), "--model", "hnb-micro", "--kind", "text", "--yes"]) == 0
     assert "freed" in capsys.readouterr().out
     assert [r["text_items"] for r in cache_mod.list_models(root)] == [0]
     assert [r["image_items"] for r in cache_mod.list_models(root)] == [5]
-    assert main(["cache", "clear", "--cache-dir", str(root)]) == 0
+    assert main(["cache", "clear", "--cache-dir", str(root), "--yes"]) == 0
     capsys.readouterr()
     assert main(["cache", "ls", "--cache-dir", str(root)]) == 0
     assert "no cached embeddings" in capsys.readouterr().out

@@ -16,7 +16,7 @@ from hnbench.errors import ConfigError
 from hnbench.evaluate import evaluate, run_evaluation
 from hnbench.hardness import run as hardness_run
 from hnbench.models import load_model
-from hnbench.settings import EvalSettings, HardnessSettings, check_minimums
+from hnbench.settings import EvalSettings, HardnessSettings, check_minimums, field_types
 from hnbench.train.config import TrainConfig
 
 
@@ -201,7 +201,8 @@ def test_another_bootstrap_seed_is_its_own_result_file(micro_config, tmp_path):
 @pytest.mark.parametrize("cls", [EvalSettings, HardnessSettings, TrainConfig])
 def test_declared_integer_bounds_are_the_only_integer_checks(cls):
     """Each field's ``minimum`` is checked by one rule (flag named, None allowed where it is the default)."""
-    bounded = [f for f in dataclasses.fields(cls) if f.metadata.get("minimum") is not None]
+    kinds = field_types(cls)
+    bounded = [f for f in dataclasses.fields(cls) if f.metadata.get("minimum") is not None and kinds[f.name][0] is int]
     assert bounded
     for f in bounded:
         for bad in (f.metadata["minimum"] - 1, 2.5, True):
@@ -213,3 +214,28 @@ def test_declared_integer_bounds_are_the_only_integer_checks(cls):
              TrainConfig: TrainConfig.validate}[cls]  # each settings' own validation goes through it
     with pytest.raises(ConfigError, match="--num-workers"):
         entry(*([cls(num_workers=-1)] + ([None] if cls is HardnessSettings else [])))
+
+
+@pytest.mark.parametrize("cls", [HardnessSettings, TrainConfig])  # EvalSettings has no float field
+def test_float_fields_are_finite_and_within_their_declared_bounds(cls):
+    """Every float field of every settings class refuses NaN and infinities; the bounds a field declares
+    (``minimum``/``maximum`` inclusive, ``above``/``below`` exclusive) are checked by the same rule."""
+    floats = [f for f in dataclasses.fields(cls) if field_types(cls)[f.name][0] is float]
+    assert floats
+    bounds = ("minimum", "above", "maximum", "below")
+    for f in floats:
+        flag = re.escape(f.metadata["flag"] or "--" + f.name.replace("_", "-"))
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            with pytest.raises(ConfigError, match=f"{flag} must be a finite number"):
+                check_minimums(cls(**{f.name: bad}))
+        for kind in bounds:
+            edge = f.metadata.get(kind)
+            if edge is None:
+                continue
+            outside = {"minimum": edge - 1e-6, "above": edge, "maximum": edge + 1e-6, "below": edge}[kind]
+            with pytest.raises(ConfigError, match=flag):
+                check_minimums(cls(**{f.name: outside}))
+        check_minimums(cls(**{f.name: f.default}))  # the default is within its bounds
+    declared = {f.name for f in floats if any(f.metadata.get(k) is not None for k in bounds)}
+    if cls is TrainConfig:  # the rates, weights and fractions training divides by or takes logs of
+        assert {"lr", "gamma", "data_fraction", "label_smoothing", "lora_dropout", "init_logit_scale"} <= declared

@@ -14,6 +14,19 @@ from hnbench.errors import CheckpointError
 _NESTED_KEYS = ("state_dict", "model", "model_state_dict", "module")
 
 
+def load_torch(path: str | Path) -> object:
+    """``torch.load(weights_only=True)`` of a ``.pt`` file; a pickled object or an unreadable file is one line."""
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(
+            f"{path}: refused to unpickle: the file holds objects other than tensors and plain "
+            f"containers ({str(e).splitlines()[0][:200]}). Convert it to safetensors from a trusted "
+            f"environment.") from e
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
+        raise CheckpointError(f"{path}: not a readable torch checkpoint ({str(e).splitlines()[0][:200]})") from e
+
+
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """Read a state dict from ``.safetensors``, ``.pt``/``.pth``/``.bin`` (weights-only), unwrapping
     open_clip training checkpoints (``state_dict`` key) and DDP ``module.`` prefixes."""
@@ -29,15 +42,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
         except (SafetensorError, OSError, ValueError) as e:
             raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from e
     else:
-        try:
-            obj = torch.load(str(path), map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as e:
-            raise CheckpointError(
-                f"{path}: refused to unpickle: the file holds objects other than tensors and plain "
-                f"containers ({str(e).splitlines()[0][:200]}). Convert it to safetensors from a trusted "
-                f"environment.") from e
-        except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
-            raise CheckpointError(f"{path}: not a readable torch checkpoint ({str(e)[:200]})") from e
+        obj = load_torch(path)
     if isinstance(obj, Mapping):
         for key in _NESTED_KEYS:
             if key in obj and isinstance(obj[key], Mapping):

@@ -39,13 +39,24 @@ def default_targets(framework: str) -> list[str]:
     return ["c_fc", "c_proj"] if framework == "open_clip" else ["q_proj", "k_proj", "v_proj", "out_proj"]
 
 
+# The layer types peft puts adapters on (nn.MultiheadAttention: LoRA only, see below).
+ADAPTABLE: tuple[type[nn.Module], ...] = (nn.Linear, nn.Embedding, nn.Conv1d, nn.Conv2d, nn.Conv3d,
+                                          nn.MultiheadAttention)
+
+
 def _check_targets(model: nn.Module, targets: list[str], method: str) -> None:
     names = {n: m for n, m in model.named_modules()}
+    adaptable = sorted({n.rsplit(".", 1)[-1] for n, m in names.items() if n and isinstance(m, ADAPTABLE)
+                        and not (method == "dora" and isinstance(m, nn.MultiheadAttention))})
     matched = {n: m for n, m in names.items() if any(n == t or n.endswith("." + t) for t in targets)}
     if not matched:
-        raise ConfigError(f"no module of the model matches lora_targets {targets} "
-                          f"(e.g. {sorted({n.rsplit('.', 1)[-1] for n in names if n})[:12]})")
+        raise ConfigError(f"no module of the model matches lora_targets {targets} (adaptable layers: "
+                          f"{', '.join(adaptable[:16])})")
     for name, module in matched.items():
+        if not isinstance(module, ADAPTABLE):
+            raise ConfigError(f"lora_targets: {name} is a {type(module).__name__}, which adapters cannot wrap; "
+                              f"target Linear, Embedding, Conv or (LoRA) attention layers: "
+                              f"{', '.join(adaptable[:16])}")
         if isinstance(module, nn.MultiheadAttention) and method == "dora":
             raise ConfigError(
                 f"peft does not support DoRA on nn.MultiheadAttention ({name}): target open_clip's MLP "

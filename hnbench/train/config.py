@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from hnbench.errors import ConfigError, did_you_mean
+from hnbench.io import read_text_utf8
 from hnbench.registry import LOSSES, RECIPES
 from hnbench.settings import check_minimums, check_types, option
 from hnbench.validate import check_device_name
@@ -27,13 +29,13 @@ class TrainConfig:
     dataset_options: dict[str, Any] = option(default_factory=dict, cli=False,
                                              help="options for the dataset's loader (recipe / --set only)")
     loss: str = option("hn", group="objective", choices=tuple(LOSSES.names()), help="HN-CLIP or the CLIP InfoNCE loss")
-    gamma: float = option(0.5, group="objective", help="HN margin weight γ (paper: 0.5)")
+    gamma: float = option(0.5, minimum=0, group="objective", help="HN margin weight γ (paper: 0.5)")
     epochs: int = option(1, group="optimisation", help="passes over the training images")
     batch_size: int = option(64, group="optimisation", help="global micro-batch (split over processes)")
-    lr: float = option(5e-4, group="optimisation", help="peak learning rate (after warm-up, cosine decay)")
-    weight_decay: float = option(0.1, group="optimisation", help="AdamW weight decay")
+    lr: float = option(5e-4, above=0, group="optimisation", help="peak learning rate (after warm-up, cosine decay)")
+    weight_decay: float = option(0.1, minimum=0, group="optimisation", help="AdamW weight decay")
     warmup_steps: int = option(10, minimum=0, group="optimisation", help="optimizer steps of linear warm-up")
-    max_logit_scale: float = option(100.0, group="objective", help="clamp of the learned logit scale s")
+    max_logit_scale: float = option(100.0, above=0, group="objective", help="clamp of the learned logit scale s")
     seed: int = option(0, group="optimisation", help="seed of the initialisation, data order and subsets")
     device: str = option("cpu", group="model", resume_free=True, help="cpu or cuda (default: cpu)")
     context_length: int | None = option(None, minimum=1, group="model", help="text context length (default: the model's)")
@@ -45,27 +47,30 @@ class TrainConfig:
     output: str = option("runs/train", group="run, diagnostics, evaluation", resume_free=True,
                          help="run directory (checkpoint, train_config.json, log.jsonl, diagnostics.jsonl)")
     # loss options
-    label_smoothing: float = option(0.0, group="objective", help="label smoothing of the contrastive targets")
+    label_smoothing: float = option(0.0, minimum=0, below=1, group="objective",
+                                    help="label smoothing of the contrastive targets")
     mask_duplicates: bool = option(False, group="objective",
                                    help="mask same-image / identical-caption pairs inside a batch")
     g_source: str = option("current", group="objective", choices=("current", "frozen_init"),
                            help="Ḡ from the text encoder being trained (default) or a frozen copy of the initial one")
-    token_loss_weight: float = option(0.0, group="objective", help="λ of the FILIP token-level term (open_clip)")
+    token_loss_weight: float = option(0.0, minimum=0, group="objective",
+                                      help="λ of the FILIP token-level term (open_clip)")
     # optimisation
     accum_steps: int = option(1, group="optimisation", minimum=1, help="micro-batches per optimizer step")
     accum_mode: str = option("loss", group="optimisation", choices=("loss", "cached"),
                              help="loss: per-micro-batch loss (the paper's); cached: the whole effective batch as "
                                   "negatives")
-    grad_clip: float | None = option(None, group="optimisation", help="clip the gradient norm")
+    grad_clip: float | None = option(None, above=0, group="optimisation", help="clip the gradient norm")
     amp: bool = option(False, group="optimisation", help="autocast on CUDA (bf16/fp16; CPU: bf16); the losses "
                                                           "stay fp32")
     amp_dtype: str = option("bf16", group="optimisation", choices=("bf16", "fp16"), help="autocast dtype")
     lock_image: bool = option(False, group="optimisation", help="freeze the image tower")
     lock_text: bool = option(False, group="optimisation", help="freeze the text tower")
-    init_logit_scale: float | None = option(None, group="objective", help="set s (not its log) before training")
+    init_logit_scale: float | None = option(None, above=0, group="objective",
+                                            help="set s (not its log) before training")
     train_logit_scale: bool = option(True, group="objective",
                                      help="train the logit scale (on by default; --no-train-logit-scale freezes it)")
-    data_fraction: float = option(1.0, group="optimisation",
+    data_fraction: float = option(1.0, above=0, maximum=1, group="optimisation",
                                   help="train on this seeded fraction of the images (paper: 0.2)")
     group_by: str | None = option(None, group="optimisation",
                                   help="regex on image ids: batches made of whole groups, e.g. \"^(.*)-v\\d+$\" "
@@ -75,8 +80,8 @@ class TrainConfig:
                                          help="stretch the text positions the Long-CLIP way (77 → 248)")
     peft: str | None = option(None, group="PEFT and Long-CLIP", choices=("lora", "dora"), help="LoRA or DoRA adapters")
     lora_r: int = option(16, minimum=1, group="PEFT and Long-CLIP", help="adapter rank")
-    lora_alpha: float = option(32.0, group="PEFT and Long-CLIP", help="adapter scale α")
-    lora_dropout: float = option(0.0, group="PEFT and Long-CLIP", help="adapter dropout")
+    lora_alpha: float = option(32.0, above=0, group="PEFT and Long-CLIP", help="adapter scale α")
+    lora_dropout: float = option(0.0, minimum=0, below=1, group="PEFT and Long-CLIP", help="adapter dropout")
     lora_targets: list[str] | None = option(None, group="PEFT and Long-CLIP", sep=",",
                                             help="comma-separated module names (open_clip default: c_fc,c_proj; "
                                                  "HF: q_proj,k_proj,v_proj,out_proj)")
@@ -94,7 +99,7 @@ class TrainConfig:
                                       help="stop resumably after this many optimizer steps (the schedule is unchanged)")
     diag_every: int = option(0, minimum=0, group="run, diagnostics, evaluation", resume_free=True,
                              help="optimizer steps between saturation diagnostics (0: off)")
-    active_threshold: float = option(1e-3, group="run, diagnostics, evaluation", resume_free=True,
+    active_threshold: float = option(1e-3, minimum=0, group="run, diagnostics, evaluation", resume_free=True,
                                      help="a batch is active if its loss is at least this (1e-3)")
     eval_dataset: str | None = option(None, group="run, diagnostics, evaluation", resume_free=True,
                                       help="evaluate on this dataset after every --eval-every epochs")
@@ -134,7 +139,7 @@ class TrainConfig:
                     for f in fields(self) if f.metadata.get("choices") and getattr(self, f.name) not in f.metadata["choices"]
                     and not (getattr(self, f.name) is None and f.default is None)]
         checks = [
-            (0 < self.data_fraction <= 1, f"data_fraction must be in (0, 1], got {self.data_fraction}"),
+            (bool(self.output.strip()), f"output must name a run directory, got {self.output!r} (an unset variable?)"),
             (not (self.lock_image and self.lock_text), "lock_image and lock_text together leave nothing to train"),
             (self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}: a run that trains nothing would still "
                                "write a checkpoint"),
@@ -159,19 +164,30 @@ def load_recipe(name_or_path: str) -> dict[str, Any]:
             hint = did_you_mean(name_or_path, RECIPES.names())
             raise ConfigError(f"no recipe {name_or_path!r}{'; ' + hint if hint else ''} (built-in: {RECIPES.names()})")
         path = RECIPES.get(name_or_path)
+    text = read_text_utf8(path)
     if path.suffix in (".yaml", ".yml"):
         try:
             import yaml
         except ImportError as e:
             raise ConfigError("YAML recipes need pyyaml: pip install 'hnbench[train]'") from e
-        data = yaml.safe_load(path.read_text()) or {}
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as e:  # one line: the file, the line and what the parser expected
+            mark = getattr(e, "problem_mark", None)
+            where = f":{mark.line + 1}" if mark is not None else ""
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(f"recipe {path}{where}: not valid YAML ({problem})") from None
     else:
         if sys.version_info >= (3, 11):
             import tomllib
         else:
             import tomli as tomllib
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:  # its message ends "(at line N, column M)"
+            found = re.search(r"^(.*?)\s*\(at line (\d+), column \d+\)$", str(e))
+            where, problem = (f":{found[2]}", found[1]) if found else ("", str(e))
+            raise ConfigError(f"recipe {path}{where}: not valid TOML ({problem})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"recipe {path}: expected a table of options")
     return data

@@ -46,9 +46,13 @@ def _base_record(encoder: TrainableEncoder, config: Any) -> dict[str, Any]:
 def _save_open_clip(model: nn.Module, config: Any, out_dir: Path) -> Path:
     ckpt = out_dir / "checkpoint.safetensors"
     tmp = out_dir / ".checkpoint.safetensors.tmp"
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp),
-              metadata={"arch": config.model, "hnbench": "train", "loss": config.loss})
-    tmp.replace(ckpt)
+    try:
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp),
+                  metadata={"arch": config.model, "hnbench": "train", "loss": config.loss})
+        tmp.replace(ckpt)
+    except BaseException:  # a full disk: no partial file left behind
+        tmp.unlink(missing_ok=True)
+        raise
     return ckpt
 
 

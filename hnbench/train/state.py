@@ -20,17 +20,19 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from hnbench.errors import CheckpointError, ConfigError
-from hnbench.io import atomic_write_bytes
-from hnbench.models.checkpoint import load_into, read_state_dict
+from hnbench.io import atomic_write_bytes, human_bytes
+from hnbench.models.checkpoint import load_into, load_torch, read_state_dict
 from hnbench.settings import resume_free
 from hnbench.train.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TrainState", "check_resume_config", "load_state", "resolve_resume", "save_state"]
+__all__ = ["WRITE_ERRORS", "TrainState", "check_resume_config", "load_state", "resolve_resume", "save_state",
+           "write_failed"]
 
 STATE_DIR = "last"
 # Options that may differ between an interrupted run and its continuation (they do not touch the weights):
@@ -70,23 +72,51 @@ def save_state(run_dir: Path, module: torch.nn.Module, optimizer: torch.optim.Op
     final = run_dir / STATE_DIR
     tmp = run_dir / f".{STATE_DIR}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()},
-              str(tmp / "model.safetensors"))
-    torch.save({
-        "step": state.step, "epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch,
-        "epoch_generator_state": state.epoch_generator_state, "epoch_records": state.epoch_records,
-        "epoch_losses": state.epoch_losses, "seconds": state.seconds,
-        "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict() if scaler is not None else None,
-        "rng": _rng_state(np_rng),
-    }, tmp / "trainer_state.pt")
-    (tmp / "train_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    try:
+        tmp.mkdir(parents=True)
+        save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()},
+                  str(tmp / "model.safetensors"))
+        torch.save({
+            "step": state.step, "epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch,
+            "epoch_generator_state": state.epoch_generator_state, "epoch_records": state.epoch_records,
+            "epoch_losses": state.epoch_losses, "seconds": state.seconds,
+            "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict() if scaler is not None else None,
+            "rng": _rng_state(np_rng),
+        }, tmp / "trainer_state.pt")
+        (tmp / "train_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    except BaseException as e:  # disk full, quota, I/O error, Ctrl-C: no half state left filling the disk
+        free = shutil.disk_usage(run_dir).free  # before the clean-up gives the space back
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(e, WRITE_ERRORS):
+            raise
+        kept = (f"the previous state ({_saved_step(final)}) is kept" if (final / "trainer_state.pt").is_file()
+                else "no earlier state was saved")
+        raise write_failed(f"the resumable state in {final}", e, free, kept) from e
     old = run_dir / f".{STATE_DIR}.old-{os.getpid()}"
     if final.exists():
         os.replace(final, old)
     os.replace(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+# What a failed write raises: the OS error, or torch's / safetensors' wrapping of it.
+WRITE_ERRORS = (OSError, RuntimeError, SafetensorError)
+
+
+def write_failed(what: str, error: BaseException, free: int, kept: str) -> CheckpointError:
+    """The one line for a run's write that failed (disk full, quota, I/O error), once its partial file is gone."""
+    return CheckpointError(f"cannot save {what} ({str(error).splitlines()[0][:160]}; {human_bytes(free)} free on "
+                           f"its disk): {kept}; free some space, then continue with --resume")
+
+
+def _saved_step(state_dir: Path) -> str:
+    """``step N`` of the state in ``state_dir`` (for messages; "an earlier step" if it cannot be read)."""
+    try:
+        saved = load_torch(state_dir / "trainer_state.pt")
+        return f"step {saved['step']}" if isinstance(saved, dict) else "an earlier step"
+    except (CheckpointError, KeyError):
+        return "an earlier step"
 
 
 def resolve_resume(path: str | Path) -> Path:
@@ -110,9 +140,16 @@ def check_resume_config(saved: dict[str, Any], current: dict[str, Any]) -> None:
 def load_state(state_dir: Path, module: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any,
                np_rng: np.random.Generator, config: dict[str, Any]) -> TrainState:
     """Restore weights, optimizer, scaler and RNGs from ``state_dir``; returns the counters."""
-    check_resume_config(json.loads((state_dir / "train_config.json").read_text()), config)
+    try:
+        started_with = json.loads((state_dir / "train_config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{state_dir / 'train_config.json'}: unreadable ({e}); it records the options the "
+                              "run was started with, so the run cannot be resumed") from None
+    check_resume_config(started_with, config)
+    saved = load_torch(state_dir / "trainer_state.pt")  # weights only: a pickled object is refused in one line
+    if not isinstance(saved, dict) or not {"step", "epoch", "batch_in_epoch", "optimizer", "rng"} <= set(saved):
+        raise CheckpointError(f"{state_dir / 'trainer_state.pt'}: not a trainer state hnbench wrote")
     load_into(module, read_state_dict(state_dir / "model.safetensors"), f"resume state {state_dir}")
-    saved = torch.load(state_dir / "trainer_state.pt", map_location="cpu", weights_only=True)
     optimizer.load_state_dict(saved["optimizer"])
     if scaler is not None and saved.get("scaler"):
         scaler.load_state_dict(saved["scaler"])

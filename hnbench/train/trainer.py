@@ -19,7 +19,6 @@ import contextlib
 import json
 import logging
 import math
-import os
 import random
 import shutil
 import time
@@ -47,16 +46,22 @@ from hnbench.train.batches import GlobalBatchSampler, PairItems, group_positions
 from hnbench.train.config import TrainConfig, load_recipe  # noqa: F401  (load_recipe: re-exported)
 from hnbench.train.diagnostics import measure, summarize_epoch
 from hnbench.train.export import export_checkpoints
-from hnbench.train.state import TrainState, load_state, resolve_resume, save_state, trim_jsonl
+from hnbench.train.rundir import MANIFEST, check_run_dir, claim, clear_recorded, locked
+from hnbench.train.state import (
+    STATE_DIR,
+    WRITE_ERRORS,
+    TrainState,
+    load_state,
+    resolve_resume,
+    save_state,
+    trim_jsonl,
+    write_failed,
+)
 from hnbench.train.step import MicroBatch, Objective, run_step
 from hnbench.train.towers import CLIPTowers, param_groups
 from hnbench.validate import check_device
 
 logger = logging.getLogger(__name__)
-
-# What a run writes into its output directory: removed (and nothing else) when --overwrite starts afresh there.
-RUN_OUTPUTS = ("last", "eval", "adapter", "hf_model", "checkpoint.safetensors", "log.jsonl", "diagnostics.jsonl",
-               "train_config.json", "report.png")
 
 
 def seed_everything(seed: int) -> None:
@@ -81,28 +86,21 @@ def train(config: TrainConfig, *, progress: bool = True) -> Path:
     """
     config.validate()
     check_device(config.device)  # here, not in validate(): a recipe may be written for another machine's GPU
-    check_output(config)
-    created = _first_missing(Path(config.output))
+    out = Path(config.output)
+    resume, overwrite = bool(config.resume), config.overwrite
+    # before the lock file is made: a refused folder gets nothing
+    check_run_dir(out, resume=resume, overwrite=overwrite)
+    created = _first_missing(out)
     dist = from_env(config.device)
     try:
-        return _Run(config, dist, progress).run()
+        with locked(out, resume=resume, overwrite=overwrite) if dist.is_main else contextlib.nullcontext():
+            return _Run(config, dist, progress).run()
     except BaseException:
         if created is not None and dist.is_main and _nothing_of_value(created):
             shutil.rmtree(created, ignore_errors=True)  # a failed start leaves no empty run directory behind
         raise
     finally:
         dist.close()
-
-
-def check_output(config: TrainConfig) -> None:
-    """Refuse to start a new run in a non-empty directory: it would replace another run's checkpoint and logs."""
-    out = Path(config.output)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--output {out} is a file, not a run directory")
-    if config.resume or config.overwrite or not out.is_dir() or not any(out.iterdir()):
-        return
-    raise ConfigError(f"--output {out} is not empty (an earlier run?): pass --resume to continue it, --overwrite "
-                      "to replace it, or another --output")
 
 
 def _first_missing(path: Path) -> Path | None:
@@ -116,8 +114,10 @@ def _first_missing(path: Path) -> Path | None:
 
 
 def _nothing_of_value(root: Path) -> bool:
-    """Only directories and empty files under ``root`` (what a run leaves when it fails before training)."""
-    return all(p.is_dir() or p.stat().st_size == 0 for p in root.rglob("*")) if root.is_dir() else True
+    """Only directories, empty files and the run manifest under ``root`` (what a run leaves when it fails
+    before training)."""
+    return all(p.is_dir() or p.name == MANIFEST or p.stat().st_size == 0 for p in root.rglob("*")) \
+        if root.is_dir() else True
 
 
 class _Run:
@@ -155,6 +155,12 @@ class _Run:
         self.towers.lock(image=c.lock_image, text=c.lock_text, logit_scale=not c.train_logit_scale)
         ds = load_dataset(c.dataset, data_root=c.data_root, protocol=c.protocol, **c.dataset_options)
         self.ds = subset_fraction(ds, c.data_fraction, c.seed)
+        if len(self.ds.images) < 2:  # batch_size >= 2 is checked up front; this is the same rule on the data
+            left = " after --data-fraction" if c.data_fraction < 1 else ""
+            n_images = f"{len(self.ds.images)} image{'' if len(self.ds.images) == 1 else 's'}"
+            raise ConfigError(f"the training set has {n_images}{left}: a batch of one pair has no "
+                              "in-batch negatives and the contrastive loss is constant (as with --batch-size 1); "
+                              "train on at least 2 images")
         self.tokens = self.encoder.tokenize(self.ds.captions).tokens
         self.captions_of = self.ds.image_captions()
         n = len(self.ds.images)
@@ -220,6 +226,7 @@ class _Run:
         elif dist.is_main:
             if c.overwrite:
                 self._clear_outputs()
+            claim(self.out_dir, self.log_path.name, self.diag_path.name)
             self.log_path.write_text("")
             self.diag_path.write_text("")
         start = time.perf_counter() - state.seconds
@@ -249,14 +256,10 @@ class _Run:
         return self._finish(state, start, stopped)
 
     def _clear_outputs(self) -> None:
-        """--overwrite: remove the earlier run's outputs (only the names a run writes), now that this one can start."""
-        for name in RUN_OUTPUTS:
-            p = self.out_dir / name
-            if p.is_dir():
-                shutil.rmtree(p)
-            elif p.exists():
-                os.unlink(p)
-        logger.warning("--overwrite: replaced the earlier run in %s", self.out_dir)
+        """--overwrite: remove what the earlier run recorded writing (and nothing else), now that this one can start."""
+        removed = clear_recorded(self.out_dir)
+        if removed:
+            logger.warning("--overwrite: removed the earlier run's %s in %s", ", ".join(removed), self.out_dir)
 
     def _epoch(self, state: Any, bar: Any, start: float) -> bool:
         c, dist = self.config, self.dist
@@ -353,6 +356,7 @@ class _Run:
                 self.eval_ds = load_dataset(c.eval_dataset, data_root=c.eval_data_root, protocol=c.eval_protocol,
                                             **c.eval_dataset_options)
             eval_ds = self.eval_ds
+            claim(self.out_dir, "eval")
             self.towers.eval()
             self.encoder.info.fingerprint = state_dict_fingerprint(self.towers.model.state_dict())
             with torch.random.fork_rng(devices=[]):
@@ -377,6 +381,7 @@ class _Run:
     def _save(self, state: Any, start: float) -> None:
         state.seconds = time.perf_counter() - start
         if self.dist.is_main:
+            claim(self.out_dir, STATE_DIR)
             save_state(self.out_dir, self.towers, self.opt, self.scaler, state, self.rng, self._config_dict())
         self.dist.barrier()
 
@@ -384,7 +389,13 @@ class _Run:
         c = self.config
         path = self.out_dir / "checkpoint.safetensors"
         if self.dist.is_main:
-            outputs = export_checkpoints(self.towers.model, self.encoder, c, self.out_dir)
+            try:
+                outputs = export_checkpoints(self.towers.model, self.encoder, c, self.out_dir)
+            except WRITE_ERRORS as e:
+                raise write_failed(f"the checkpoint in {self.out_dir}", e, shutil.disk_usage(self.out_dir).free,
+                                   f"the run's final state is kept in {self.out_dir / STATE_DIR}") from e
+            claim(self.out_dir, "train_config.json", *(Path(v).relative_to(self.out_dir).parts[0]
+                                                       for v in outputs.values()))
             path = Path(outputs["checkpoint"])
             meta = {"config": self._config_dict(), "steps": state.step,
                     "seconds": round(time.perf_counter() - start, 2),
