@@ -267,7 +267,8 @@ def csv_frame(frame: Any) -> bytes:
         if not _numeric_column(safe[column]):
             safe[column] = safe[column].map(csv_cell)
     safe.columns = [csv_cell(str(c)) for c in safe.columns]
-    return str(safe.to_csv(index=False)).encode()
+    # "\r\n" as csv_bytes writes (RFC 4180): a cell holding a carriage return is then quoted, not split
+    return str(safe.to_csv(index=False, lineterminator="\r\n")).encode()
 
 
 def _numeric_column(column: Any) -> bool:
