@@ -51,10 +51,24 @@ from tabulate import tabulate
 from hnbench._version import __version__
 from hnbench.comparison import model_label, tests_against
 from hnbench.errors import ConfigError, did_you_mean
-from hnbench.io import (atomic_write_bytes, check_output, csv_frame, is_record, markdown_code, markdown_text,
-                        record_output)
+from hnbench.io import (
+    atomic_write_bytes,
+    check_output,
+    csv_frame,
+    is_record,
+    markdown_code,
+    markdown_text,
+    record_output,
+)
 from hnbench.reported import KS, families_of, mapped_families, reported_rows
-from hnbench.results import EvalResult, ResultFormatError, metric_values, per_query_path, read_per_query, read_result
+from hnbench.results import (
+    EvalResult,
+    ResultFormatError,
+    metric_values,
+    per_query_path,
+    read_per_query,
+    read_result,
+)
 from hnbench.significance import PairedTest
 
 logger = logging.getLogger(__name__)
@@ -346,7 +360,7 @@ def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, base
     for heading, b, benches in borda:
         cells = pd.DataFrame({"#": b["rank"].astype(int).astype(str),
                               "model": [mk.text(m) + (" †" if k == "reported" else "") for m, k in zip(b["model"], b["kind"])],
-                              **{f"{x} rank": [str(int(r)) if r == r else "—" for r in b[x]] for x in benches},
+                              **{f"{mk.text(x)} rank": [str(int(r)) if r == r else "—" for r in b[x]] for x in benches},
                               "points": b["points"].astype(str), "benchmarks": b["benchmarks"].astype(str)})
         blocks += [("h3", mk.text(heading)), ("table", cells)]
     if skipped:

@@ -51,8 +51,14 @@ from tabulate import tabulate
 
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
-from hnbench.io import (MAX_TABLE_BYTES, atomic_write_bytes, file_beside, read_json_untrusted, read_untrusted,
-                        write_temp)
+from hnbench.io import (
+    MAX_TABLE_BYTES,
+    atomic_write_bytes,
+    file_beside,
+    read_json_untrusted,
+    read_untrusted,
+    write_temp,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 from conftest import make_pairs, write_jsonl
 from markdown_it import MarkdownIt
 from test_browse import _load, needs_browser

@@ -9,9 +9,9 @@ from typing import Any
 from tabulate import tabulate
 
 from hnbench import textdiff
-from hnbench.io import markdown_code, markdown_text
 from hnbench.hardness.schema import HardnessReport, Pair, PairList
 from hnbench.hardness.stats import Distribution
+from hnbench.io import markdown_code, markdown_text
 
 
 def highlight(a: str, b: str) -> tuple[str, str]:
@@ -191,7 +191,7 @@ def render_comparison(reports: Sequence[HardnessReport], *, links: Sequence[str]
             row["image NN mean"] = _f(r.image.nearest.mean)
         s = r.structure.get("text")
         if s is not None:
-            row[f"within/between {s.field}"] = f"{_f(s.within.mean)} / {_f(s.between.mean)}"
+            row[f"within/between {markdown_text(s.field)}"] = f"{_f(s.within.mean)} / {_f(s.between.mean)}"
         rows.append(row)
     keys = list(dict.fromkeys(k for row in rows for k in row))
     md = ["# Hardness comparison", "", _table([{k: row.get(k, "–") for k in keys} for row in rows]), ""]

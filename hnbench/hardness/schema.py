@@ -42,7 +42,14 @@ from hnbench._version import __version__
 from hnbench.errors import HnbenchError
 from hnbench.hardness.stats import Buckets, Distribution
 from hnbench.hardness.structure import Structure
-from hnbench.io import MAX_TABLE_BYTES, atomic_write_bytes, file_beside, read_json_untrusted, read_untrusted, sha256_file
+from hnbench.io import (
+    MAX_TABLE_BYTES,
+    atomic_write_bytes,
+    file_beside,
+    read_json_untrusted,
+    read_untrusted,
+    sha256_file,
+)
 
 if TYPE_CHECKING:  # pandas is imported where frames are built (it is slow to import); here only its type
     import pandas as pd
