@@ -16,10 +16,14 @@ Schema (version 1)::
     per_query_sha256  sha256 of that parquet's bytes (absent in files written before it was added)
 
 File name (:meth:`EvalResult.stem`): model, data and a short hash of the settings that change the
-numbers, so two runs that differ in any of them never share a file. The JSON and its parquet are
-written as a pair (:func:`write_result_pair`): a reader sees the old pair or the new one, never a mix.
+numbers, so two runs that differ in any of them never share a file; a name that would pass the
+255-byte file-name limit has its long parts cut and told apart by a digest (names that fit are as they
+always were). The JSON and its parquet are written as a pair (:func:`write_result_pair`): a reader sees the old pair or the new one, never a mix.
 
 Readers accept every schema version up to :data:`SCHEMA_VERSION`; newer files are refused by name.
+A result folder may come from someone else: only regular files of bounded size are read
+(:func:`hnbench.io.read_untrusted`), ``per_query`` only inside the JSON's folder, each field must have
+its schema type, and the R@K of a JSON must be those of its per-query ranks (:func:`metrics_against`).
 
 The per-query parquet has its own version (:data:`PER_QUERY_SCHEMA_VERSION`, in the file's pandas
 attrs ``hnbench_per_query_schema``), one row per query and direction::
