@@ -192,6 +192,9 @@ def _add_leaderboard_parser(sub: _Subparsers) -> None:
     lb.add_argument("--ci", action="store_true", help="show 95%% bootstrap confidence intervals")
     lb.add_argument("--reported", action="store_true", help="add the published numbers as marked reference rows")
     lb.add_argument("--title", default="Leaderboard", help="the board's heading")
+    lb.add_argument("--overwrite", action="store_true",
+                    help="replace an --output made from other inputs, or not written by hnbench (a rerun from the "
+                         "same inputs replaces its own)")
     lb.set_defaults(handler=_run_leaderboard)
 
 
@@ -200,7 +203,7 @@ def _run_leaderboard(args: argparse.Namespace) -> int:
 
     text = leaderboard(args.results, args.output, baseline=args.baseline, benchmarks=args.benchmark,
                        protocols=args.protocol, model_glob=args.model, sort=args.sort, fmt=args.format,
-                       ci=args.ci, reported=args.reported, title=args.title)
+                       ci=args.ci, reported=args.reported, title=args.title, overwrite=args.overwrite)
     print(f"wrote {args.output}" if args.output else text, end="\n" if args.output else "")
     return 0
 

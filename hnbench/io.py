@@ -11,21 +11,27 @@ import io
 import json
 import logging
 import os
+import re
+import stat
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from hnbench.errors import ConfigError, DataError
+from hnbench.errors import ConfigError, DataError, HnbenchError
 
-__all__ = ["DIGEST_BYTES", "atomic_write_bytes", "check_output", "content_digest", "file_digests", "human_bytes",
-           "loads_json", "process_umask", "read_rows", "read_text_utf8", "record_output", "sha256_file", "write_temp"]
+__all__ = ["DIGEST_BYTES", "MAX_JSON_BYTES", "MAX_TABLE_BYTES", "atomic_write_bytes", "check_output", "content_digest",
+           "csv_bytes", "csv_cell", "csv_frame", "file_beside", "file_digests", "human_bytes", "is_record", "loads_json",
+           "markdown_code", "markdown_text", "process_umask", "read_json_untrusted", "read_rows", "read_text_utf8",
+           "read_untrusted", "record_output", "script_json", "sha256_file", "write_temp"]
 
 logger = logging.getLogger(__name__)
 
 DIGEST_BYTES = 16  # blake2b-128: the embedding cache's content keys and the data fingerprint's image digests
+MAX_JSON_BYTES = 64 << 20  # a result, hardness or comparison JSON: a few kB to a few MB in practice
+MAX_TABLE_BYTES = 4 << 30  # a per-query or per-caption parquet
 
 
 @functools.lru_cache(maxsize=1)
@@ -228,15 +234,22 @@ def _memo_path(memo: Path | None, folder: str) -> Path:
     return memo / f"{hashlib.sha256(folder.encode()).hexdigest()[:24]}.json"
 
 
-def check_output(path: str | Path, what: str, inputs: dict[str, Any], *, overwrite: bool = False) -> None:
+def check_output(path: str | Path, what: str, inputs: dict[str, Any], *, overwrite: bool = False,
+                 option: str = "--output") -> None:
     """Refuse to replace ``path``, a derived output (a report, a comparison, a page), made from other inputs.
 
     ``inputs`` (JSON-able: what the output is computed from) is what :func:`record_output` wrote beside
     it (``.<name>.inputs.json``) when it was made: a rerun from the same inputs may replace its own
     output, anything else there (other inputs, or a file with no record) only with ``overwrite``. Call it
-    before loading anything.
+    before loading anything. ``path`` itself must not be a directory, and the folder it goes in must be (or
+    can become) a directory hnbench can write in (:func:`hnbench.validate.check_output_dir`).
     """
+    from hnbench.validate import check_output_dir  # validate imports nothing of hnbench but its errors
+
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{option} {path}: is a directory; give the file name to write {what} to")
+    check_output_dir(path.parent, option)
     if path.exists() and not overwrite:
         try:
             same = json.loads(_record_path(path).read_text()) == _canonical(inputs)
@@ -256,5 +269,133 @@ def _record_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.inputs.json")
 
 
+def is_record(path: Path) -> bool:
+    """Whether ``path`` is an inputs record :func:`record_output` wrote (not a result: readers of a folder skip it)."""
+    return path.name.startswith(".") and path.name.endswith(".inputs.json")
+
+
 def _canonical(inputs: dict[str, Any]) -> Any:
     return json.loads(json.dumps(inputs, default=str))
+
+
+# --- reading files from someone else: regular files only, bounded, beside their JSON -------------------
+def read_untrusted(path: str | Path, what: str, *, limit: int = MAX_JSON_BYTES,
+                   error: type[HnbenchError] = DataError) -> bytes:
+    """The bytes of ``path`` if it is a regular file (a symlink to one is followed) of at most ``limit`` bytes.
+
+    A FIFO, a device (a symlink to ``/dev/zero``), a socket or a directory is refused without blocking or
+    reading, and so is a file over the limit: one line naming ``what``, raised as ``error``."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise error(f"{path}: {what} is unreadable ({e.strerror or e})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode)
+                    else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket"
+                    if stat.S_ISSOCK(st.st_mode) else "not a file")
+            raise error(f"{path}: {what} is {kind}, not a regular file; refused")
+        if st.st_size > limit:
+            raise error(f"{path}: {what} is {st.st_size:,} bytes, more than the {limit:,} hnbench reads; refused")
+        data = f.read(limit + 1)  # the file may grow while it is read
+    if len(data) > limit:
+        raise error(f"{path}: {what} grew past the {limit:,} bytes hnbench reads; refused")
+    return data
+
+
+def read_json_untrusted(path: str | Path, what: str, *, error: type[HnbenchError] = DataError) -> Any:
+    """A JSON document read with :func:`read_untrusted`; bytes that are not JSON are one line naming ``what``."""
+    data = read_untrusted(path, what, error=error)
+    try:
+        return json.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise error(f"{path}: not a readable {what} ({e})") from None
+
+
+def file_beside(json_path: str | Path, name: object, what: str, *, error: type[HnbenchError] = DataError) -> Path:
+    """The file a JSON names as ``name`` (its per-query parquet, a hardness run's files): a relative path inside
+    the JSON's folder, never absolute (``/dev/zero``) and never above it (``../``)."""
+    folder = Path(json_path).parent
+    if not isinstance(name, str) or not name or "\\" in name or "\0" in name:
+        raise error(f"{json_path}: its {what} {name!r} is not a file name")
+    rel = Path(name)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        raise error(f"{json_path}: its {what} {name!r} lies outside the folder of the file; refused")
+    return folder / rel
+
+
+# --- escaping for the formats hnbench writes -------------------------------------------------------------
+# every character that starts Markdown markup wherever it stands, and runs of "_" (checked in _escape_markdown:
+# a run inside a word, as in laion2b_s34b or a__b, is never emphasis and stays as it is)
+_MARKDOWN_SPECIAL = re.compile(r"[\\`*<>|&~]|_+|(?<=\])\(")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def markdown_text(value: object) -> str:
+    """``value`` as literal text in Markdown, a table cell included: every character CommonMark or GitHub
+    gives a meaning (``<`` of raw HTML, ``|`` of a table, ``*`` and ``_`` of emphasis, the ``(`` of a link
+    or image after ``]``, ``&`` of an entity, a backtick ...) is backslash-escaped and line breaks become
+    spaces, so a name from a file never becomes markup (brackets alone are plain text: hnbench writes no
+    link reference definitions)."""
+    return _MARKDOWN_SPECIAL.sub(_escape_markdown, " ".join(str(value).splitlines()))
+
+
+def _escape_markdown(m: re.Match[str]) -> str:
+    text, i, j = m.string, m.start(), m.end()
+    if m.group()[0] == "_" and 0 < i and j < len(text) and text[i - 1].isalnum() and text[j].isalnum():
+        return m.group()
+    return "".join("\\" + c for c in m.group())
+
+
+def markdown_code(value: object) -> str:
+    """``value`` as an inline code span (literal: nothing inside is markup); a backtick, which would end
+    the span, and ``|``, which would end a table cell, are replaced; line breaks become spaces."""
+    text = " ".join(str(value).splitlines()).replace("`", "'").replace("|", "¦")
+    return f"`{text}`"
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell that a spreadsheet never runs: a text starting with ``=``, ``+``, ``-``, ``@``, a tab or a
+    carriage return gets a leading ``'`` (OWASP's rule against CSV injection) unless it is a plain number
+    (``-0.25``); anything that is not text (numbers written as numbers) is returned as it is."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def csv_bytes(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> bytes:
+    """A CSV file (header, then rows) with every cell passed through :func:`csv_cell`."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow([csv_cell(h) for h in header])
+    w.writerows([csv_cell(v) for v in row] for row in rows)
+    return buf.getvalue().encode()
+
+
+def csv_frame(frame: Any) -> bytes:
+    """A DataFrame as CSV (no index, pandas' number format) with its column names and every text cell passed
+    through :func:`csv_cell`; numeric columns are written as they are."""
+    safe = frame.copy()
+    for column in safe.columns:
+        if not _numeric_column(safe[column]):
+            safe[column] = safe[column].map(csv_cell)
+    safe.columns = [csv_cell(str(c)) for c in safe.columns]
+    # "\r\n" as csv_bytes writes (RFC 4180): a cell holding a carriage return is then quoted, not split
+    return str(safe.to_csv(index=False, lineterminator="\r\n")).encode()
+
+
+def _numeric_column(column: Any) -> bool:
+    """Whether a pandas column holds numbers (or booleans) only: nothing in it can be a formula."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    return bool(is_numeric_dtype(column) or is_bool_dtype(column))
+
+
+def script_json(value: Any) -> str:
+    """``value`` as JSON to embed in an HTML ``<script>``: every ``<``, ``>`` and ``&`` is written as a
+    ``\\u`` escape, so no text in it (``</script>``, ``<!--``, ``<script``) can end or change the script."""
+    return (json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))

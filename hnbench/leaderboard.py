@@ -22,9 +22,13 @@ Rules (also in ``leaderboards/README.md``):
   and mean R@1 are not tested and carry no mark; a note under the table names the untested rows.
 - Reported rows (the packaged published numbers) carry a † and a ``reported: SOURCE`` cell; beside
   measured results they join only tables of a (benchmark, protocol) that was measured.
-- Unreadable, corrupt, newer- or unknown-schema files and files with impossible values (an R@K that
-  is not finite or outside 0–100) are listed by name under "Skipped files" and left out; a NaN R@K
-  is shown as "—" with a warning naming the file.
+- Unreadable, corrupt, newer- or unknown-schema files, files with malformed fields (``model.arch`` a
+  number, ``dataset.name`` null), files with impossible values (an R@K that is not finite or outside
+  0–100), and files whose R@K differ from those of the per-query file beside them are listed by name
+  under "Skipped files" and left out; a NaN R@K is shown as "—" with a warning naming the file. Only
+  regular files of bounded size are read (:func:`hnbench.io.read_untrusted`).
+- Every text cell is escaped for its format (:func:`hnbench.io.markdown_text`, ``html.escape``, and
+  :func:`hnbench.io.csv_cell` against spreadsheet formulas).
 """
 
 from __future__ import annotations
@@ -47,9 +51,24 @@ from tabulate import tabulate
 from hnbench._version import __version__
 from hnbench.comparison import model_label, tests_against
 from hnbench.errors import ConfigError, did_you_mean
-from hnbench.io import atomic_write_bytes
+from hnbench.io import (
+    atomic_write_bytes,
+    check_output,
+    csv_frame,
+    is_record,
+    markdown_code,
+    markdown_text,
+    record_output,
+)
 from hnbench.reported import KS, families_of, mapped_families, reported_rows
-from hnbench.results import EvalResult, ResultFormatError, metric_values, read_result
+from hnbench.results import (
+    EvalResult,
+    ResultFormatError,
+    metric_values,
+    per_query_path,
+    read_per_query,
+    read_result,
+)
 from hnbench.significance import PairedTest
 
 logger = logging.getLogger(__name__)
@@ -98,12 +117,14 @@ def collect(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, list[tuple[str, 
     for p in map(Path, paths):
         if not p.exists():
             raise ConfigError(f"{p}: no such results file or directory")
-        files += sorted(p.rglob("*.json")) if p.is_dir() else [p]
+        files += sorted(f for f in p.rglob("*.json") if not is_record(f)) if p.is_dir() else [p]
     rows: list[dict[str, Any]] = []
     skipped: list[tuple[str, str]] = []
     for f in files:
         try:
             result = read_result(f)
+            if result.per_query and os.path.lexists(per_query_path(result)):
+                read_per_query(result)  # its R@K must be those of its per-query ranks (metrics_against)
             rows.append(_row(result))
             for name, _, ok in metric_values(result):
                 if ok is None and name.split()[-1] in {f"R@{k}" for k in KS}:
@@ -180,13 +201,13 @@ class _Markup:
         self.md = fmt == "markdown"
 
     def text(self, s: str) -> str:
-        return s.replace("|", "\\|") if self.md else html.escape(s)
+        return markdown_text(s) if self.md else html.escape(s)
 
     def bold(self, s: str) -> str:
         return f"**{s}**" if self.md else f"<b>{s}</b>"
 
     def code(self, s: str) -> str:
-        return f"`{s}`" if self.md else f"<code>{html.escape(s)}</code>"
+        return markdown_code(s) if self.md else f"<code>{html.escape(s)}</code>"
 
     def link(self, text: str, href: str) -> str:
         href = urllib.parse.quote(href)
@@ -330,7 +351,7 @@ def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, base
         if fmt == "csv":
             flat.append(_flat(t, base, ci, link_base, sig))
     if fmt == "csv":
-        return pd.concat(flat).to_csv(index=False) if flat else ""
+        return csv_frame(pd.concat(flat)).decode() if flat else ""
     if not tables:
         blocks.append(("p", "No results to show."))
     borda = _borda(tables)
@@ -339,7 +360,7 @@ def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, base
     for heading, b, benches in borda:
         cells = pd.DataFrame({"#": b["rank"].astype(int).astype(str),
                               "model": [mk.text(m) + (" †" if k == "reported" else "") for m, k in zip(b["model"], b["kind"])],
-                              **{f"{x} rank": [str(int(r)) if r == r else "—" for r in b[x]] for x in benches},
+                              **{f"{mk.text(x)} rank": [str(int(r)) if r == r else "—" for r in b[x]] for x in benches},
                               "points": b["points"].astype(str), "benchmarks": b["benchmarks"].astype(str)})
         blocks += [("h3", mk.text(heading)), ("table", cells)]
     if skipped:
@@ -429,21 +450,28 @@ def leaderboard(results_dirs: Sequence[str | Path] = (), output: str | Path | No
                 baseline: str | None = None, benchmarks: Sequence[str] | str | None = None,
                 protocols: Sequence[str] | str | None = None, model_glob: str | None = None,
                 sort: str = "mean R@1", fmt: str = "markdown", ci: bool = False, reported: bool = False,
-                title: str = "Leaderboard") -> str:
+                title: str = "Leaderboard", overwrite: bool = False) -> str:
     """Render the leaderboard of the result files under ``results_dirs``; write it to ``output`` if given.
 
     ``reported`` merges the packaged published numbers (only for measured (benchmark, protocol) pairs
     when there are measured results; all of them otherwise). ``model_glob`` matches the model label,
     architecture or weights (case-insensitive); ``baseline`` names (or globs) the row deltas are taken
-    against, per table.
+    against, per table. A board of other inputs already at ``output`` (or a file hnbench did not write)
+    is not replaced unless ``overwrite`` (:func:`hnbench.io.check_output`).
     """
     benchmarks = [benchmarks] if isinstance(benchmarks, str) else benchmarks
     protocols = [protocols] if isinstance(protocols, str) else protocols
     sort = _normalise_sort(sort)
     if not results_dirs and not reported:
         raise ConfigError("nothing to show: give result directories and/or reported=True (--reported)")
-    frame, skipped = collect(results_dirs)
     link_base = Path(output).resolve().parent if output else Path.cwd()
+    # the inputs record names the result folders as seen from the board (portable, as its links are)
+    inputs = {"results": [os.path.relpath(Path(p).resolve(), link_base) for p in results_dirs], "baseline": baseline,
+              "benchmarks": benchmarks, "protocols": protocols, "model": model_glob, "sort": sort, "format": fmt,
+              "ci": ci, "reported": reported, "title": title}
+    if output:
+        check_output(output, "a leaderboard", inputs, overwrite=overwrite)
+    frame, skipped = collect(results_dirs)
     frame, notes = _dedupe(frame, link_base) if len(frame) else (frame, {})
     if reported:
         ref = reported_rows()
@@ -466,5 +494,6 @@ def leaderboard(results_dirs: Sequence[str | Path] = (), output: str | Path | No
                   command=_command(results_dirs, output, baseline, benchmarks, protocols, model_glob, sort, fmt,
                                    ci, reported, title), title=title)
     if output:
+        record_output(output, inputs)
         atomic_write_bytes(output, text.encode())
     return text

@@ -16,10 +16,14 @@ Schema (version 1)::
     per_query_sha256  sha256 of that parquet's bytes (absent in files written before it was added)
 
 File name (:meth:`EvalResult.stem`): model, data and a short hash of the settings that change the
-numbers, so two runs that differ in any of them never share a file. The JSON and its parquet are
-written as a pair (:func:`write_result_pair`): a reader sees the old pair or the new one, never a mix.
+numbers, so two runs that differ in any of them never share a file; a name that would pass the
+255-byte file-name limit has its long parts cut and told apart by a digest (names that fit are as they
+always were). The JSON and its parquet are written as a pair (:func:`write_result_pair`): a reader sees the old pair or the new one, never a mix.
 
 Readers accept every schema version up to :data:`SCHEMA_VERSION`; newer files are refused by name.
+A result folder may come from someone else: only regular files of bounded size are read
+(:func:`hnbench.io.read_untrusted`), ``per_query`` only inside the JSON's folder, each field must have
+its schema type, and the R@K of a JSON must be those of its per-query ranks (:func:`metrics_against`).
 
 The per-query parquet has its own version (:data:`PER_QUERY_SCHEMA_VERSION`, in the file's pandas
 attrs ``hnbench_per_query_schema``), one row per query and direction::
@@ -51,11 +55,18 @@ from tabulate import tabulate
 
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
-from hnbench.io import atomic_write_bytes, write_temp
+from hnbench.io import (
+    MAX_TABLE_BYTES,
+    atomic_write_bytes,
+    file_beside,
+    read_json_untrusted,
+    read_untrusted,
+    write_temp,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EvalResult", "ResultFormatError", "atomic_write_bytes", "check_target", "metric_values",
+__all__ = ["EvalResult", "ResultFormatError", "atomic_write_bytes", "check_target", "metric_values", "metrics_against",
            "per_query_path", "per_query_version", "read_per_query", "read_result", "write_result",
            "write_result_pair"]  # atomic_write_bytes: re-exported from hnbench.io, where it lives now
 
@@ -139,11 +150,29 @@ class EvalResult:
         if self.settings.get("search", "exact") != "exact":  # readable in the name; also part of the hash
             ds.append(_slug(str(self.settings["search"])))
         data = _slug(str(self.dataset.get("fingerprint") or "")[:8])
+        stem = "-".join(p for p in parts if p) + "__" + "-".join(ds) + f"__{data}-{self.settings_hash()}"
+        if len(stem) + _NAME_EXTRA <= NAME_MAX:  # every name that fits is kept as it always was
+            return stem
+        parts, ds = [_short(p) for p in parts], [_short(p) for p in ds]
         return "-".join(p for p in parts if p) + "__" + "-".join(ds) + f"__{data}-{self.settings_hash()}"
+
+
+NAME_MAX = 255  # bytes in a file name (ext4, XFS, APFS, NTFS)
+# what the longest file named after a stem adds: the parquet's ".<sha12>.queries.parquet" and the
+# temporary file's ".<name>.<8 random>.tmp" around it
+_NAME_EXTRA = len(".0123456789ab.queries.parquet") + len("..01234567.tmp")
+_PART_MAX = 32  # a shortened part: its first characters and 8 hex digits of its sha256
 
 
 def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9._]+", "-", s).strip("-") or "x"
+
+
+def _short(part: str) -> str:
+    """A name part cut to :data:`_PART_MAX` characters, told apart from other long parts by a digest."""
+    if len(part) <= _PART_MAX:
+        return part
+    return part[:_PART_MAX - 9].rstrip("-.") + "-" + hashlib.sha256(part.encode()).hexdigest()[:8]
 
 
 def check_target(result: EvalResult, output_dir: str | Path, overwrite: bool = False) -> bool:
@@ -217,12 +246,10 @@ def write_result(result: EvalResult, output_dir: str | Path, *, overwrite: bool 
 
 
 def read_result(path: str | Path) -> EvalResult:
-    """Read a result file of any schema version up to the current one."""
+    """Read a result file of any schema version up to the current one (a regular file of bounded size,
+    its fields of the types the schema gives; else one line naming the file and the field)."""
     path = Path(path)
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ResultFormatError(f"{path}: not a readable result file ({e})") from e
+    d = read_json_untrusted(path, "result file", error=ResultFormatError)
     if not isinstance(d, dict) or "schema_version" not in d:
         raise ResultFormatError(f"{path}: no schema_version; not an hnbench result file")
     version = d["schema_version"]
@@ -235,12 +262,56 @@ def read_result(path: str | Path) -> EvalResult:
     for key in ("model", "dataset", "metrics"):
         if not isinstance(d.get(key), dict):
             raise ResultFormatError(f"{path}: missing or malformed {key!r}")
+    bad_fields = [f"{name} is {_json_type(value)}, not {want}" for name, value, want in _field_types(d)]
+    if bad_fields:
+        raise ResultFormatError(f"{path}: malformed fields: {'; '.join(bad_fields[:4])}")
     known = {k: d[k] for k in EvalResult.__dataclass_fields__ if k in d and k != "path"}
     result = EvalResult(**known, path=str(path))
     bad = [f"{name} = {value!r}" for name, value, ok in metric_values(result) if ok is False]
     if bad:
         raise ResultFormatError(f"{path}: impossible values: {', '.join(bad[:4])} (R@K must be finite, in 0–100)")
     return result
+
+
+# The type of each field a reader relies on (``None``: may be null or absent); a file with another is refused.
+_FIELD_TYPES: dict[str, tuple[tuple[type, ...], bool, str]] = {
+    "model.arch": ((str,), False, "a text"), "model.pretrained": ((str,), True, "a text or null"),
+    "model.fingerprint": ((str,), True, "a text or null"),
+    "model.context_length": ((int,), True, "an integer or null"),
+    "dataset.name": ((str,), False, "a text"), "dataset.protocol": ((str,), True, "a text or null"),
+    "dataset.fingerprint": ((str,), True, "a text or null"), "dataset.source": ((str,), True, "a text or null"),
+    "dataset.n_images": ((int,), True, "an integer or null"), "dataset.skipped": ((dict,), True, "an object or null"),
+    "dataset.meta": ((dict,), True, "an object or null"),
+    "metrics.t2i": ((dict,), False, "an object"), "metrics.i2t": ((dict,), False, "an object"),
+    "ci95": ((dict,), True, "an object"), "tokens": ((dict,), True, "an object"),
+    "settings": ((dict,), True, "an object"), "timings": ((dict,), True, "an object"),
+    "settings.search": ((str,), True, "a text"), "settings.ks": ((list,), True, "a list"),
+    "per_query": ((str,), True, "a file name or null"), "per_query_sha256": ((str,), True, "a text or null"),
+    "hnbench_version": ((str,), True, "a text"), "created": ((str,), True, "a text"),
+}
+
+
+def _field_types(d: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """``(field, value, what it should be)`` for every field of :data:`_FIELD_TYPES` that ``d`` gets wrong."""
+    out = []
+    for name, (types, optional, want) in _FIELD_TYPES.items():
+        head, _, tail = name.partition(".")
+        parent = d if not tail else d.get(head)
+        key = tail or head
+        if not isinstance(parent, dict) or (key not in parent and optional):
+            continue
+        value = parent.get(key)
+        if value is None and optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):
+            out.append((name, value, want))
+    return out
+
+
+def _json_type(value: Any) -> str:
+    kind = {bool: "a boolean", int: "a number", float: "a number", str: "a text", list: "a list", dict: "an object",
+            type(None): "null"}.get(type(value), type(value).__name__)
+    return kind if value is None or isinstance(value, (list, dict)) else f"{kind} ({json.dumps(value)[:40]})"
 
 
 def metric_values(result: EvalResult) -> list[tuple[str, Any, bool | None]]:
@@ -275,7 +346,7 @@ def per_query_path(result: EvalResult) -> Path:
     """Where a result's per-query parquet lies (beside its JSON); refused if it has none."""
     if not result.per_query or not result.path:
         raise ResultFormatError(f"{result.path or 'result'}: has no per-query file (evaluate with an output dir)")
-    return Path(result.path).parent / result.per_query
+    return file_beside(result.path, result.per_query, "per-query file", error=ResultFormatError)
 
 
 def per_query_version(frame: Any, where: str | Path) -> int:
@@ -297,10 +368,7 @@ def read_per_query(result: EvalResult) -> Any:
     import pandas as pd  # only for the per-query file: reading a result JSON does not load pandas
 
     path = per_query_path(result)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ResultFormatError(f"{result.path}: its per-query file {path.name} is unreadable ({e})") from e
+    data = read_untrusted(path, f"the per-query file of {result.path}", limit=MAX_TABLE_BYTES, error=ResultFormatError)
     if result.per_query_sha256 and hashlib.sha256(data).hexdigest() != result.per_query_sha256:
         raise ResultFormatError(f"{result.path}: its per-query file {path.name} does not match it (sha256 differs: "
                                 "the two come from different runs); rerun the evaluation")
@@ -309,4 +377,28 @@ def read_per_query(result: EvalResult) -> Any:
     except (OSError, ValueError) as e:
         raise ResultFormatError(f"{path}: not a readable per-query file ({e})") from e
     frame.attrs = {"schema_version": per_query_version(frame, path)}
+    wrong = metrics_against(result, frame)
+    if wrong:
+        raise ResultFormatError(f"{result.path}: its metrics do not match its per-query file {path.name} "
+                                f"({'; '.join(wrong[:4])}): the JSON was edited, or the two come from different runs")
     return frame
+
+
+def metrics_against(result: EvalResult, frame: Any) -> list[str]:
+    """Where the R@K and query counts a result JSON records differ from those its per-query ranks give
+    (``"t2i R@1 = 99 in the JSON, 25 from the per-query file"``); empty when they agree."""
+    import numpy as np
+
+    out = []
+    for direction, m in result.metrics.items():
+        ranks = frame.loc[frame["direction"] == direction, "rank"].to_numpy()
+        if not isinstance(m, dict) or not len(ranks):
+            continue
+        if m.get("n_queries") is not None and m["n_queries"] != len(ranks):
+            out.append(f"{direction} n_queries = {m['n_queries']} in the JSON, {len(ranks)} in the per-query file")
+        for key, value in m.items():
+            if key.startswith("R@") and key[2:].isdigit() and isinstance(value, (int, float)) and value == value:
+                actual = 100.0 * float(np.mean(ranks <= int(key[2:])))
+                if abs(actual - value) > 1e-6 * max(1.0, abs(actual)):
+                    out.append(f"{direction} {key} = {value:g} in the JSON, {actual:g} from the per-query file")
+    return out

@@ -193,7 +193,7 @@ def test_leaderboard_marks_deltas_whose_paired_interval_excludes_zero(tmp_path):
     base = next(f for f in files if "8f9c6681" in f.name)  # the InfoNCE fine-tune
     md = leaderboard([tmp_path], baseline="hnbench-tiny (tiny-infonce/checkpoint)", ci=True)
     assert "A * after a delta: its paired 95% bootstrap interval" in md
-    assert "Note: no paired test, so no * mark, for: hnbench-tiny (synthdense) (" in md
+    assert "Note: no paired test, so no \\* mark, for: hnbench-tiny (synthdense) (" in md
     (table,) = [t for t in _md_tables(md)]
     hn = table[table["model"] == "hnbench-tiny (tiny-hn/checkpoint)"].iloc[0]
     untested = table[table["model"] == "hnbench-tiny (synthdense)"].iloc[0]

@@ -1,8 +1,11 @@
-"""Derived outputs (compare, browse, hardness) are never replaced by ones made from other inputs unless
---overwrite; a rerun from the same inputs replaces its own (README "What hnbench guarantees")."""
+"""Derived outputs (compare, browse, hardness, leaderboard) are never replaced by ones made from other inputs
+unless --overwrite; a rerun from the same inputs replaces its own; an --output of the wrong kind is one line;
+hardness outputs are one set (README "What hnbench guarantees")."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -76,3 +79,60 @@ def test_hardness_report_is_not_replaced_by_another_data_or_setting(micro_config
         assert main([*many, *other]) == 2
         assert_one_line_error(capsys.readouterr().err, "comparison.json", "other inputs")
     assert snapshot(tmp_path / "many") == kept
+
+
+# --- issue 20 -------------------------------------------------------------------------------------
+def test_issue20_leaderboard_output_is_not_replaced_by_another_board_or_a_file_it_did_not_write(results, tmp_path,
+                                                                                                capsys):
+    out = tmp_path / "boards"
+    a, b = str(results["a"]), str(results["b"])
+    _same_then_other_then_overwrite(["-q", "leaderboard", a, "--output", str(out / "lb.md")],
+                                    ["-q", "leaderboard", b, "--output", str(out / "lb.md")], out, capsys, "lb.md")
+    mine = tmp_path / "notes.md"  # a file hnbench did not write
+    mine.write_text("my notes\n")
+    capsys.readouterr()
+    assert main(["-q", "leaderboard", a, "--output", str(mine)]) == 2
+    assert_one_line_error(capsys.readouterr().err, str(mine), "other inputs", "--overwrite")
+    assert mine.read_text() == "my notes\n" and sorted(p.name for p in tmp_path.iterdir()) == ["boards", "notes.md"]
+
+
+def test_issue20_output_that_is_a_file_or_a_folder_is_refused_in_one_line(results, tmp_path, capsys):
+    a, b = str(results["a"]), str(results["b"])
+    file = tmp_path / "taken.txt"
+    file.write_text("mine\n")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    cases = [(["compare", a, b, "--output", str(file)], (str(file), "is a file, not a directory")),
+             (["browse", a, "--output", str(file)], (str(file), "is a file, not a directory")),
+             (["leaderboard", a, "--output", str(file / "lb.md")], (str(file), "is a file")),
+             (["leaderboard", a, "--output", str(folder)], (str(folder), "is a directory"))]
+    before = snapshot(tmp_path)
+    for argv, words in cases:
+        capsys.readouterr()
+        assert main(["-q", *argv]) == 2, argv
+        assert_one_line_error(capsys.readouterr().err, "--output", *words)
+    assert snapshot(tmp_path) == before and list(folder.iterdir()) == []
+
+
+def test_issue20_item9_hardness_outputs_are_one_set_and_browse_refuses_a_mixed_one(results, micro_config, tmp_path,
+                                                                                  capsys):
+    data = str(results["a"].parent.parent / "m.jsonl")
+    out = tmp_path / "hard"
+    base = ["-q", "hardness", "--dataset", data, "--model", "hnb-micro", "--model-config", str(micro_config),
+            "--batch-size", "4", "--n-batches", "2", "--no-cache", "--output", str(out)]
+    assert main([*base, "--context-length", "8"]) == 0
+    old_json = (out / "hardness.json").read_bytes()
+    summary = json.loads(old_json)
+    assert set(summary["digests"]) == set(summary["files"]) - {"summary"}  # every file of the set, by sha256
+    assert all(hashlib.sha256((out / summary["files"][k]).read_bytes()).hexdigest() == v
+               for k, v in summary["digests"].items())
+    page = ["-q", "browse", str(results["a"]), "--hardness", str(out / "hardness.json"), "--output",
+            str(tmp_path / "page")]
+    assert main(page) == 0  # a consistent set browses
+    assert main([*base, "--context-length", "16", "--overwrite"]) == 0  # a rerun with other embeddings ...
+    (out / "hardness.json").write_bytes(old_json)  # ... killed (-9) after its parquet, before its JSON
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    assert main([*page, "--overwrite"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "hardness.json", "captions.parquet", "different runs")
+    assert snapshot(tmp_path) == before

@@ -203,3 +203,135 @@ def test_files_are_written_with_the_umask_mode(tmp_path):
         os.umask(old)
         hnbench_io.process_umask.cache_clear()
     assert set(modes.values()) == {0o640}, modes
+
+
+# --- issue 20: results from someone else ------------------------------------------------------------
+def _stored_pair(root: Path, name: str, ranks: list[int], **model) -> Path:
+    """A real result pair (JSON + per-query parquet, sha256 recorded) of model ``name`` in ``root``."""
+    r, data, _ = _pair_result(ranks)
+    r.model.update(arch=name, **model)
+    return write_result_pair(r, root, data)
+
+
+def test_issue20_item5_leaderboard_skips_metrics_edited_against_their_per_query_file(tmp_path, capsys):
+    root = tmp_path / "res"
+    base = _stored_pair(root, "base", [1, 1, 2, 2])  # R@1 = 50
+    edited = _stored_pair(root, "edited", [1, 2, 3, 4])  # R@1 = 25 in its per-query file ...
+    d = json.loads(edited.read_text())
+    d["metrics"]["t2i"]["R@1"] = 99.0  # ... and 99 in its JSON, edited by hand (the parquet's sha256 still matches)
+    edited.write_text(json.dumps(d))
+    frame, skipped = collect([root])
+    assert list(frame["arch"]) == ["base"]
+    ((path, reason),) = skipped
+    assert path == str(edited) and "t2i R@1 = 99 in the JSON, 25 from the per-query file" in reason
+    out = tmp_path / "board"
+    assert main(["-q", "leaderboard", str(root), "--baseline", "base (random init)", "--output",
+                 str(out / "lb.md")]) == 0
+    table, skipped_md = (out / "lb.md").read_text().split("## Skipped files")
+    assert "edited (random init)" not in table and "−74" not in table  # no delta the paired test contradicts
+    assert edited.name in skipped_md and "do not match its per-query file" in skipped_md
+    capsys.readouterr()
+    assert main(["-q", "compare", str(base), str(edited)]) == 2  # every reader of the pair checks it
+    assert_one_line_error(capsys.readouterr().err, str(edited), "t2i R@1 = 99", "per-query")
+
+
+def _hangs_or_floods(tmp_path: Path) -> dict[str, Path]:
+    """A folder of results from someone else: a FIFO and a link to /dev/zero named .json, an oversized
+    (sparse) .json, and result JSONs whose per_query names /dev/zero or a file above the folder."""
+    root = tmp_path / "theirs"
+    good = _stored_pair(root, "good", [1, 2, 1, 3])
+    os.mkfifo(root / "x.json")
+    (root / "zero.json").symlink_to("/dev/zero")
+    with open(root / "huge.json", "wb") as f:
+        f.truncate(hnbench_io.MAX_JSON_BYTES + 1)
+    (tmp_path / "outside.parquet").write_bytes((root / read_result(good).per_query).read_bytes())
+    files = {"good": good, "fifo": root / "x.json", "zero": root / "zero.json", "huge": root / "huge.json"}
+    for name, per_query in (("devzero", "/dev/zero"), ("above", "../outside.parquet")):
+        d = json.loads(good.read_text())
+        d.update(per_query=per_query, per_query_sha256=None)
+        d["model"]["arch"] = name
+        files[name] = root / f"{name}.json"
+        files[name].write_text(json.dumps(d))
+    return files
+
+
+@pytest.mark.timeout(120)  # before the fix a FIFO hangs the reader: the test fails instead of stopping the suite
+def test_issue20_item7_untrusted_result_folders_neither_hang_nor_flood_nor_leave_their_folder(tmp_path, micro_config,
+                                                                                               capsys):
+    files = _hangs_or_floods(tmp_path)
+    root = files["good"].parent
+    out = tmp_path / "board"
+    out.mkdir()
+    assert main(["-q", "leaderboard", str(root), "--output", str(out / "lb.md")]) == 0
+    table, skipped_md = (out / "lb.md").read_text().split("## Skipped files")
+    assert "good (random init)" in table
+    reasons = {line.split("`")[1]: line for line in skipped_md.splitlines() if line.startswith("- ")}
+    assert "a FIFO, not a regular file" in reasons[str(files["fifo"])]
+    assert "a device, not a regular file" in reasons[str(files["zero"])]
+    assert "more than the" in reasons[str(files["huge"])]
+    assert "lies outside the folder" in reasons[str(files["above"])] and "outside the folder" in reasons[
+        str(files["devzero"])]
+    assert "devzero (random init)" not in table and "above (random init)" not in table
+    # compare, hardness --results and browse read results the same way: one line, exit 2, nothing written
+    for name, words in (("fifo", ("FIFO",)), ("zero", ("device",)), ("devzero", ("/dev/zero", "outside")),
+                        ("above", ("../outside.parquet", "outside"))):
+        for argv in (["compare", str(files["good"]), str(files[name]), "--output", str(tmp_path / "cmp")],
+                     ["browse", str(files[name]), "--output", str(tmp_path / "page")],
+                     ["hardness", "--captions", str(_captions(tmp_path)), "--model", "hnb-micro", "--model-config",
+                      str(micro_config), "--results", str(files[name]), "--output", str(tmp_path / "hard")]):
+            capsys.readouterr()
+            assert main(["-q", *argv]) == 2, argv
+            assert_one_line_error(capsys.readouterr().err, str(files[name]), *words)
+    assert not any((tmp_path / d).exists() for d in ("cmp", "page", "hard"))
+
+
+def _captions(tmp_path: Path) -> Path:
+    path = tmp_path / "caps.txt"
+    path.write_text("\n".join(f"caption q{i}" for i in range(4)) + "\n")
+    return path
+
+
+def test_issue20_item8_malformed_fields_are_named_and_the_file_skipped(tmp_path, capsys):
+    _board_file(tmp_path, "good")
+    bad = {"arch-number": ("model", "arch", 5), "protocol-list": ("dataset", "protocol", ["test"]),
+           "name-null": ("dataset", "name", None), "t2i-text": ("metrics", "t2i", "high")}
+    for stem, (group, key, value) in bad.items():
+        d = json.loads(_board_file(tmp_path, stem).read_text())
+        d[group][key] = value
+        (tmp_path / f"{stem}.json").write_text(json.dumps(d))
+    frame, skipped = collect([tmp_path])
+    assert list(frame["arch"]) == ["good"]
+    reasons = {Path(p).stem: r for p, r in skipped}
+    assert set(reasons) == set(bad)
+    for stem, (group, key, _) in bad.items():
+        assert f"malformed fields: {group}.{key} is" in reasons[stem], reasons[stem]
+    assert "dataset.name is null, not a text" in reasons["name-null"]  # named, not dropped silently
+    out = tmp_path / "board"
+    assert main(["-q", "leaderboard", str(tmp_path), "--output", str(out / "lb.md")]) == 0
+    assert all(f"{stem}.json" in (out / "lb.md").read_text().split("## Skipped files")[1] for stem in bad)
+    capsys.readouterr()
+    assert main(["-q", "compare", str(tmp_path / "good.json"), str(tmp_path / "arch-number.json")]) == 2
+    assert_one_line_error(capsys.readouterr().err, "arch-number.json", "model.arch is a number")
+
+
+def test_issue20_result_names_over_255_bytes_are_shortened_and_normal_names_kept(fixed_model, tmp_path, capsys):
+    r, data, _ = _pair_result([1, 2])
+    assert r.stem() == "hnb-micro-random-ffffffff__m-default__dddddddd-" + r.settings_hash()  # as stored before
+    long_weights = tmp_path / ("w" * 240 + ".safetensors")  # a 252-byte file name: fine on disk, too long inside
+    long_weights.write_bytes(Path(fixed_model[5]).read_bytes())  # a result's (+ .<sha12>.queries.parquet)
+    pairs = make_pairs(tmp_path / "d", n=4)
+    manifest = write_jsonl(tmp_path / "d" / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])
+    argv = ["-q", "eval", *fixed_model[:4], "--pretrained", str(long_weights), "--dataset", str(manifest), "--output",
+            str(tmp_path / "out"), "--num-workers", "0", "--no-ci"]
+    assert main(argv) == 0, capsys.readouterr().err
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert len(names) == 2 and all(len(n.encode()) <= 255 for n in names)
+    (json_name,) = [n for n in names if n.endswith(".json")]
+    assert json_name.startswith("hnb-micro-" + "w" * 23 + "-") and read_result(tmp_path / "out" / json_name).per_query
+    assert main(argv) == 0  # a rerun finds and replaces its own (shortened) file
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == names
+    other = tmp_path / ("w" * 239 + "x.safetensors")  # the same first characters: another name (the digest)
+    other.write_bytes(long_weights.read_bytes())
+    argv[argv.index(str(long_weights))] = str(other)
+    assert main(argv) == 0
+    assert len(list((tmp_path / "out").glob("*.json"))) == 2

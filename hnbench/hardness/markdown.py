@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,28 +11,20 @@ from tabulate import tabulate
 from hnbench import textdiff
 from hnbench.hardness.schema import HardnessReport, Pair, PairList
 from hnbench.hardness.stats import Distribution
-
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|])")
+from hnbench.io import markdown_code, markdown_text
 
 
 def highlight(a: str, b: str) -> tuple[str, str]:
     """Both captions escaped for Markdown with the words that differ in bold (:mod:`hnbench.textdiff`'s
     rule, the same as the browse page's); shared words stay plain."""
     sa, sb = textdiff.diff_words(a, b)
-    return textdiff.render(sa, _esc, _bold), textdiff.render(sb, _esc, _bold)
+    return textdiff.render(sa, markdown_text, _bold), textdiff.render(sb, markdown_text, _bold)
 
 
 def _bold(text: str) -> str:
     return f"**{text}**"
 
 
-def _esc(text: object) -> str:
-    return _MD_SPECIAL.sub(r"\\\1", str(text))
-
-
-def _code(text: Any) -> str:
-    """An inline code span (backslashes are literal inside it, so nothing is escaped but backticks)."""
-    return "`" + str(text).replace("`", "'") + "`"
 
 
 def word_diff(a: str, b: str, max_items: int = 6) -> list[str]:
@@ -75,7 +67,7 @@ def _dist_row(name: str, d: Distribution) -> dict[str, str]:
 
 def pair_block(k: int, p: Pair, *, label_a: str = "", label_b: str = "") -> str:
     """One near-duplicate pair: ids, similarity, both captions with the words that differ in bold."""
-    head = f"{k}. {_code(p.a)} ↔ {_code(p.b)} — similarity **{p.score:.4f}**"
+    head = f"{k}. {markdown_code(p.a)} ↔ {markdown_code(p.b)} — similarity **{p.score:.4f}**"
     if p.other_score is not None:
         head += f" (captions {p.other_score:.4f})"
     lines = [head]
@@ -83,7 +75,7 @@ def pair_block(k: int, p: Pair, *, label_a: str = "", label_b: str = "") -> str:
         ha, hb = highlight(p.a_text, p.b_text or "")
         lines += [f"   > {label_a}{ha}", "   >", f"   > {label_b}{hb}"]
         diff = word_diff(p.a_text or "", p.b_text or "")
-        lines.append(f"\n   differences: {_esc('; '.join(diff)) if diff else 'none (identical text)'}")
+        lines.append(f"\n   differences: {markdown_text('; '.join(diff)) if diff else 'none (identical text)'}")
     return "\n".join(lines)
 
 
@@ -92,7 +84,7 @@ def _pairs_section(title: str, pl: PairList | None, n_show: int, what: str) -> l
         return []
     out = [f"### {title}", "",
            f"{pl.n_pairs:,} pairs with {what}, involving {pl.n_items:,} items "
-           f"({_pct(pl.share_items)})" + (f"; all in [{_code(pl.file)}]({pl.file})" if pl.file else "") + ".", ""]
+           f"({_pct(pl.share_items)})" + (f"; all in [{markdown_code(pl.file)}]({pl.file})" if pl.file else "") + ".", ""]
     out += [pair_block(k + 1, p) for k, p in enumerate(pl.top[:n_show])]
     return out + [""]
 
@@ -101,10 +93,10 @@ def render_report(r: HardnessReport, *, n_show: int = 10) -> str:
     """The Markdown report of one hardness run; image links are relative to the JSON's folder."""
     ds, enc, st = r.dataset, r.encoder, r.settings
     plots = r.files
-    md = [f"# Hardness: {_esc(r.label)}", "",
+    md = [f"# Hardness: {markdown_text(r.label)}", "",
           f"{ds.get('n_captions', 0):,} captions" + (f", {ds['n_images']:,} images" if ds.get("n_images") else "")
-          + f"; encoder {_code(enc.get('arch'))} ({_esc(enc.get('pretrained') or 'random init')}, fingerprint "
-          f"{_code(enc.get('fingerprint', ''))}); dataset fingerprint {_code(ds.get('fingerprint', ''))}. "
+          + f"; encoder {markdown_code(enc.get('arch'))} ({markdown_text(enc.get('pretrained') or 'random init')}, fingerprint "
+          f"{markdown_code(enc.get('fingerprint', ''))}); dataset fingerprint {markdown_code(ds.get('fingerprint', ''))}. "
           f"Negatives: {st.get('negatives')}.", ""]
     t = r.text
     rows = [_dist_row("pairwise caption similarity", t.pairwise), _dist_row("hardest-negative similarity", t.nearest)]
@@ -133,7 +125,7 @@ def render_report(r: HardnessReport, *, n_show: int = 10) -> str:
                 md += [f"![{key}]({plots[key]})", ""]
     if r.structure:
         md += ["## Structure by label", "",
-               f"Label field {_code(next(iter(r.structure.values())).field)}: similarity of pairs with the same "
+               f"Label field {markdown_code(next(iter(r.structure.values())).field)}: similarity of pairs with the same "
                "label vs different labels, and how often the hardest negative carries the item's own label.", ""]
         rows = []
         for mod, s in r.structure.items():
@@ -160,8 +152,8 @@ def render_report(r: HardnessReport, *, n_show: int = 10) -> str:
                                  f"{st.get('threshold'):g}")
     for k, rec in enumerate(r.recall):
         m = rec.model
-        md += [f"## Recall by hardness: {_esc(m.get('arch'))} ({_esc(m.get('pretrained') or 'random init')})", "",
-               f"From {_code(rec.result)} ({rec.n_matched.get('t2i', 0):,} t2i and {rec.n_matched.get('i2t', 0):,} "
+        md += [f"## Recall by hardness: {markdown_text(m.get('arch'))} ({markdown_text(m.get('pretrained') or 'random init')})", "",
+               f"From {markdown_code(rec.result)} ({rec.n_matched.get('t2i', 0):,} t2i and {rec.n_matched.get('i2t', 0):,} "
                "i2t queries matched). Bucket = similarity of the query's hardest-negative caption (for i2t: the "
                "hardest over the image's captions).", "",
                _table([{"bucket": a.label, "t2i n": a.n, "t2i R@1": _f(a.r_at_1, 1), "i2t n": b2.n,
@@ -177,8 +169,8 @@ def render_report(r: HardnessReport, *, n_show: int = 10) -> str:
                 md += [pair_block(j + 1, p, label_a="query: ", label_b="chosen: ").replace(
                     "— similarity", f"(rank {w.rank}, hardness {w.hardness:.3f}) — caption similarity"), ""]
         if rec.file:
-            md += [f"All errors: [{_code(rec.file)}]({rec.file})", ""]
-    md += ["## Settings", "", "```", *(f"{k}: {v}" for k, v in st.items()), "```", ""]
+            md += [f"All errors: [{markdown_code(rec.file)}]({rec.file})", ""]
+    md += ["## Settings", "", "```", *(f"{k}: {' '.join(str(v).splitlines())}" for k, v in st.items()), "```", ""]
     return "\n".join(md)
 
 
@@ -188,7 +180,8 @@ def render_comparison(reports: Sequence[HardnessReport], *, links: Sequence[str]
     rows = []
     for k, r in enumerate(reports):
         t, b = r.text, r.text.buckets
-        row = {"caption set · encoder": f"[{_esc(r.label)}]({links[k]})" if links else _esc(r.label),
+        row = {"caption set · encoder": f"[{markdown_text(r.label)}]({urllib.parse.quote(links[k])})" if links
+               else markdown_text(r.label),
                "captions": f"{t.n_items:,}", "pairwise mean": _f(t.pairwise.mean),
                "hardest-neg. mean": _f(t.nearest.mean), "hardest-neg. median": _f(t.nearest.quantiles.get("p50")),
                "near-dup pairs": f"{t.near_duplicates.n_pairs:,} (≥ {t.near_duplicates.threshold:g})"}
@@ -198,7 +191,7 @@ def render_comparison(reports: Sequence[HardnessReport], *, links: Sequence[str]
             row["image NN mean"] = _f(r.image.nearest.mean)
         s = r.structure.get("text")
         if s is not None:
-            row[f"within/between {s.field}"] = f"{_f(s.within.mean)} / {_f(s.between.mean)}"
+            row[f"within/between {markdown_text(s.field)}"] = f"{_f(s.within.mean)} / {_f(s.between.mean)}"
         rows.append(row)
     keys = list(dict.fromkeys(k for row in rows for k in row))
     md = ["# Hardness comparison", "", _table([{k: row.get(k, "–") for k in keys} for row in rows]), ""]

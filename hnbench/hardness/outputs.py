@@ -3,7 +3,6 @@ and the side-by-side comparison of several runs."""
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from collections.abc import Sequence
@@ -15,16 +14,12 @@ import numpy as np
 from hnbench import plots
 from hnbench.hardness.captions import CaptionSet
 from hnbench.hardness.markdown import render_comparison, render_report
-from hnbench.hardness.schema import HardnessReport, read_report
-from hnbench.io import atomic_write_bytes
+from hnbench.hardness.schema import HardnessReport, read_report, record_digests
+from hnbench.io import atomic_write_bytes, csv_bytes, csv_frame
 
 
 def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(header)
-    w.writerows(rows)
-    atomic_write_bytes(path, buf.getvalue().encode())
+    atomic_write_bytes(path, csv_bytes(header, rows))
 
 
 def write_outputs(report: HardnessReport, output_dir: str | Path, cs: CaptionSet, *, n_show: int = 10) -> None:
@@ -66,9 +61,7 @@ def write_outputs(report: HardnessReport, output_dir: str | Path, cs: CaptionSet
         report.both.file = files["both_near_duplicates"] = "both_near_duplicates.csv"
     for k, errors in enumerate(a.errors):
         name = f"errors_{k}.csv"
-        text = io.StringIO()
-        errors.to_csv(text, index=False)
-        atomic_write_bytes(out / name, text.getvalue().encode())
+        atomic_write_bytes(out / name, csv_frame(errors))
         report.recall[k].file = files[f"errors_{k}"] = name
 
     t = report.text
@@ -104,6 +97,7 @@ def write_outputs(report: HardnessReport, output_dir: str | Path, cs: CaptionSet
     files["summary"] = "hardness.json"
     report.files = files
     atomic_write_bytes(out / "report.md", render_report(report, n_show=n_show).encode())
+    record_digests(report, out)  # the JSON, written last by the caller, ties this set of files together
 
 
 def compare(reports: Sequence[HardnessReport | str | Path], output_dir: str | Path) -> Path:

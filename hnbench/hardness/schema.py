@@ -14,6 +14,9 @@ Schema (version 1), ``hardness.json``::
     structure  {"text": Structure, "image": Structure} for a label field (e.g. synthdense's family), or {}
     recall     [RecallByHardness], one per joined evaluation result
     files      {name: path relative to the JSON}: plots, report, pair lists, per-item parquet
+    digests    {name: sha256 of that file}: the JSON is written last and ties the set together; a reader
+               of a file whose bytes differ (an interrupted rerun) refuses it (:func:`read_file`).
+               Absent in files written before it was added.
     timings    {stage: seconds}
 
 ``Distribution`` = {n, mean, std, stderr, min, max, quantiles {p1..p99}, method ("exact" | "sampled"),
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import hashlib
 import json
 import types
 import typing
@@ -38,7 +42,14 @@ from hnbench._version import __version__
 from hnbench.errors import HnbenchError
 from hnbench.hardness.stats import Buckets, Distribution
 from hnbench.hardness.structure import Structure
-from hnbench.io import atomic_write_bytes
+from hnbench.io import (
+    MAX_TABLE_BYTES,
+    atomic_write_bytes,
+    file_beside,
+    read_json_untrusted,
+    read_untrusted,
+    sha256_file,
+)
 
 if TYPE_CHECKING:  # pandas is imported where frames are built (it is slow to import); here only its type
     import pandas as pd
@@ -162,6 +173,7 @@ class HardnessReport:
     structure: dict[str, Structure] = field(default_factory=dict)
     recall: list[RecallByHardness] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
+    digests: dict[str, str] = field(default_factory=dict)  # sha256 of each file in ``files`` but the JSON itself
     timings: dict[str, float] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     kind: str = KIND
@@ -235,16 +247,39 @@ def read_report(path: str | Path) -> HardnessReport:
     path = Path(path)
     if path.is_dir():
         path = path / "hardness.json"
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise HardnessFormatError(f"{path}: not a readable hardness file ({e})") from e
+    d = read_json_untrusted(path, "hardness file", error=HardnessFormatError)
     if not isinstance(d, dict) or d.get("kind") != KIND:
-        raise HardnessFormatError(f"{path}: not an hnbench hardness summary (kind {d.get('kind')!r})")
+        kind = d.get("kind") if isinstance(d, dict) else type(d).__name__
+        raise HardnessFormatError(f"{path}: not an hnbench hardness summary (kind {kind!r})")
     version = d.get("schema_version")
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise HardnessFormatError(f"{path}: schema version {version!r} is newer than this hnbench reads "
                                   f"({SCHEMA_VERSION}); upgrade hnbench")
-    report: HardnessReport = _build(HardnessReport, d)
+    for key in ("files", "digests"):
+        if not isinstance(d.get(key, {}), dict) or not all(isinstance(v, str) for v in d.get(key, {}).values()):
+            raise HardnessFormatError(f"{path}: malformed {key!r} (an object of file names expected)")
+    try:
+        report: HardnessReport = _build(HardnessReport, d)
+    except (TypeError, ValueError, AttributeError) as e:
+        raise HardnessFormatError(f"{path}: malformed hardness summary ({type(e).__name__}: {e})") from None
     report.path = str(path)
     return report
+
+
+def record_digests(report: HardnessReport, output_dir: str | Path) -> None:
+    """The sha256 of every file of the set (``report.files`` but the JSON), for :func:`read_file` to check."""
+    report.digests = {key: sha256_file(Path(output_dir) / name) for key, name in report.files.items()
+                      if key != "summary"}
+
+
+def read_file(report: HardnessReport, key: str, *, limit: int = MAX_TABLE_BYTES) -> bytes:
+    """The bytes of the file ``report.files[key]`` (inside the JSON's folder, a regular file), refused in one line
+    when they are not those the JSON recorded: the JSON and the file come from different runs."""
+    where = report.path or "hardness.json"
+    path = file_beside(where, report.files.get(key), f"{key} file", error=HardnessFormatError)
+    data = read_untrusted(path, f"the {key} file of {where}", limit=limit, error=HardnessFormatError)
+    want = report.digests.get(key)
+    if want is not None and hashlib.sha256(data).hexdigest() != want:
+        raise HardnessFormatError(f"{where}: its {key} file {report.files[key]} does not match it (sha256 differs: "
+                                  "the two come from different runs, e.g. an interrupted rerun); rerun hnbench hardness")
+    return data

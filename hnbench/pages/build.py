@@ -60,10 +60,13 @@ def _hardness_per_caption(path: str, report: HardnessReport,
     ``report``), and its bucket edges."""
     import pandas as pd
 
+    from hnbench.hardness.schema import read_file
+
     if "captions" not in report.files:
         raise ConfigError(f"{path}: the hardness run has no per-caption file")
+    data = read_file(report, "captions")  # inside the run's folder, and the file its JSON recorded
     try:
-        cap = pd.read_parquet(Path(path).parent / report.files["captions"])
+        cap = pd.read_parquet(io.BytesIO(data))
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path}: its per-caption file {report.files['captions']} is unreadable ({e})") from e
     pos = {c: i for i, c in enumerate(ds.caption_ids)}

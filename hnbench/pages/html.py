@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import html
-import json
 from typing import Any
 
+from hnbench.io import script_json
 from hnbench.pages.page import Page, Row
 from hnbench.textdiff import diff_words
 from hnbench.textdiff import render as render_diff
@@ -143,7 +143,7 @@ def render(page: Page) -> str:
     controls = ('<div class="controls"><input id="filter" placeholder="filter text" size="30"> '
                 '<select id="dir"><option value="">both directions</option><option value="t2i">t2i</option>'
                 f'<option value="i2t">i2t</option></select> {status} <span id="shown"></span> shown</div>')
-    thumbs = json.dumps(page.thumbs).replace("</", "<\\/")
+    thumbs = script_json(page.thumbs)
     parts: list[Any] = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{E(page.title)}</title>",
         f"<style>{_CSS}</style></head><body>", f"<h1>{E(page.title)}</h1>",
