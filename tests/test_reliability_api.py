@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import make_pairs, write_jsonl
 
 import hnbench
@@ -75,6 +76,7 @@ def _python(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_item7_every_public_name_works_twice_in_one_process(micro_config, tmp_path):
     pairs = make_pairs(tmp_path, n=8)
     data = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])

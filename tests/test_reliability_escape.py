@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from conftest import make_pairs, write_jsonl
 from markdown_it import MarkdownIt
 from test_browse import _load, needs_browser
@@ -59,6 +60,7 @@ def test_issue20_item10_every_markdown_output_escapes_names_and_captions(micro_c
         _check_markdown(md.read_text())
 
 
+@pytest.mark.slow
 @needs_browser
 def test_issue20_item11_browse_script_runs_with_comment_and_script_openers_in_ids(micro_config, tmp_path):
     pairs = make_pairs(tmp_path, n=4)

@@ -327,6 +327,7 @@ def test_random_init_is_seeded_and_recorded(tmp_path, micro_config):
     assert r.settings["init_seed"] == 0
 
 
+@pytest.mark.slow
 def test_cli_logs_only_its_own_loggers_and_header_names_the_protocol(tmp_path, micro_config):
     manifest = _manifest(tmp_path / "data", n=3)
     cmd = [sys.executable, "-m", "hnbench", "eval", "--model", "hnb-micro", "--model-config", str(micro_config),
@@ -341,6 +342,7 @@ def test_cli_logs_only_its_own_loggers_and_header_names_the_protocol(tmp_path, m
     assert "__manifest-default__" in stem and "on manifest/default:" in loud.stdout
 
 
+@pytest.mark.slow
 def test_quiet_also_hides_transformers_progress_bars(tmp_path, hf_clip_dir):
     manifest = _manifest(tmp_path / "data", n=3)
     cmd = [sys.executable, "-m", "hnbench", "eval", "--model", str(hf_clip_dir), "--dataset", str(manifest),

@@ -128,6 +128,7 @@ def test_unseeded_random_init_is_remembered_by_the_rng_state(micro_config, tmp_p
     assert not isinstance(other, RememberedEncoder) and other.info.fingerprint != built.info.fingerprint
 
 
+@pytest.mark.slow
 def test_warm_cli_run_imports_no_open_clip(micro_config, tmp_path):
     ckpt, manifest, cache = _checkpoint(micro_config, tmp_path / "w.safetensors", 0), _manifest(tmp_path), tmp_path / "c"
     args = ["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--pretrained", str(ckpt),
