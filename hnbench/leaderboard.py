@@ -179,11 +179,12 @@ def _disambiguate(frame: pd.DataFrame) -> pd.DataFrame:
     measured = (frame["kind"] == "measured").to_numpy()
     extras = (np.where(measured, frame["fingerprint"], frame["arch"]),
               np.where(measured, [f"{c} tokens" for c in frame["context_length"]], ""), frame["source"])
-    for extra in extras:
-        clash = (frame.groupby("model")["identity"].transform("nunique") > 1).to_numpy() & (np.asarray(extra) != "")
-        if not clash.any():
-            continue
-        frame.loc[clash, "model"] = [f"{m} [{e}]" for m, e in zip(frame.loc[clash, "model"], np.asarray(extra)[clash])]
+    for extra in map(np.asarray, extras):
+        # an extra is added only where it tells rows of one label apart (not a fingerprint they share)
+        clash = ((frame.groupby("model")["identity"].transform("nunique") > 1)
+                 & (pd.Series(extra, index=frame.index).groupby(frame["model"]).transform("nunique") > 1)).to_numpy()
+        if clash.any():
+            frame.loc[clash, "model"] = [f"{m} [{e}]" for m, e in zip(frame.loc[clash, "model"], extra[clash])]
     return frame
 
 

@@ -6,6 +6,7 @@ import io
 import json
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +17,7 @@ from hnbench.cli import main
 from hnbench.errors import ConfigError
 from hnbench.leaderboard import collect, leaderboard, render
 from hnbench.reported import PROTOCOL_FAMILIES, load_published, reported_rows
-from hnbench.results import EvalResult, write_result
+from hnbench.results import EvalResult, read_result, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -293,3 +294,76 @@ def test_committed_published_board_is_current(tmp_path):
     assert main(["-q", "leaderboard", *cmd]) == 0
     fresh = out.read_text()
     assert fresh.split("\n\n", 2)[2] == text.split("\n\n", 2)[2]
+
+
+# --- issue 21: tables keyed by data, context length a column ------------------------------------------
+@pytest.fixture(scope="module")
+def same_name_sets(tmp_path_factory, micro_config) -> Path:
+    """Real results: one model at context 8 and 16 on a 10-image manifest.jsonl, and at 16 on another,
+    6-image manifest.jsonl (the same name, different data)."""
+    root = tmp_path_factory.mktemp("same-name")
+    for folder, n in (("one", 10), ("two", 6)):
+        data = write_jsonl(root / folder / "manifest.jsonl",
+                           [{"image": p, "caption": c} for p, c in make_pairs(root / folder, n=n, seed=n)])
+        for ctx in ((8, 16) if folder == "one" else (16,)):
+            assert main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset",
+                         str(data), "--output", str(root / "results"), "--num-workers", "0", "--context-length",
+                         str(ctx), "--no-cache", "--no-ci"]) == 0
+    return root / "results"
+
+
+def test_issue21_two_data_sets_of_one_name_get_two_titled_tables(same_name_sets):
+    """Defect 4: two different sets both called manifest.jsonl are never ranked together nor supersede each
+    other; each table's title names the data (name, image count, short fingerprint)."""
+    fps = {read_result(p).dataset["n_images"]: read_result(p).dataset["fingerprint"]
+           for p in same_name_sets.glob("*.json")}
+    t = tables(leaderboard([same_name_sets]))
+    assert set(t) == {f"manifest · default · 10 images · data {fps[10][:8]}",
+                      f"manifest · default · 6 images · data {fps[6][:8]}"}
+    assert len(t[f"manifest · default · 10 images · data {fps[10][:8]}"]) == 2  # context 8 and 16: both rows
+    assert len(t[f"manifest · default · 6 images · data {fps[6][:8]}"]) == 1
+    assert "superseded" not in leaderboard([same_name_sets])
+
+
+def test_issue21_context_length_is_a_column_and_a_filter(same_name_sets, tmp_path, capsys):
+    """Defect 5: results of one benchmark at two context lengths share a table, the context a column (and the
+    label tells the two rows of one model apart); --context-length keeps one."""
+    t = tables(leaderboard([same_name_sets]))
+    (ten,) = [df for title, df in t.items() if "10 images" in title]
+    assert sorted(ten["context"]) == ["16", "8"] and set(ten["#"]) <= {"1", "2"}
+    assert len(set(ten["model"])) == 2 and all(m.startswith("hnb-micro (random init) [") for m in ten["model"])
+    out = tmp_path / "lb.md"
+    assert main(["-q", "leaderboard", str(same_name_sets), "--context-length", "8", "--output", str(out)]) == 0
+    md = out.read_text()
+    only = tables(md)
+    assert [list(df["context"]) for df in only.values()] == [["8"]]  # the 6-image set has no 8-token result
+    assert "--context-length 8" in md  # the header's command reproduces the board
+    csv = pd.read_csv(io.StringIO(leaderboard([same_name_sets], fmt="csv")))
+    assert sorted(csv["context_length"]) == [8, 16, 16] and csv["data_fingerprint"].nunique() == 2
+
+
+def test_issue21_older_results_join_newer_ones_of_the_same_data(same_name_sets, tmp_path):
+    """A result written before issue 21 (its fingerprint the name-bound one, no legacy_fingerprint) sits in
+    the same table as a newer result of the same data, through the newer one's legacy_fingerprint."""
+    (new,) = [p for p in same_name_sets.glob("*.json") if read_result(p).dataset["n_images"] == 6]
+    old = json.loads(new.read_text())
+    old["dataset"]["fingerprint"] = old["dataset"].pop("legacy_fingerprint")
+    old["model"]["fingerprint"] = "0" * 16  # another model, scored with the hnbench of before
+    old.pop("per_query"), old.pop("per_query_sha256")
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    shutil.copy(new, tmp_path / new.name)
+    t = tables(leaderboard([tmp_path]))
+    ((title, df),) = t.items()
+    assert title == "manifest · default · 6 images" and len(df) == 2
+
+
+def test_issue21_one_model_at_two_context_lengths_is_two_labelled_rows(tmp_path):
+    """The same weights (one fingerprint) scored at 77 and 248 tokens: two rows of one table, told apart by
+    their context length; neither supersedes the other."""
+    for ctx, r1 in ((77, 40), (248, 50)):
+        write_result(_result(*A, "urban1k", "test", ctx, (r1, 70, 80), (r1, 70, 80)), tmp_path)
+    md = leaderboard([tmp_path])
+    ((title, df),) = tables(md).items()
+    assert title == "urban1k · test (goal-splits, zero-shot-splits) · 100 images"
+    assert list(df["model"]) == ["ViT-B-32 (openai) [248 tokens]", "ViT-B-32 (openai) [77 tokens]"]
+    assert list(df["context"]) == ["248", "77"] and "superseded" not in md
