@@ -1,23 +1,26 @@
-"""Leaderboards: stored result files in, one ranked table per benchmark, protocol and context length out.
+"""Leaderboards: stored result files in, one ranked table per benchmark, protocol and data set out.
 
 Rules (also in ``leaderboards/README.md``):
 
-- One table per (benchmark, protocol, context length, search mode). Rows of different protocols,
-  context lengths or search modes are never ranked together; results without ``settings.search``
-  predate approximate search and count as exact.
+- One table per (benchmark, protocol, data fingerprint, search mode): rows of different protocols, data
+  or search modes are never ranked together nor supersede each other (:func:`_data_keys`: the content
+  fingerprint; an older, name-bound one joins a newer result's ``legacy_fingerprint``). Two data sets of
+  one name get two tables, titled with their image count and short fingerprint. Results without
+  ``settings.search`` predate approximate search and count as exact.
+- Context length is a column (and a ``context_lengths`` filter), not a table key.
 - Rank: competition ranking ("1, 1, 3") on the sort metric rounded to the two decimals shown,
   descending; the default metric is mean R@1 = (t2i R@1 + i2t R@1) / 2. A row without it ranks last.
 - Per metric column, the best value is bold and the second-best distinct value underlined (ties
   share the mark), when at least two rows have a value.
 - Borda rank: within a protocol family (``hnbench.reported.PROTOCOL_FAMILIES``; an unmapped protocol
-  is its own family), context length and search mode, a row earns one point per row ranked below it
+  is its own family) and search mode, a row earns one point per row ranked below it
   in each benchmark's table; models are ranked by the number of benchmarks they cover, then by their
   total points.
-- Duplicates: the same model (arch, pretrained, fingerprint) scored twice on the same benchmark,
-  protocol, context length and search mode keeps the result with the newest ``created``; the
+- Duplicates: the same model (arch, pretrained, fingerprint) scored twice at one context length on the
+  same benchmark, protocol, data and search mode keeps the result with the newest ``created``; the
   others are named in a note under the table.
-- Significance (with a baseline): a delta gets a * when the paired 95% bootstrap interval of the
-  difference (:func:`hnbench.comparison.paired_tests`: both results' per-query hits, queries
+- A baseline that matches no row is refused (one line). Significance (with a baseline): a delta gets
+  a * when the paired 95% bootstrap interval of the difference (:func:`hnbench.comparison.paired_tests`: both results' per-query hits, queries
   resampled jointly, 1000 draws, seed 0) excludes zero. Rows without a per-query file, reported rows
   and mean R@1 are not tested and carry no mark; a note under the table names the untested rows.
 - Reported rows (the packaged published numbers) carry a † and a ``reported: SOURCE`` cell; beside
