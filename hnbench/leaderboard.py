@@ -336,7 +336,8 @@ def _borda(tables: dict[TableKey, pd.DataFrame]) -> list[tuple[str, pd.DataFrame
                 s[column] = r["rank"]
                 s["points"] += int(((t["rank"] > r["rank"]) | t["rank"].isna()).sum()) if r["rank"] == r["rank"] else 0
         b = pd.DataFrame(list(score.values()))
-        b["benchmarks"] = b[columns].notna().sum(axis=1)
+        covered = b[columns].notna().T.groupby([k[0] for k in keys]).any()  # benchmarks, not data revisions
+        b["benchmarks"] = covered.sum(axis=0).astype(int)
         # coverage first: a model scored on fewer benchmarks never outranks one scored on more
         b["rank"] = (b["benchmarks"] * 10**6 + b["points"]).rank(method="min", ascending=False)
         title = fam + ("" if search == "exact" else f" · {search} search")

@@ -367,3 +367,22 @@ def test_issue21_one_model_at_two_context_lengths_is_two_labelled_rows(tmp_path)
     assert title == "urban1k · test (goal-splits, zero-shot-splits) · 100 images"
     assert list(df["model"]) == ["ViT-B-32 (openai) [248 tokens]", "ViT-B-32 (openai) [77 tokens]"]
     assert list(df["context"]) == ["248", "77"] and "superseded" not in md
+
+
+def test_issue21_two_revisions_of_one_benchmark_are_two_tables_and_two_borda_columns(tmp_path):
+    """DOCCI scored on two data revisions: two tables titled with their fingerprints, and in the Borda rank
+    one column each (a model is never credited for a table of data it was not compared on)."""
+    for model, fp, r1 in ((A, "data-one", 40), (B, "data-one", 30), (A, "data-two", 20)):
+        r = _result(*model, "docci", "test+qual", 77, (r1, 70, 80), (r1, 70, 80), n_images=5100)
+        r.dataset["fingerprint"] = fp
+        write_result(r, tmp_path)
+    for model, r1 in ((A, 10), (B, 20)):
+        write_result(_result(*model, "dci", "goal", 77, (r1, 70, 80), (r1, 70, 80)), tmp_path)
+    t = tables(leaderboard([tmp_path]))
+    assert {"docci · test+qual (goal-splits) · 5100 images · data data-one",
+            "docci · test+qual (goal-splits) · 5100 images · data data-two"} <= set(t)
+    borda = t["goal-splits"]
+    assert {"docci (data-one) rank", "docci (data-two) rank", "dci rank"} <= set(borda.columns)
+    # coverage counts benchmarks, not data revisions: both models cover docci and dci
+    assert row(borda, "ViT-B-32 (openai)")["benchmarks"] == "2" and row(borda, "ViT-B-32 (laion)")["benchmarks"] == "2"
+    assert row(borda, "ViT-B-32 (openai)")["docci (data-two) rank"] == "1" and row(borda, "ViT-B-32 (laion)")["docci (data-two) rank"] == "—"
