@@ -178,13 +178,14 @@ def _run_datasets_download(args: argparse.Namespace) -> int:
 # --- leaderboard ---------------------------------------------------------------------------------
 def _add_leaderboard_parser(sub: _Subparsers) -> None:
     lb = sub.add_parser("leaderboard", help="tables of stored results (and published numbers): one per "
-                                            "benchmark, protocol and context length")
+                                            "benchmark, protocol and data set")
     lb.add_argument("results", nargs="*", metavar="RESULTS_DIR", help="result directories or JSON files")
     lb.add_argument("--output", help="write the board here (links to result files are relative to it); "
                                      "default: print it")
     lb.add_argument("--baseline", help="model label (or glob) to show deltas against, e.g. 'ViT-B-32 (openai)'")
     lb.add_argument("--benchmark", action="append", help="only this benchmark (repeatable)")
     lb.add_argument("--protocol", action="append", help="only this protocol (repeatable)")
+    lb.add_argument("--context-length", action="append", type=int, help="only this text context length (repeatable)")
     lb.add_argument("--model", help="only models whose label, arch or weights match this glob")
     lb.add_argument("--sort", default="mean R@1", help="rank and sort by: mean R@1 (default), t2i R@1|5|10, i2t R@1|5|10, "
                                                      "or model (alphabetical; ranks stay by mean R@1)")
@@ -203,7 +204,8 @@ def _run_leaderboard(args: argparse.Namespace) -> int:
 
     text = leaderboard(args.results, args.output, baseline=args.baseline, benchmarks=args.benchmark,
                        protocols=args.protocol, model_glob=args.model, sort=args.sort, fmt=args.format,
-                       ci=args.ci, reported=args.reported, title=args.title, overwrite=args.overwrite)
+                       ci=args.ci, reported=args.reported, title=args.title, overwrite=args.overwrite,
+                       context_lengths=args.context_length)
     print(f"wrote {args.output}" if args.output else text, end="\n" if args.output else "")
     return 0
 

@@ -55,14 +55,18 @@ def model_label(model: dict[str, Any]) -> str:
 
 
 def check_comparable(results: Sequence[EvalResult]) -> None:
-    """Refuse results of different datasets (fingerprint) or protocols, naming both files."""
+    """Refuse results of different data (content fingerprint, :meth:`EvalResult.same_data`) or protocols,
+    naming both files; the dataset's name is a label and may differ (a manifest copied under another name)."""
     first = results[0]
     for other in results[1:]:
-        for key in ("name", "protocol", "fingerprint"):
-            a, b = first.dataset.get(key), other.dataset.get(key)
-            if a != b:
-                raise ConfigError(f"cannot compare {first.path} and {other.path}: dataset {key} differs "
-                                  f"({a!r} vs {b!r}); paired tests need the same queries")
+        a, b = first.dataset.get("protocol"), other.dataset.get("protocol")
+        if a != b:
+            raise ConfigError(f"cannot compare {first.path} and {other.path}: dataset protocol differs "
+                              f"({a!r} vs {b!r}); paired tests need the same queries")
+        if not first.same_data(other):
+            raise ConfigError(f"cannot compare {first.path} and {other.path}: dataset fingerprint differs "
+                              f"({first.dataset.get('fingerprint')!r} vs {other.dataset.get('fingerprint')!r}: "
+                              "different data); paired tests need the same queries")
 
 
 def hits(frame: Any, direction: str, ks: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:

@@ -1,23 +1,26 @@
-"""Leaderboards: stored result files in, one ranked table per benchmark, protocol and context length out.
+"""Leaderboards: stored result files in, one ranked table per benchmark, protocol and data set out.
 
 Rules (also in ``leaderboards/README.md``):
 
-- One table per (benchmark, protocol, context length, search mode). Rows of different protocols,
-  context lengths or search modes are never ranked together; results without ``settings.search``
-  predate approximate search and count as exact.
+- One table per (benchmark, protocol, data fingerprint, search mode): rows of different protocols, data
+  or search modes are never ranked together nor supersede each other (:func:`_data_keys`: the content
+  fingerprint; an older, name-bound one joins a newer result's ``legacy_fingerprint``). Two data sets of
+  one name get two tables, titled with their image count and short fingerprint. Results without
+  ``settings.search`` predate approximate search and count as exact.
+- Context length is a column (and a ``context_lengths`` filter), not a table key.
 - Rank: competition ranking ("1, 1, 3") on the sort metric rounded to the two decimals shown,
   descending; the default metric is mean R@1 = (t2i R@1 + i2t R@1) / 2. A row without it ranks last.
 - Per metric column, the best value is bold and the second-best distinct value underlined (ties
   share the mark), when at least two rows have a value.
 - Borda rank: within a protocol family (``hnbench.reported.PROTOCOL_FAMILIES``; an unmapped protocol
-  is its own family), context length and search mode, a row earns one point per row ranked below it
+  is its own family) and search mode, a row earns one point per row ranked below it
   in each benchmark's table; models are ranked by the number of benchmarks they cover, then by their
   total points.
-- Duplicates: the same model (arch, pretrained, fingerprint) scored twice on the same benchmark,
-  protocol, context length and search mode keeps the result with the newest ``created``; the
+- Duplicates: the same model (arch, pretrained, fingerprint) scored twice at one context length on the
+  same benchmark, protocol, data and search mode keeps the result with the newest ``created``; the
   others are named in a note under the table.
-- Significance (with a baseline): a delta gets a * when the paired 95% bootstrap interval of the
-  difference (:func:`hnbench.comparison.paired_tests`: both results' per-query hits, queries
+- A baseline that matches no row is refused (one line). Significance (with a baseline): a delta gets
+  a * when the paired 95% bootstrap interval of the difference (:func:`hnbench.comparison.paired_tests`: both results' per-query hits, queries
   resampled jointly, 1000 draws, seed 0) excludes zero. Rows without a per-query file, reported rows
   and mean R@1 are not tested and carry no mark; a note under the table names the untested rows.
 - Reported rows (the packaged published numbers) carry a † and a ``reported: SOURCE`` cell; beside
@@ -60,6 +63,7 @@ from hnbench.io import (
     markdown_text,
     record_output,
 )
+from hnbench.registry import BENCHMARK_SPECS, DATASETS
 from hnbench.reported import KS, families_of, mapped_families, reported_rows
 from hnbench.results import (
     EvalResult,
@@ -77,10 +81,12 @@ METRICS = [f"{d} R@{k}" for d in ("t2i", "i2t") for k in KS] + ["mean R@1"]
 CI_COLUMNS = [f"{m} {end}" for m in METRICS[:-1] for end in ("lo", "hi")]
 SORT_KEYS = [*METRICS, "model"]
 FORMATS = ("markdown", "csv", "html")
-TABLE_KEY = ["benchmark", "protocol", "context_length", "search"]
-BENCHMARK_ORDER = ["docci", "dci", "long-dci", "urban1k", "synthdense"]
+# one table per benchmark, protocol, data (content fingerprint, :func:`_data_keys`) and search mode
+TABLE_KEY = ["benchmark", "protocol", "data", "search"]
+# the registry's order: the benchmarks, then hnbench's own sets
+BENCHMARK_ORDER = [*BENCHMARK_SPECS.declared(), *(n for n in DATASETS.declared() if n not in BENCHMARK_SPECS)]
 
-TableKey: TypeAlias = "tuple[str, str, int, str]"  # the TABLE_KEY values of one table
+TableKey: TypeAlias = "tuple[str, str, str, str]"  # the TABLE_KEY values of one table
 Tests: TypeAlias = "dict[str, dict[tuple[str, int], PairedTest]]"  # paired tests by row identity, (direction, K)
 Block: TypeAlias = "tuple[str, str | list[str] | pd.DataFrame]"  # (h1/h2/h3/p, text), (ul, items), (table, cells)
 
@@ -92,10 +98,11 @@ def _row(r: EvalResult) -> dict[str, Any]:
     weights = str(pretrained) if pretrained else "random init"
     ctx = m.get("context_length") or (r.tokens or {}).get("context_length") or 0
     row = {"kind": "measured", "model": model_label(m),
-           "identity": f"measured:{m['arch']}:{pretrained}:{m.get('fingerprint', '')}", "arch": m["arch"],
+           "identity": f"measured:{m['arch']}:{pretrained}:{m.get('fingerprint', '')}:{int(ctx)}", "arch": m["arch"],
            "weights": weights, "fingerprint": str(m.get("fingerprint") or "")[:8], "benchmark": d["name"],
            "protocol": d.get("protocol") or "default", "context_length": int(ctx),
            "search": (r.settings or {}).get("search", "exact"), "data_fingerprint": d.get("fingerprint") or "",
+           "legacy_fingerprint": d.get("legacy_fingerprint") or "",
            "n_images": d.get("n_images"), "hnbench_version": r.hnbench_version, "created": r.created,
            "path": r.path, "source": "measured", "note": ""}
     for direction in ("t2i", "i2t"):
@@ -139,6 +146,17 @@ def collect(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, list[tuple[str, 
     return frame, skipped
 
 
+def _data_keys(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add the ``data`` column the tables are keyed by: a measured row's data fingerprint, where a newer
+    result names it as its ``legacy_fingerprint`` (the name-bound fingerprint files before issue 21
+    recorded) the content fingerprint of that newer result, so results of one data set join whichever
+    hnbench wrote them, and results of two data sets never do."""
+    legacy = frame.get("legacy_fingerprint", pd.Series("", index=frame.index)).fillna("")
+    alias = {old: new for old, new in zip(legacy, frame["data_fingerprint"]) if old}
+    keyed: pd.DataFrame = frame.assign(data=[alias.get(f, f) for f in frame["data_fingerprint"].fillna("")])
+    return keyed
+
+
 def _dedupe(frame: pd.DataFrame, link_base: Path) -> tuple[pd.DataFrame, dict[TableKey, list[str]]]:
     """Keep the newest ``created`` per (model, table); notes naming the superseded files, per table."""
     frame = frame.assign(_t=pd.to_datetime(frame["created"], utc=True, errors="coerce", format="ISO8601"))
@@ -159,13 +177,17 @@ def _rel(path: str, base: Path) -> str:
 
 
 def _disambiguate(frame: pd.DataFrame) -> pd.DataFrame:
-    """Make labels unique per identity: append the fingerprint (measured) or backbone, then the source."""
-    extras = (np.where(frame["kind"] == "measured", frame["fingerprint"], frame["arch"]), frame["source"])
-    for extra in extras:
-        clash = (frame.groupby("model")["identity"].transform("nunique") > 1).to_numpy()
-        if not clash.any():
-            break
-        frame.loc[clash, "model"] = [f"{m} [{e}]" for m, e in zip(frame.loc[clash, "model"], np.asarray(extra)[clash])]
+    """Make labels unique per identity: append the fingerprint (measured) or backbone, then a measured
+    row's context length (one model scored at two), then the source."""
+    measured = (frame["kind"] == "measured").to_numpy()
+    extras = (np.where(measured, frame["fingerprint"], frame["arch"]),
+              np.where(measured, [f"{c} tokens" for c in frame["context_length"]], ""), frame["source"])
+    for extra in map(np.asarray, extras):
+        # an extra is added only where it tells rows of one label apart (not a fingerprint they share)
+        clash = ((frame.groupby("model")["identity"].transform("nunique") > 1)
+                 & (pd.Series(extra, index=frame.index).groupby(frame["model"]).transform("nunique") > 1)).to_numpy()
+        if clash.any():
+            frame.loc[clash, "model"] = [f"{m} [{e}]" for m, e in zip(frame.loc[clash, "model"], extra[clash])]
     return frame
 
 
@@ -188,10 +210,19 @@ def _rank(table: pd.DataFrame, sort: str) -> pd.DataFrame:
     return ranked
 
 
-def _table_order(key: TableKey) -> tuple[int, str, str, int, bool, str]:
-    bench, protocol, ctx, search = key
+def _table_order(key: TableKey) -> tuple[int, str, str, bool, str, str]:
+    bench, protocol, data, search = key
     pos = BENCHMARK_ORDER.index(bench) if bench in BENCHMARK_ORDER else len(BENCHMARK_ORDER)
-    return (pos, bench, protocol, ctx, search != "exact", search)
+    return (pos, bench, protocol, search != "exact", search, data)
+
+
+def _shared_names(keys: Sequence[TableKey]) -> set[TableKey]:
+    """The tables whose benchmark name, protocol and search mode another table on other data shares (two
+    data sets with one name): their titles and Borda columns add the data's short fingerprint."""
+    seen: dict[tuple[str, str, str], set[str]] = {}
+    for bench, protocol, data, search in keys:
+        seen.setdefault((bench, protocol, search), set()).add(data)
+    return {k for k in keys if len(seen[(k[0], k[1], k[3])]) > 1}
 
 
 class _Markup:
@@ -240,6 +271,7 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
                 s += f" [{t[f'{col} lo'][i]:.2f}, {t[f'{col} hi'][i]:.2f}]"
             cells.append(s)
         out[col] = cells
+    out["context"] = [str(int(c)) if c == c and c else "?" for c in t["context_length"]]
     out["arch"] = [mk.text(a) for a in t["arch"]]
     out["weights"] = [mk.text(w) for w in t["weights"]]
     out["fingerprint"] = [mk.text(f) for f in t["fingerprint"]]
@@ -284,29 +316,32 @@ def _significance(t: pd.DataFrame, base: pd.Series) -> tuple[Tests, list[str]]:
 
 
 def _borda(tables: dict[TableKey, pd.DataFrame]) -> list[tuple[str, pd.DataFrame, list[str]]]:
-    """Borda tables per (protocol family, context length, search) spanning two benchmarks or more:
-    ``(title, table, benchmarks)``."""
-    groups: dict[tuple[str, int, str], list[TableKey]] = {}
+    """Borda tables per (protocol family, search) spanning two benchmarks or more: ``(title, table,
+    benchmark columns)``; a benchmark whose name two data sets share is one column per data set."""
+    groups: dict[tuple[str, str], list[TableKey]] = {}
     for key in sorted(tables, key=_table_order):
         for fam in families_of(key[0], key[1]):
-            groups.setdefault((fam, key[2], key[3]), []).append(key)
+            groups.setdefault((fam, key[3]), []).append(key)
+    shared = _shared_names(list(tables))
     out: list[tuple[str, pd.DataFrame, list[str]]] = []
-    for (fam, ctx, search), keys in groups.items():
+    for (fam, search), keys in groups.items():
         if len({k[0] for k in keys}) < 2:
             continue
+        columns = [f"{k[0]} ({k[2][:8]})" if k in shared else k[0] for k in keys]
         score: dict[str, dict[str, Any]] = {}
-        for key in keys:
+        for key, column in zip(keys, columns):
             t = tables[key]
             for _, r in t.iterrows():
                 s = score.setdefault(r["identity"], {"model": r["model"], "kind": r["kind"], "points": 0})
-                s[key[0]] = r["rank"]
+                s[column] = r["rank"]
                 s["points"] += int(((t["rank"] > r["rank"]) | t["rank"].isna()).sum()) if r["rank"] == r["rank"] else 0
         b = pd.DataFrame(list(score.values()))
-        b["benchmarks"] = b[[k[0] for k in keys]].notna().sum(axis=1)
+        covered = b[columns].notna().T.groupby([k[0] for k in keys]).any()  # benchmarks, not data revisions
+        b["benchmarks"] = covered.sum(axis=0).astype(int)
         # coverage first: a model scored on fewer benchmarks never outranks one scored on more
         b["rank"] = (b["benchmarks"] * 10**6 + b["points"]).rank(method="min", ascending=False)
-        title = f"{fam} · {ctx or '?'} tokens" + ("" if search == "exact" else f" · {search} search")
-        out.append((title, b.sort_values(["rank", "model"]).reset_index(drop=True), [k[0] for k in keys]))
+        title = fam + ("" if search == "exact" else f" · {search} search")
+        out.append((title, b.sort_values(["rank", "model"]).reset_index(drop=True), columns))
     return out
 
 
@@ -321,16 +356,19 @@ def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, base
     if len(frame):  # rows straight from collect() / reported_rows(): add what they may lack
         frame = frame.reindex(columns=list(dict.fromkeys([*frame.columns, *CI_COLUMNS])))
         frame = frame.assign(**{"mean R@1": (frame["t2i R@1"] + frame["i2t R@1"]) / 2})
+        frame = frame if "data" in frame else _data_keys(frame)
     tables: dict[TableKey, pd.DataFrame] = {cast(TableKey, key): _rank(t, sort)
                                              for key, t in frame.groupby(TABLE_KEY, sort=False)} if len(frame) else {}
     blocks: list[Block] = [("h1", mk.text(title)), ("p", _header(frame, mk, command, sort, baseline, ci))]
     flat: list[pd.DataFrame] = []
+    shared = _shared_names(list(tables))
     for key in sorted(tables, key=_table_order):
-        t, (bench, protocol, ctx, search) = tables[key], key
+        t, (bench, protocol, data, search) = tables[key], key
         n_img: np.ndarray | list[Any] = t.loc[t["kind"] == "measured", "n_images"].dropna().unique() if "n_images" in t else []
         fams = ", ".join(mapped_families(bench, protocol))
-        blocks.append(("h2", mk.text(f"{bench} · {protocol}" + (f" ({fams})" if fams else "") + f" · {ctx or '?'} tokens"
+        blocks.append(("h2", mk.text(f"{bench} · {protocol}" + (f" ({fams})" if fams else "")
                                      + (f" · {int(n_img[0])} images" if len(n_img) == 1 else "")
+                                     + (f" · data {data[:8]}" if key in shared else "")
                                      + ("" if search == "exact" else f" · {search} search (not comparable "
                                                                      "with exact search)"))))
         base, table_notes = None, list(notes.get(key, []))
@@ -343,10 +381,6 @@ def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, base
                 table_notes += untested
             elif len(hit) > 1:
                 table_notes.append(f"baseline {baseline!r} matches {len(hit)} rows here; no deltas")
-        fps = t.loc[t["kind"] == "measured", "data_fingerprint"].unique()
-        if len(fps) > 1:
-            table_notes.append(f"measured rows were scored on {len(fps)} different data revisions "
-                               f"({', '.join(sorted(str(f)[:8] for f in fps))}); compare with care")
         blocks += [("table", _cells(t, mk, base, ci, link_base, sig))] + [("p", "Note: " + mk.text(n)) for n in table_notes]
         if fmt == "csv":
             flat.append(_flat(t, base, ci, link_base, sig))
@@ -389,7 +423,7 @@ def _header(frame: pd.DataFrame, mk: _Markup, command: str, sort: str, baseline:
 
 
 def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, sig: Tests) -> pd.DataFrame:
-    cols = [*TABLE_KEY, "rank", "model", "kind", *METRICS]
+    cols = ["benchmark", "protocol", "context_length", "search", "rank", "model", "kind", *METRICS]
     out: pd.DataFrame = t[cols].copy()
     out[METRICS] = out[METRICS].round(2)
     if base is not None:
@@ -402,7 +436,7 @@ def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, si
     if ci:
         for col in METRICS[:-1]:
             out[f"{col} lo"], out[f"{col} hi"] = t[f"{col} lo"].round(2), t[f"{col} hi"].round(2)
-    out = out.assign(arch=t["arch"], weights=t["weights"], fingerprint=t["fingerprint"],
+    out = out.assign(data_fingerprint=t["data"], arch=t["arch"], weights=t["weights"], fingerprint=t["fingerprint"],
                      hnbench=t["hnbench_version"], note=t["note"])
     out["source"] = [_rel(p, link_base) if k == "measured" else s
                      for k, p, s in zip(t["kind"], t["path"], t["source"])]
@@ -431,10 +465,11 @@ def _emit(blocks: list[Block], fmt: str) -> str:
 
 def _command(results_dirs: Sequence[str | Path], output: str | Path | None, baseline: str | None,
              benchmarks: Sequence[str] | None, protocols: Sequence[str] | None, model_glob: str | None, sort: str,
-             fmt: str, ci: bool, reported: bool, title: str) -> str:
+             fmt: str, ci: bool, reported: bool, title: str, context_lengths: Sequence[int] | None = None) -> str:
     """The ``hnbench leaderboard`` command line that reproduces a board (written into its header)."""
     parts = ["hnbench", "leaderboard", *map(str, results_dirs)]
-    for flag, values in (("--benchmark", benchmarks), ("--protocol", protocols)):
+    for flag, values in (("--benchmark", benchmarks), ("--protocol", protocols),
+                         ("--context-length", [str(c) for c in context_lengths or ()])):
         for v in values or ():
             parts += [flag, v]
     for flag, value in (("--output", output), ("--baseline", baseline), ("--model", model_glob),
@@ -450,17 +485,20 @@ def leaderboard(results_dirs: Sequence[str | Path] = (), output: str | Path | No
                 baseline: str | None = None, benchmarks: Sequence[str] | str | None = None,
                 protocols: Sequence[str] | str | None = None, model_glob: str | None = None,
                 sort: str = "mean R@1", fmt: str = "markdown", ci: bool = False, reported: bool = False,
-                title: str = "Leaderboard", overwrite: bool = False) -> str:
+                title: str = "Leaderboard", overwrite: bool = False,
+                context_lengths: Sequence[int] | int | None = None) -> str:
     """Render the leaderboard of the result files under ``results_dirs``; write it to ``output`` if given.
 
     ``reported`` merges the packaged published numbers (only for measured (benchmark, protocol) pairs
     when there are measured results; all of them otherwise). ``model_glob`` matches the model label,
-    architecture or weights (case-insensitive); ``baseline`` names (or globs) the row deltas are taken
-    against, per table. A board of other inputs already at ``output`` (or a file hnbench did not write)
+    architecture or weights (case-insensitive); ``context_lengths`` keeps rows of these text context
+    lengths; ``baseline`` names (or globs) the row deltas are taken against, per table (one that matches
+    no row shown is refused). A board of other inputs already at ``output`` (or a file hnbench did not write)
     is not replaced unless ``overwrite`` (:func:`hnbench.io.check_output`).
     """
     benchmarks = [benchmarks] if isinstance(benchmarks, str) else benchmarks
     protocols = [protocols] if isinstance(protocols, str) else protocols
+    context_lengths = [context_lengths] if isinstance(context_lengths, int) else context_lengths
     sort = _normalise_sort(sort)
     if not results_dirs and not reported:
         raise ConfigError("nothing to show: give result directories and/or reported=True (--reported)")
@@ -468,16 +506,17 @@ def leaderboard(results_dirs: Sequence[str | Path] = (), output: str | Path | No
     # the inputs record names the result folders as seen from the board (portable, as its links are)
     inputs = {"results": [os.path.relpath(Path(p).resolve(), link_base) for p in results_dirs], "baseline": baseline,
               "benchmarks": benchmarks, "protocols": protocols, "model": model_glob, "sort": sort, "format": fmt,
-              "ci": ci, "reported": reported, "title": title}
+              "ci": ci, "reported": reported, "title": title,
+              **({"context_lengths": list(context_lengths)} if context_lengths else {})}
     if output:
         check_output(output, "a leaderboard", inputs, overwrite=overwrite)
     frame, skipped = collect(results_dirs)
-    frame, notes = _dedupe(frame, link_base) if len(frame) else (frame, {})
+    frame, notes = _dedupe(_data_keys(frame), link_base) if len(frame) else (frame, {})
     if reported:
-        ref = reported_rows()
-        if len(frame):
-            measured = set(zip(frame["benchmark"], frame["protocol"]))
-            ref = ref[[(b, p) in measured for b, p in zip(ref["benchmark"], ref["protocol"])]]
+        ref = reported_rows().assign(data="")
+        if len(frame):  # each measured table of a (benchmark, protocol) gets its reported rows
+            tables = frame[["benchmark", "protocol", "data"]].drop_duplicates()
+            ref = ref.drop(columns="data").merge(tables, on=["benchmark", "protocol"])
         frame = pd.concat([frame, ref], ignore_index=True) if len(frame) else ref
     if len(frame):
         frame = _disambiguate(frame.reset_index(drop=True))
@@ -489,10 +528,17 @@ def leaderboard(results_dirs: Sequence[str | Path] = (), output: str | Path | No
         if model_glob:
             keep &= np.array([any(fnmatchcase(str(r[c]).lower(), model_glob.lower())
                                   for c in ("model", "arch", "weights")) for _, r in frame.iterrows()], dtype=bool)
+        if context_lengths:
+            keep &= frame["context_length"].isin(list(context_lengths))
         frame = frame[keep]
+    if baseline and not any(m == baseline or fnmatchcase(m, baseline) for m in frame.get("model", ())):
+        labels = sorted(set(frame["model"])) if len(frame) else []
+        hint = did_you_mean(baseline, labels, n=1)
+        raise ConfigError(f"--baseline {baseline!r} matches no model on this board" + (f"; {hint}" if hint else "")
+                          + (f" (models: {', '.join(labels[:6])}{', …' if len(labels) > 6 else ''})" if labels else ""))
     text = render(frame, skipped, baseline=baseline, sort=sort, fmt=fmt, ci=ci, link_base=link_base, notes=notes,
                   command=_command(results_dirs, output, baseline, benchmarks, protocols, model_glob, sort, fmt,
-                                   ci, reported, title), title=title)
+                                   ci, reported, title, context_lengths), title=title)
     if output:
         record_output(output, inputs)
         atomic_write_bytes(output, text.encode())

@@ -76,6 +76,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted((self._spelling.get(k, k) for k in self._targets), key=str.lower)
 
+    def declared(self) -> list[str]:
+        """The names in the order they were registered (the leaderboard orders its benchmarks so)."""
+        return [self._spelling.get(k, k) for k in self._targets]
+
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.lower() in self._targets
 

@@ -1,8 +1,8 @@
 """Published numbers as reference rows: the papers' figures, mapped onto hnbench's protocol names.
 
 The packaged copy of ``published-results.csv`` (``hnbench/assets/``) keeps the papers' own protocol
-*families*; :data:`PROTOCOL_FAMILIES` is the one place that says which hnbench protocol each family
-means on each benchmark, so a reported row only ever lands in a table of the matching protocol.
+*families*; :data:`PROTOCOL_FAMILIES`, read from the benchmark specs (each protocol declares its
+families), says which hnbench protocol each family means on each benchmark, so a reported row only ever lands in a table of the matching protocol.
 """
 
 from __future__ import annotations
@@ -13,13 +13,28 @@ from typing import Any
 
 import pandas as pd
 
+from hnbench.data.benchmarks import BENCHMARKS
+from hnbench.registry import BENCHMARK_SPECS
+
 PUBLISHED_CSV = Path(__file__).parent / "assets" / "published-results.csv"
 
-#: protocol family of the published CSV → {benchmark: hnbench protocol name}
-PROTOCOL_FAMILIES: dict[str, dict[str, str]] = {
-    "goal-splits": {"docci": "test+qual", "dci": "goal", "long-dci": "goal", "urban1k": "test"},
-    "zero-shot-splits": {"docci": "test", "dci": "full", "long-dci": "tulip", "urban1k": "test"},
-}
+
+
+def _protocol_families() -> dict[str, dict[str, str]]:
+    """Protocol family → {benchmark: hnbench protocol}, read from the benchmark specs (each
+    :class:`~hnbench.data.benchmarks.Protocol` declares its families): a family's protocol on a benchmark
+    is the first the spec declares with it, the one that family's published numbers were measured on
+    (DCI's ``full-sentences`` and Urban-1K's ``longclip`` are zero-shot-splits variants after it)."""
+    out: dict[str, dict[str, str]] = {}
+    for bench in BENCHMARK_SPECS.declared():
+        for proto in BENCHMARKS[bench].protocols:
+            for fam in proto.families:
+                out.setdefault(fam, {}).setdefault(bench, proto.name)
+    return dict(sorted(out.items()))
+
+
+#: protocol family (of the published CSV, and ``train``) → {benchmark: hnbench protocol name}
+PROTOCOL_FAMILIES: dict[str, dict[str, str]] = _protocol_families()
 
 #: context length of a published backbone: "ViT-L/14 248tok" → 248; no "…tok" suffix → CLIP's 77
 DEFAULT_CONTEXT_LENGTH = 77

@@ -4,19 +4,22 @@ Schema (version 1)::
 
     schema_version, hnbench_version, created (ISO-8601 UTC)
     model     {arch, pretrained, fingerprint, context_length, n_params, embed_dim, framework}
-    dataset   {name, protocol, fingerprint, n_images, n_captions, source, skipped {reason: count},
-               meta {protocol family, caption rule, count check, split-list hashes, ...}}
+    dataset   {name, protocol, fingerprint, legacy_fingerprint, n_images, n_captions, source,
+               skipped {reason: count}, meta {protocol family, caption rule, count check, split-list hashes, ...}}
+              fingerprint: the content alone (the name is a label); legacy_fingerprint: the name-bound one
+              files before issue 21 recorded as their fingerprint (it joins them to newer results)
     metrics   {t2i: {R@1, R@5, R@10, mean_rank, median_rank, MRR, n_queries, n_tied}, i2t: {...}}  (R@K in %)
     ci95      {t2i: {R@K: [lo, hi]}, i2t: {...}}   percentile bootstrap over queries, in %
     tokens    {context_length, mean, median, p95, max, n_truncated, share_truncated}
     settings  {device, batch_size, precision, amp, backend, search (exact|approximate), ks, tie_rule,
-               cache, encoding {world_size, cache key, encoded/cached counts}, ...}
+               cache, encoding {world_size, cache key, encoded/cached counts}, identity (the names of the
+               settings that change the numbers), ...}
     timings   {load_model, load_data, encode_images, encode_texts, search, metrics, total}  (seconds)
     per_query file name of the per-query parquet written beside the JSON
     per_query_sha256  sha256 of that parquet's bytes (absent in files written before it was added)
 
 File name (:meth:`EvalResult.stem`): model, data and a short hash of the settings that change the
-numbers, so two runs that differ in any of them never share a file; a name that would pass the
+numbers (the ``identity`` options of :class:`~hnbench.settings.EvalSettings`, as the record names them), so two runs that differ in any of them never share a file; a name that would pass the
 255-byte file-name limit has its long parts cut and told apart by a digest (names that fit are as they
 always were). The JSON and its parquet are written as a pair (:func:`write_result_pair`): a reader sees the old pair or the new one, never a mix.
 
@@ -47,6 +50,7 @@ import logging
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +67,7 @@ from hnbench.io import (
     read_untrusted,
     write_temp,
 )
+from hnbench.settings import EvalSettings, identity_fields
 
 logger = logging.getLogger(__name__)
 
@@ -119,16 +124,24 @@ class EvalResult:
         return tabulate(rows, headers=["direction", *ks, "MRR", "median rank", "queries", "tied"], tablefmt=fmt)
 
     def result_settings(self) -> dict[str, Any]:
-        """The settings that change the numbers (not device, batch size or backend); older files are read
-        with the defaults of their time."""
+        """The settings that change the numbers: the recorded settings the record names under
+        ``settings.identity`` (:meth:`hnbench.settings.EvalSettings.recorded`; files written before it was
+        recorded: the ``identity`` fields of :class:`~hnbench.settings.EvalSettings`), a list setting as a
+        sorted list, plus what the model and data contribute (the context length, the caption rule).
+
+        A field the record lacks is left out, except those older files were written without: they are read
+        with the defaults of their time (:data:`_OLD_FILE_DEFAULTS`), so every stored file keeps its name."""
         s, meta = self.settings or {}, self.dataset.get("meta") or {}
-        ks = s.get("ks") or sorted(int(k[2:]) for k in self.metrics.get("t2i", {}) if k.startswith("R@"))
-        out = {"context_length": self.model.get("context_length") or (self.tokens or {}).get("context_length"),
-               "precision": s.get("precision", "fp32"), "amp": bool(s.get("amp", False)),
-               "ks": sorted(int(k) for k in ks), "ci": bool(s.get("ci", any((self.ci95 or {}).values()))),
-               "search": s.get("search", "exact"), "caption_rule": meta.get("caption_rule")}
-        if s.get("seed"):  # the bootstrap seed changes the intervals; seed 0 (unrecorded) keeps earlier names
-            out["seed"] = int(s["seed"])
+        recorded = s.get("identity")
+        names: list[str] = recorded if isinstance(recorded, list) else identity_fields(EvalSettings)
+        out: dict[str, Any] = {"context_length": self.model.get("context_length")
+                               or (self.tokens or {}).get("context_length"), "caption_rule": meta.get("caption_rule")}
+        for name in names:
+            if name in s:
+                value = s[name]
+                out[name] = sorted(value) if isinstance(value, list) else value
+            elif name in _OLD_FILE_DEFAULTS:
+                out[name] = _OLD_FILE_DEFAULTS[name](self)
         return out
 
     def settings_hash(self) -> str:
@@ -136,10 +149,21 @@ class EvalResult:
         return hashlib.sha256(json.dumps(self.result_settings(), sort_keys=True).encode()).hexdigest()[:8]
 
     def identity(self) -> dict[str, Any]:
-        """What makes two results "the same run": model weights, data content and result-changing settings."""
+        """What makes two results "the same run": model weights, data content, protocol and result-changing
+        settings (not the dataset's name: a label; the same data under two names is one data set)."""
         return {"arch": self.model.get("arch"), "model": self.model.get("fingerprint"),
-                "dataset": self.dataset.get("name"), "protocol": self.dataset.get("protocol"),
-                "data": self.dataset.get("fingerprint"), "settings": self.result_settings()}
+                "protocol": self.dataset.get("protocol"), "data": self.dataset.get("fingerprint"),
+                "settings": self.result_settings()}
+
+    def data_fingerprints(self) -> set[str]:
+        """The data fingerprints this result records: ``dataset.fingerprint`` and, in files written since
+        the fingerprint is the content alone, the name-bound fingerprint of earlier files
+        (``dataset.legacy_fingerprint``), which joins it to older results of the same data."""
+        return {str(f) for f in (self.dataset.get("fingerprint"), self.dataset.get("legacy_fingerprint")) if f}
+
+    def same_data(self, other: EvalResult) -> bool:
+        """Whether two results were scored on the same data (by content; either fingerprint scheme)."""
+        return bool(self.data_fingerprints() & other.data_fingerprints())
 
     def stem(self) -> str:
         """File stem: ``<arch>-<weights>-<model fp8>__<dataset>-<protocol>[-<search>]__<data fp8>-<settings hash>``."""
@@ -156,6 +180,13 @@ class EvalResult:
         parts, ds = [_short(p) for p in parts], [_short(p) for p in ds]
         return "-".join(p for p in parts if p) + "__" + "-".join(ds) + f"__{data}-{self.settings_hash()}"
 
+
+# The identity settings files written before they were recorded lack, read with the defaults of their time.
+_OLD_FILE_DEFAULTS: dict[str, Callable[[EvalResult], Any]] = {
+    "precision": lambda r: "fp32", "amp": lambda r: False, "search": lambda r: "exact",
+    "ks": lambda r: sorted(int(k[2:]) for k in r.metrics.get("t2i", {}) if k.startswith("R@")),
+    "ci": lambda r: any((r.ci95 or {}).values()),
+}
 
 NAME_MAX = 255  # bytes in a file name (ext4, XFS, APFS, NTFS)
 # what the longest file named after a stem adds: the parquet's ".<sha12>.queries.parquet" and the
@@ -279,13 +310,15 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], bool, str]] = {
     "model.fingerprint": ((str,), True, "a text or null"),
     "model.context_length": ((int,), True, "an integer or null"),
     "dataset.name": ((str,), False, "a text"), "dataset.protocol": ((str,), True, "a text or null"),
-    "dataset.fingerprint": ((str,), True, "a text or null"), "dataset.source": ((str,), True, "a text or null"),
+    "dataset.fingerprint": ((str,), True, "a text or null"),
+    "dataset.legacy_fingerprint": ((str,), True, "a text or null"), "dataset.source": ((str,), True, "a text or null"),
     "dataset.n_images": ((int,), True, "an integer or null"), "dataset.skipped": ((dict,), True, "an object or null"),
     "dataset.meta": ((dict,), True, "an object or null"),
     "metrics.t2i": ((dict,), False, "an object"), "metrics.i2t": ((dict,), False, "an object"),
     "ci95": ((dict,), True, "an object"), "tokens": ((dict,), True, "an object"),
     "settings": ((dict,), True, "an object"), "timings": ((dict,), True, "an object"),
     "settings.search": ((str,), True, "a text"), "settings.ks": ((list,), True, "a list"),
+    "settings.identity": ((list,), True, "a list"),
     "per_query": ((str,), True, "a file name or null"), "per_query_sha256": ((str,), True, "a text or null"),
     "hnbench_version": ((str,), True, "a text"), "created": ((str,), True, "a text"),
 }

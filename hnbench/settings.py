@@ -19,12 +19,13 @@ from typing import Any
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.validate import BACKENDS, PRECISIONS, SEARCHES, check_at_least, check_eval, check_number
 
-__all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "from_options", "option", "option_help", "resume_free"]
+__all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "from_options", "identity_fields", "option", "option_help",
+           "resume_free"]
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None = None, flag: str | None = None,
            choices: Sequence[str] | None = None, cli: bool = True, record: bool | str = False,
-           resume_free: bool = False, sep: str | None = None, minimum: float | None = None,
+           resume_free: bool = False, identity: bool = False, sep: str | None = None, minimum: float | None = None,
            above: float | None = None, maximum: float | None = None, below: float | None = None,
            default_factory: Any = dataclasses.MISSING, **argparse_extra: Any) -> Any:
     """A dataclass field with the metadata the CLI, resume check and result record read.
@@ -32,14 +33,16 @@ def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None =
     ``flag`` defaults to ``--field-name`` (a bool whose default is True becomes ``--no-<flag>``);
     ``cli=False`` gives no flag; ``record`` is True (always written to the result's settings) or
     ``"if_set"`` (written when it differs from the default, so default results keep their bytes);
-    ``resume_free`` marks a training option that may change when a run is resumed; ``sep`` parses a
+    ``resume_free`` marks a training option that may change when a run is resumed; ``identity`` one that
+    changes the numbers, so it names the output (:func:`identity_fields`; a new one recorded ``"if_set"``
+    keeps the names of the files written before it); ``sep`` parses a
     list flag from one separated string; ``minimum``: an integer field holds an integer at least this;
     a float field (always a finite number) lies within ``minimum``/``maximum`` (inclusive) and
     ``above``/``below`` (exclusive), where declared (checked by :func:`check_minimums`); other keywords
     (nargs, const, metavar) go to argparse as they are.
     """
     meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices else None,
-            "cli": cli, "record": record, "resume_free": resume_free, "sep": sep, "minimum": minimum,
+            "cli": cli, "record": record, "resume_free": resume_free, "identity": identity, "sep": sep, "minimum": minimum,
             "above": above, "maximum": maximum, "below": below, "argparse": argparse_extra}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
@@ -55,6 +58,12 @@ def option_help(cls: type, name: str) -> str:
 def resume_free(cls: type) -> frozenset[str]:
     """Names of the fields of ``cls`` that may differ between an interrupted run and its continuation."""
     return frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get("resume_free"))
+
+
+def identity_fields(cls: Any) -> list[str]:
+    """Names of the fields of ``cls`` (a settings class or instance) that change the numbers (``identity``):
+    a result file's name and an output's inputs record are derived from them."""
+    return sorted(f.name for f in dataclasses.fields(cls) if f.metadata.get("identity"))
 
 
 _BOUNDS = ("minimum", "above", "maximum", "below")  # option()'s bound keywords, as check_number takes them
@@ -131,17 +140,17 @@ class EvalSettings:
 
     device: str = option("cpu", group="model", record=True, help="cpu, cuda, cuda:N or mps (default: cpu)")
     batch_size: int = option(64, group="evaluation", record=True, minimum=1, help="images per encoder batch (default 64)")
-    precision: str = option("fp32", group="evaluation", record=True, choices=PRECISIONS,
+    precision: str = option("fp32", group="evaluation", record=True, identity=True, choices=PRECISIONS,
                             help="model weights precision; the images are cast to it (all three run on CPU and CUDA)")
-    amp: bool = option(False, group="evaluation", record=True, help="autocast the encoders (CUDA only)")
+    amp: bool = option(False, group="evaluation", record=True, identity=True, help="autocast the encoders (CUDA only)")
     backend: str = option("auto", group="evaluation", record=True, choices=BACKENDS, help="exact search backend")
-    search: str = option("exact", group="evaluation", record=True, choices=SEARCHES,
+    search: str = option("exact", group="evaluation", record=True, identity=True, choices=SEARCHES,
                          help="approximate: faiss HNSW for exploring large galleries; reports its recall against "
                               "exact search on a sample and is marked so leaderboards keep it apart")
-    ks: tuple[int, ...] = option((1, 5, 10), group="evaluation", record=True, flag="--k", help="recall cut-offs")
-    ci: bool = option(True, group="evaluation", record=True,
+    ks: tuple[int, ...] = option((1, 5, 10), group="evaluation", record=True, identity=True, flag="--k", help="recall cut-offs")
+    ci: bool = option(True, group="evaluation", record=True, identity=True,
                       help="bootstrap confidence intervals of R@K (on by default; --no-ci skips them)")
-    seed: int = option(0, group="evaluation", record="if_set", minimum=0,
+    seed: int = option(0, group="evaluation", record="if_set", identity=True, minimum=0,
                        help="seed of the bootstrap resampling (default 0)")
     text_batch_size: int | None = option(None, group="evaluation", minimum=1,
                                          help="captions per encoder batch (default: max(--batch-size, 64))")
@@ -179,13 +188,14 @@ class EvalSettings:
                    search=self.search, backend=self.backend)
 
     def recorded(self) -> dict[str, Any]:
-        """The fields marked ``record``, as written to a result's ``settings`` (tuples as lists)."""
+        """The fields marked ``record``, as written to a result's ``settings`` (tuples as lists), and under
+        ``identity`` the names of those that change the numbers (the result file's name hashes them)."""
         out = {}
         for f in dataclasses.fields(self):
             value, mode = getattr(self, f.name), f.metadata.get("record")
             if mode is True or (mode == "if_set" and value != f.default):
                 out[f.name] = list(value) if isinstance(value, tuple) else value
-        return out
+        return {**out, "identity": identity_fields(self)}
 
 
 # In-batch similarity bucket edges of hardness (``hnbench.hardness.stats.DEFAULT_EDGES``).
@@ -197,25 +207,25 @@ class HardnessSettings:
     """How hardness measures a caption set (everything but the data, the model and where the report goes)."""
 
     device: str = option("cpu", group="model", help="cpu or cuda (default: cpu)")
-    context_length: int | None = option(None, minimum=1, group="model", help="text context length (default: the model's)")
-    batch_size: int = option(128, group="statistics", minimum=1, help="B of the in-batch negative buckets (default 128)")
-    n_batches: int = option(200, group="statistics", minimum=1, help="random batches to average (default 200)")
-    edges: tuple[float, ...] = option(DEFAULT_EDGES, group="statistics",
+    context_length: int | None = option(None, minimum=1, group="model", identity=True, help="text context length (default: the model's)")
+    batch_size: int = option(128, group="statistics", identity=True, minimum=1, help="B of the in-batch negative buckets (default 128)")
+    n_batches: int = option(200, group="statistics", identity=True, minimum=1, help="random batches to average (default 200)")
+    edges: tuple[float, ...] = option(DEFAULT_EDGES, group="statistics", identity=True,
                                       help="similarity bucket edges (default 0 0.5 0.7 0.8 0.9 1)")
-    threshold: float = option(0.95, group="statistics", help="near-duplicate caption similarity (default 0.95)")
-    image_threshold: float | None = option(None, group="statistics",
+    threshold: float = option(0.95, group="statistics", identity=True, help="near-duplicate caption similarity (default 0.95)")
+    image_threshold: float | None = option(None, group="statistics", identity=True,
                                            help="near-duplicate image similarity (default: --threshold)")
-    exact_max: int = option(20_000, minimum=0, group="statistics",
+    exact_max: int = option(20_000, minimum=0, group="statistics", identity=True,
                             help="exact all-pairs statistics up to this many items, sampled beyond (default 20000)")
-    n_sample_pairs: int = option(1_000_000, minimum=1, group="statistics", flag="--sample-pairs",
+    n_sample_pairs: int = option(1_000_000, minimum=1, group="statistics", identity=True, flag="--sample-pairs",
                                  help="pairs sampled beyond --exact-max")
-    seed: int = option(0, group="statistics", help="seed of the sampled pairs and batches (default 0)")
-    images: bool = option(True, group="statistics",
+    seed: int = option(0, group="statistics", identity=True, help="seed of the sampled pairs and batches (default 0)")
+    images: bool = option(True, group="statistics", identity=True,
                           help="measure the image side too where images exist (--no-images: text side only)")
-    results: tuple[str, ...] = option((), group="statistics", action="append", metavar="FILE",
+    results: tuple[str, ...] = option((), group="statistics", identity=True, action="append", metavar="FILE",
                                       help="an eval result JSON of this dataset: R@1 by hardness and the model's "
                                            "confusions; repeatable")
-    n_show: int = option(10, group="statistics", flag="--show",
+    n_show: int = option(10, group="statistics", identity=True, flag="--show",
                          help="pairs / wrong queries listed in the report (default 10)")
     encode_batch_size: int = option(64, minimum=1, help="images per encoder batch (captions: at least 64)")
     num_workers: int | None = option(None, minimum=0, help="image decoding workers")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,8 @@ from hnbench.evaluate import evaluate, score_embeddings
 from hnbench.metrics import ranks_from_scores
 from hnbench.models import load_model
 from hnbench.results import read_result
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -163,3 +166,40 @@ def test_fp32_encoding_turns_tf32_off_and_restores_it():
     with _strict_fp32():
         assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
     assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
+
+
+def test_issue21_a_new_result_changing_setting_renames_the_result_file(micro_encoder, tmp_path):
+    """Which settings name a result file is derived from ``option(identity=True)``: a field added to
+    EvalSettings (here in a subclass made in the test, nothing else edited) changes the file name when it is
+    set, and leaves it as it was at its default (recorded "if_set")."""
+    import dataclasses
+
+    from hnbench.evaluate import run_evaluation
+    from hnbench.settings import EvalSettings, option
+
+    data = load_dataset(str(write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c}
+                                                                for p, c in make_pairs(tmp_path, n=6)])))
+    extended = dataclasses.make_dataclass(
+        "ExtendedSettings", [("temperature_scale", float, option(1.0, record="if_set", identity=True,
+                                                                 help="a result-changing knob (test only)"))],
+        bases=(EvalSettings,))
+    plain = run_evaluation(micro_encoder, data, EvalSettings(progress=False, num_workers=0, ci=False), tmp_path / "a")
+    same = run_evaluation(micro_encoder, data, extended(progress=False, num_workers=0, ci=False), tmp_path / "b")
+    changed = run_evaluation(micro_encoder, data, extended(progress=False, num_workers=0, ci=False,
+                                                           temperature_scale=2.0), tmp_path / "c")
+    names = [Path(r.path).name for r in (plain, same, changed)]
+    assert names[0] == names[1] != names[2]
+    assert changed.settings["temperature_scale"] == 2.0 and "temperature_scale" in changed.settings["identity"]
+    assert read_result(changed.path).stem() == Path(changed.path).stem  # the record re-derives its own name
+    # a setting that does not change the numbers (batch size) does not rename the file
+    other = run_evaluation(micro_encoder, data, EvalSettings(progress=False, num_workers=0, ci=False, batch_size=3),
+                           tmp_path / "d")
+    assert Path(other.path).name == names[0]
+
+
+def test_issue21_stored_results_keep_their_file_names():
+    """The identity settings are derived now; every stored result (written before) re-derives its own stem."""
+    stored = sorted((REPO / "leaderboards" / "results").rglob("*.json"))
+    assert len(stored) > 50
+    for path in stored:
+        assert read_result(path).stem() == path.stem, path

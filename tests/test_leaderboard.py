@@ -6,6 +6,7 @@ import io
 import json
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +17,7 @@ from hnbench.cli import main
 from hnbench.errors import ConfigError
 from hnbench.leaderboard import collect, leaderboard, render
 from hnbench.reported import PROTOCOL_FAMILIES, load_published, reported_rows
-from hnbench.results import EvalResult, write_result
+from hnbench.results import EvalResult, read_result, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,24 +109,26 @@ def test_collect_skips_bad_files_by_name(results_dir):
     v0 = frame[frame["benchmark"] == "synthdense"].iloc[0]
     assert v0["search"] == "exact" and v0["context_length"] == 256 and v0["model"] == "hnbench-tiny (synthdense)"
     assert len(frame) == 12
-    assert "## synthdense · test · 256 tokens" in render(reported_rows().iloc[:0], ci=True) + render(frame, ci=True)
+    assert "## synthdense · test · 100 images" in render(reported_rows().iloc[:0], ci=True) + render(frame, ci=True)
 
 
-def test_tables_separate_protocols_context_and_search(results_dir, tmp_path):
+def test_tables_separate_protocols_and_search(results_dir, tmp_path):
     md = leaderboard([results_dir], tmp_path / "board.md")
     t = tables(md)
-    assert list(t)[:7] == ["docci · test (zero-shot-splits) · 77 tokens · 5100 images", "docci · test+qual (goal-splits) · 77 tokens · 5100 images",
-                           "docci · test+qual (goal-splits) · 77 tokens · 5100 images · approximate search (not comparable with "
-                           "exact search)", "docci · test+qual (goal-splits) · 248 tokens · 5100 images",
-                           "dci · goal (goal-splits) · 77 tokens · 100 images", "urban1k · test (goal-splits, zero-shot-splits) · 77 tokens · 100 images",
-                           "synthdense · test · 256 tokens · 100 images"]
-    gq = t["docci · test+qual (goal-splits) · 77 tokens · 5100 images"]
-    # ordered by mean R@1: B 52.5, A 45, D 42.5; the older duplicate of A is gone
-    assert list(gq["model"]) == ["ViT-B-32 (laion)", "ViT-B-32 (openai)", "ViT-B-16 (datacomp)"]
-    assert list(gq["#"]) == ["1", "2", "3"]
+    assert list(t)[:6] == ["docci · test (zero-shot-splits) · 5100 images", "docci · test+qual (goal-splits) · 5100 images",
+                           "docci · test+qual (goal-splits) · 5100 images · approximate search (not comparable with "
+                           "exact search)",
+                           "dci · goal (goal-splits) · 100 images", "urban1k · test (goal-splits, zero-shot-splits) · 100 images",
+                           "synthdense · test · 100 images"]
+    gq = t["docci · test+qual (goal-splits) · 5100 images"]
+    # ordered by mean R@1: LONG 69 (248 tokens, same table: context length is a column), B 52.5, A 45, D 42.5;
+    # the older duplicate of A is gone
+    assert list(gq["model"]) == ["longclip-L (ckpts/longclip-L)", "ViT-B-32 (laion)", "ViT-B-32 (openai)",
+                                 "ViT-B-16 (datacomp)"]
+    assert list(gq["#"]) == ["1", "2", "3", "4"] and list(gq["context"]) == ["248", "77", "77", "77"]
     assert row(gq, "ViT-B-32 (openai)")["t2i R@1"] == "50.00"
-    assert list(gq["arch"]) == ["ViT-B-32", "ViT-B-32", "ViT-B-16"] and list(gq["fingerprint"]) == ["bbbbbbbb",
-                                                                                                   "aaaaaaaa", "dddddddd"]
+    assert list(gq["arch"]) == ["longclip-L", "ViT-B-32", "ViT-B-32", "ViT-B-16"]
+    assert list(gq["fingerprint"]) == ["cccccccc", "bbbbbbbb", "aaaaaaaa", "dddddddd"]
     assert set(gq["hnbench"]) == {"0.1.0"}
     name = _result(*A, "docci", "test+qual", 77, (0, 0, 0), (0, 0, 0)).stem() + ".json"
     assert name.startswith("ViT-B-32-openai-aaaaaaaa__docci-test-qual__data-doc-")  # model__data__hashes
@@ -134,7 +137,7 @@ def test_tables_separate_protocols_context_and_search(results_dir, tmp_path):
 
 
 def test_bold_best_and_underline_second_with_ties(results_dir):
-    gq = tables(leaderboard([results_dir]))["docci · test+qual (goal-splits) · 77 tokens · 5100 images"]
+    gq = tables(leaderboard([results_dir], context_lengths=77))["docci · test+qual (goal-splits) · 5100 images"]
     assert row(gq, "ViT-B-32 (laion)")["t2i R@1"] == "**60.00**"
     assert row(gq, "ViT-B-16 (datacomp)")["t2i R@1"] == "<u>55.00</u>"
     assert row(gq, "ViT-B-16 (datacomp)")["t2i R@5"] == "**80.00**"
@@ -142,60 +145,67 @@ def test_bold_best_and_underline_second_with_ties(results_dir):
     assert [row(gq, m)["t2i R@10"] for m in ("ViT-B-32 (laion)", "ViT-B-16 (datacomp)", "ViT-B-32 (openai)")] == \
         ["**85.00**", "**85.00**", "<u>80.00</u>"]
     assert row(gq, "ViT-B-32 (laion)")["mean R@1"] == "**52.50**"
+    gq = tables(leaderboard([results_dir]))["docci · test+qual (goal-splits) · 5100 images"]  # with the 248-token row
+    assert row(gq, "longclip-L (ckpts/longclip-L)")["t2i R@1"] == "**70.00**"
+    assert row(gq, "ViT-B-32 (laion)")["t2i R@1"] == "<u>60.00</u>"
     # a one-row table has nothing to compare: no marks
-    assert tables(leaderboard([results_dir]))["docci · test (zero-shot-splits) · 77 tokens · 5100 images"]["t2i R@1"][0] == "44.00"
+    assert tables(leaderboard([results_dir]))["docci · test (zero-shot-splits) · 5100 images"]["t2i R@1"][0] == "44.00"
 
 
 def test_deltas_against_baseline(results_dir):
     md = leaderboard([results_dir], baseline="ViT-B-32 (open*")
-    gq = tables(md)["docci · test+qual (goal-splits) · 77 tokens · 5100 images"]
-    assert row(gq, "ViT-B-32 (laion)")["t2i R@1"] == "**60.00** (+10.00)"
+    gq = tables(md)["docci · test+qual (goal-splits) · 5100 images"]
+    assert row(gq, "ViT-B-32 (laion)")["t2i R@1"] == "<u>60.00</u> (+10.00)"
     assert row(gq, "ViT-B-16 (datacomp)")["i2t R@1"] == "30.00 (\u221210.00)"
     assert row(gq, "ViT-B-32 (openai)")["t2i R@1"] == "50.00"  # the baseline row itself: no delta
     assert "Deltas in parentheses are against ViT-B-32 (open\\*, in the tables that have it." in md  # escaped
     t = tables(leaderboard([results_dir], baseline="ViT-B-32*"))  # ambiguous: no deltas, and a note says why
-    assert row(t["docci · test+qual (goal-splits) · 77 tokens · 5100 images"], "ViT-B-16 (datacomp)")["i2t R@1"] == "30.00"
+    assert row(t["docci · test+qual (goal-splits) · 5100 images"], "ViT-B-16 (datacomp)")["i2t R@1"] == "30.00"
     assert "Note: baseline 'ViT-B-32\\*' matches 2 rows here; no deltas" in leaderboard([results_dir], baseline="ViT-B-32*")
 
 
 def test_sort_keys_and_confidence_intervals(results_dir):
-    gq = tables(leaderboard([results_dir], sort="t2i-R@5", ci=True))["docci · test+qual (goal-splits) · 77 tokens · 5100 images"]
-    assert list(gq["model"]) == ["ViT-B-16 (datacomp)", "ViT-B-32 (laion)", "ViT-B-32 (openai)"]
+    gq = tables(leaderboard([results_dir], sort="t2i-R@5", ci=True))["docci · test+qual (goal-splits) · 5100 images"]
+    assert list(gq["model"]) == ["longclip-L (ckpts/longclip-L)", "ViT-B-16 (datacomp)", "ViT-B-32 (laion)",
+                                 "ViT-B-32 (openai)"]
     assert row(gq, "ViT-B-32 (openai)")["t2i R@1"] == "50.00 [48.50, 51.25]"
-    by_name = tables(leaderboard([results_dir], sort="model"))["docci · test+qual (goal-splits) · 77 tokens · 5100 images"]
-    assert list(by_name["model"]) == ["ViT-B-16 (datacomp)", "ViT-B-32 (laion)", "ViT-B-32 (openai)"]
-    assert list(by_name["#"]) == ["3", "1", "2"]  # ranks stay by mean R@1
+    by_name = tables(leaderboard([results_dir], sort="model"))["docci · test+qual (goal-splits) · 5100 images"]
+    assert list(by_name["model"]) == ["ViT-B-16 (datacomp)", "ViT-B-32 (laion)", "ViT-B-32 (openai)",
+                                      "longclip-L (ckpts/longclip-L)"]
+    assert list(by_name["#"]) == ["4", "2", "3", "1"]  # ranks stay by mean R@1
     with pytest.raises(ConfigError, match="did you mean"):
         leaderboard([results_dir], sort="t2i R@2")
 
 
 def test_filters(results_dir):
     t = tables(leaderboard([results_dir], benchmarks="docci", protocols=["test+qual"], model_glob="vit-b-32*"))
-    assert [k.split(" · ")[:3] for k in t] == [["docci", "test+qual (goal-splits)", "77 tokens"]] * 2
-    assert set(t["docci · test+qual (goal-splits) · 77 tokens · 5100 images"]["model"]) == {"ViT-B-32 (laion)", "ViT-B-32 (openai)"}
+    assert [k.split(" · ")[:3] for k in t] == [["docci", "test+qual (goal-splits)", "5100 images"]] * 2
+    assert set(t["docci · test+qual (goal-splits) · 5100 images"]["model"]) == {"ViT-B-32 (laion)", "ViT-B-32 (openai)"}
 
 
 def test_borda_rank_across_benchmarks(results_dir):
     t = tables(leaderboard([results_dir]))
-    borda = t["goal-splits · 77 tokens"]
-    # docci test+qual: B 2 pts, A 1, D 0; dci goal: A 1, B 0; urban1k test: B 1, A 0
-    assert list(borda["model"]) == ["ViT-B-32 (laion)", "ViT-B-32 (openai)", "ViT-B-16 (datacomp)"]
-    assert list(borda["points"]) == ["3", "2", "0"] and list(borda["benchmarks"]) == ["3", "3", "1"]
-    assert list(borda["dci rank"]) == ["2", "1", "—"]
+    borda = t["goal-splits"]  # one family over every context length, as the tables are
+    # docci test+qual: LONG 3 pts, B 2, A 1, D 0; dci goal: A 1, B 0; urban1k test: B 1, A 0; coverage first
+    assert list(borda["model"]) == ["ViT-B-32 (laion)", "ViT-B-32 (openai)", "longclip-L (ckpts/longclip-L)",
+                                    "ViT-B-16 (datacomp)"]
+    assert list(borda["points"]) == ["3", "2", "3", "0"] and list(borda["benchmarks"]) == ["3", "3", "1", "1"]
+    assert list(borda["dci rank"]) == ["2", "1", "—", "—"]
 
 
 def test_reported_rows_are_marked_and_only_join_their_protocol(results_dir):
     md = leaderboard([results_dir], reported=True)
     t = tables(md)
-    docci_test = t["docci · test (zero-shot-splits) · 77 tokens · 5100 images"]  # zero-shot-splits, 77 tokens: the CLIP rows
-    assert set(docci_test["model"]) == {"ViT-B-32 (openai)", "CLIP [ViT-B/16] †", "CLIP [ViT-L/14] †"}
+    docci_test = t["docci · test (zero-shot-splits) · 5100 images"]  # zero-shot-splits: 77- and 248-token rows
+    assert {"ViT-B-32 (openai)", "CLIP [ViT-B/16] †", "CLIP [ViT-L/14] †", "Long-CLIP-L †"} <= set(docci_test["model"])
+    assert row(docci_test, "Long-CLIP-L †")["context"] == "248" and row(docci_test, "CLIP [ViT-B/16] †")["context"] == "77"
     clip = row(docci_test, "CLIP [ViT-B/16] †")
-    assert clip["source"] == "reported: debias-clip-2026" and clip["t2i R@1"] == "<u>57.10</u>"
+    assert clip["source"] == "reported: debias-clip-2026" and clip["t2i R@1"].endswith("57.10")
     assert row(docci_test, "ViT-B-32 (openai)")["source"].startswith("[result](")
-    # 248-token goal-splits rows sit with the 248-token measured model, never with the 77-token ones
-    assert "HN-CLIP †" in set(t["docci · test+qual (goal-splits) · 248 tokens · 5100 images"]["model"])
-    assert not any("†" in m for m in t["docci · test+qual (goal-splits) · 77 tokens · 5100 images"]["model"])
-    assert not any("†" in m for m in t["synthdense · test · 256 tokens · 100 images"]["model"])
+    # goal-splits rows sit in the goal-splits table (at any context length), never in the zero-shot one
+    assert "HN-CLIP †" in set(t["docci · test+qual (goal-splits) · 5100 images"]["model"])
+    assert "HN-CLIP †" not in set(docci_test["model"])
+    assert not any("†" in m for m in t["synthdense · test · 100 images"]["model"])
     # every reported row is marked, and no measured one is
     for df in t.values():
         if "source" in df:
@@ -205,7 +215,7 @@ def test_reported_rows_are_marked_and_only_join_their_protocol(results_dir):
 def test_published_rows_cover_the_csv_and_map_protocols():
     raw, rows = load_published(), reported_rows()
     assert len(rows) * 2 == len(raw)
-    assert set(raw["protocol"]) == set(PROTOCOL_FAMILIES)
+    assert set(raw["protocol"]) <= set(PROTOCOL_FAMILIES)
     hn = rows[(rows["model"] == "HN-CLIP") & (rows["benchmark"] == "dci")].iloc[0]
     assert (hn["protocol"], hn["context_length"], hn["t2i R@1"], hn["i2t R@10"]) == ("goal", 248, 80.69, 94.65)
     spec = REPO.parent / "shared" / "spec" / "published-results.csv"
@@ -217,7 +227,7 @@ def test_reported_only_and_empty_boards(tmp_path):
     md = leaderboard(reported=True, benchmarks="urban1k", ci=True)
     t = tables(md)
     assert all("†" in m for df in t.values() for m in df["model"])
-    assert row(t["urban1k · test (goal-splits, zero-shot-splits) · 248 tokens"], "HN-CLIP †")["t2i R@1"] == "**91.10**"
+    assert row(t["urban1k · test (goal-splits, zero-shot-splits)"], "HN-CLIP †")["t2i R@1"] == "**91.10**"
     csv = pd.read_csv(io.StringIO(leaderboard(reported=True, fmt="csv", ci=True)))
     assert len(csv) == len(reported_rows()) and csv["t2i R@1 lo"].isna().all()
     assert "No results to show." in leaderboard([tmp_path])
@@ -235,11 +245,11 @@ def test_csv_and_html_formats(results_dir):
     csv = pd.read_csv(io.StringIO(leaderboard([results_dir], fmt="csv", baseline="ViT-B-32 (openai)", ci=True)))
     gq = csv[(csv["protocol"] == "test+qual") & (csv["context_length"] == 77) & (csv["search"] == "exact")]
     assert list(gq["model"]) == ["ViT-B-32 (laion)", "ViT-B-32 (openai)", "ViT-B-16 (datacomp)"]
-    assert list(gq["delta t2i R@1"]) == [10.0, 0.0, 5.0] and list(gq["rank"]) == [1, 2, 3]
+    assert list(gq["delta t2i R@1"]) == [10.0, 0.0, 5.0] and list(gq["rank"]) == [2, 3, 4]  # LONG (248) is 1
     assert gq["t2i R@1 lo"].iloc[0] == 58.5
     html = leaderboard([results_dir], fmt="html", reported=True)
     assert html.count("<table") == len(tables(leaderboard([results_dir], reported=True)))
-    assert "<b>60.00</b>" in html and "<u>55.00</u>" in html and 'href="' in html and "†" in html
+    assert "<b>88.31</b>" in html and "<u>88.25</u>" in html and 'href="' in html and "†" in html
 
 
 def test_cli_end_to_end(results_dir, tmp_path, capsys):
@@ -249,7 +259,7 @@ def test_cli_end_to_end(results_dir, tmp_path, capsys):
     md = out.read_text()
     assert capsys.readouterr().out == f"wrote {out}\n"
     assert f"`hnbench leaderboard {results_dir} --benchmark docci --output {out}" in md
-    assert set(tables(md)) >= {"docci · test+qual (goal-splits) · 248 tokens · 5100 images", "docci · test (zero-shot-splits) · 77 tokens · 5100 images"}
+    assert set(tables(md)) >= {"docci · test+qual (goal-splits) · 5100 images", "docci · test (zero-shot-splits) · 5100 images"}
     assert main(["-q", "leaderboard", str(results_dir), "--format", "csv", "--protocol", "goal"]) == 0
     assert set(pd.read_csv(io.StringIO(capsys.readouterr().out))["benchmark"]) == {"dci"}
     assert main(["-q", "leaderboard", str(tmp_path / "missing")]) == 2
@@ -265,7 +275,7 @@ def test_board_from_real_eval_results(micro_config, tmp_path):
                  "--output", str(tmp_path / "res"), "--num-workers", "0", "--context-length", "16"]) == 0
     md = leaderboard([tmp_path / "res"], tmp_path / "lb.md", ci=True)
     ((heading, df),) = tables(md).items()
-    assert heading == "m · default · 16 tokens · 6 images"
+    assert heading == "m · default · 6 images" and df.iloc[0]["context"] == "16"
     r = df.iloc[0]
     assert r["model"] == "hnb-micro (random init)" and r["source"].startswith("[result](res/")
     assert re.fullmatch(r"\d+\.\d\d \[\d+\.\d\d, \d+\.\d\d\]", r["t2i R@5"])
@@ -284,3 +294,95 @@ def test_committed_published_board_is_current(tmp_path):
     assert main(["-q", "leaderboard", *cmd]) == 0
     fresh = out.read_text()
     assert fresh.split("\n\n", 2)[2] == text.split("\n\n", 2)[2]
+
+
+# --- issue 21: tables keyed by data, context length a column ------------------------------------------
+@pytest.fixture(scope="module")
+def same_name_sets(tmp_path_factory, micro_config) -> Path:
+    """Real results: one model at context 8 and 16 on a 10-image manifest.jsonl, and at 16 on another,
+    6-image manifest.jsonl (the same name, different data)."""
+    root = tmp_path_factory.mktemp("same-name")
+    for folder, n in (("one", 10), ("two", 6)):
+        data = write_jsonl(root / folder / "manifest.jsonl",
+                           [{"image": p, "caption": c} for p, c in make_pairs(root / folder, n=n, seed=n)])
+        for ctx in ((8, 16) if folder == "one" else (16,)):
+            assert main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset",
+                         str(data), "--output", str(root / "results"), "--num-workers", "0", "--context-length",
+                         str(ctx), "--no-cache", "--no-ci"]) == 0
+    return root / "results"
+
+
+def test_issue21_two_data_sets_of_one_name_get_two_titled_tables(same_name_sets):
+    """Defect 4: two different sets both called manifest.jsonl are never ranked together nor supersede each
+    other; each table's title names the data (name, image count, short fingerprint)."""
+    fps = {read_result(p).dataset["n_images"]: read_result(p).dataset["fingerprint"]
+           for p in same_name_sets.glob("*.json")}
+    t = tables(leaderboard([same_name_sets]))
+    assert set(t) == {f"manifest · default · 10 images · data {fps[10][:8]}",
+                      f"manifest · default · 6 images · data {fps[6][:8]}"}
+    assert len(t[f"manifest · default · 10 images · data {fps[10][:8]}"]) == 2  # context 8 and 16: both rows
+    assert len(t[f"manifest · default · 6 images · data {fps[6][:8]}"]) == 1
+    assert "superseded" not in leaderboard([same_name_sets])
+
+
+def test_issue21_context_length_is_a_column_and_a_filter(same_name_sets, tmp_path, capsys):
+    """Defect 5: results of one benchmark at two context lengths share a table, the context a column (and the
+    label tells the two rows of one model apart); --context-length keeps one."""
+    t = tables(leaderboard([same_name_sets]))
+    (ten,) = [df for title, df in t.items() if "10 images" in title]
+    assert sorted(ten["context"]) == ["16", "8"] and set(ten["#"]) <= {"1", "2"}
+    assert len(set(ten["model"])) == 2 and all(m.startswith("hnb-micro (random init) [") for m in ten["model"])
+    out = tmp_path / "lb.md"
+    assert main(["-q", "leaderboard", str(same_name_sets), "--context-length", "8", "--output", str(out)]) == 0
+    md = out.read_text()
+    only = tables(md)
+    assert [list(df["context"]) for df in only.values()] == [["8"]]  # the 6-image set has no 8-token result
+    assert "--context-length 8" in md  # the header's command reproduces the board
+    csv = pd.read_csv(io.StringIO(leaderboard([same_name_sets], fmt="csv")))
+    assert sorted(csv["context_length"]) == [8, 16, 16] and csv["data_fingerprint"].nunique() == 2
+
+
+def test_issue21_older_results_join_newer_ones_of_the_same_data(same_name_sets, tmp_path):
+    """A result written before issue 21 (its fingerprint the name-bound one, no legacy_fingerprint) sits in
+    the same table as a newer result of the same data, through the newer one's legacy_fingerprint."""
+    (new,) = [p for p in same_name_sets.glob("*.json") if read_result(p).dataset["n_images"] == 6]
+    old = json.loads(new.read_text())
+    old["dataset"]["fingerprint"] = old["dataset"].pop("legacy_fingerprint")
+    old["model"]["fingerprint"] = "0" * 16  # another model, scored with the hnbench of before
+    old.pop("per_query"), old.pop("per_query_sha256")
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    shutil.copy(new, tmp_path / new.name)
+    t = tables(leaderboard([tmp_path]))
+    ((title, df),) = t.items()
+    assert title == "manifest · default · 6 images" and len(df) == 2
+
+
+def test_issue21_one_model_at_two_context_lengths_is_two_labelled_rows(tmp_path):
+    """The same weights (one fingerprint) scored at 77 and 248 tokens: two rows of one table, told apart by
+    their context length; neither supersedes the other."""
+    for ctx, r1 in ((77, 40), (248, 50)):
+        write_result(_result(*A, "urban1k", "test", ctx, (r1, 70, 80), (r1, 70, 80)), tmp_path)
+    md = leaderboard([tmp_path])
+    ((title, df),) = tables(md).items()
+    assert title == "urban1k · test (goal-splits, zero-shot-splits) · 100 images"
+    assert list(df["model"]) == ["ViT-B-32 (openai) [248 tokens]", "ViT-B-32 (openai) [77 tokens]"]
+    assert list(df["context"]) == ["248", "77"] and "superseded" not in md
+
+
+def test_issue21_two_revisions_of_one_benchmark_are_two_tables_and_two_borda_columns(tmp_path):
+    """DOCCI scored on two data revisions: two tables titled with their fingerprints, and in the Borda rank
+    one column each (a model is never credited for a table of data it was not compared on)."""
+    for model, fp, r1 in ((A, "data-one", 40), (B, "data-one", 30), (A, "data-two", 20)):
+        r = _result(*model, "docci", "test+qual", 77, (r1, 70, 80), (r1, 70, 80), n_images=5100)
+        r.dataset["fingerprint"] = fp
+        write_result(r, tmp_path)
+    for model, r1 in ((A, 10), (B, 20)):
+        write_result(_result(*model, "dci", "goal", 77, (r1, 70, 80), (r1, 70, 80)), tmp_path)
+    t = tables(leaderboard([tmp_path]))
+    assert {"docci · test+qual (goal-splits) · 5100 images · data data-one",
+            "docci · test+qual (goal-splits) · 5100 images · data data-two"} <= set(t)
+    borda = t["goal-splits"]
+    assert {"docci (data-one) rank", "docci (data-two) rank", "dci rank"} <= set(borda.columns)
+    # coverage counts benchmarks, not data revisions: both models cover docci and dci
+    assert row(borda, "ViT-B-32 (openai)")["benchmarks"] == "2" and row(borda, "ViT-B-32 (laion)")["benchmarks"] == "2"
+    assert row(borda, "ViT-B-32 (openai)")["docci (data-two) rank"] == "1" and row(borda, "ViT-B-32 (laion)")["docci (data-two) rank"] == "—"

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_pairs, write_jsonl
+from conftest import assert_one_line_error, make_pairs, write_jsonl
 from safetensors.torch import load_file
 
 from hnbench.cli import main
@@ -282,3 +282,27 @@ def test_low_precision_logits_silence_infonce_earlier():
     assert not infonce_zero_in(eye, eye, torch.tensor(100.0), torch.float32)
     assert infonce_zero_in(eye, eye, torch.tensor(100.0), torch.float16)
     assert not infonce_zero_in(eye, eye, torch.tensor(10.0), torch.float16)
+
+
+def test_issue21_a_fine_tunes_epoch_results_are_labelled_as_its_weights(micro_config, data, tmp_path, capsys):
+    """Defect 6: the trainer's per-epoch results name the run's weights (run folder / epoch), not the start
+    weights, so compare and the board tell them apart; a --baseline that matches nothing is refused."""
+    from hnbench.comparison import compare, model_label
+    from hnbench.results import read_result
+
+    train(_cfg(micro_config, data, tmp_path / "ft", epochs=1, eval_dataset=str(data)), progress=False)
+    by_epoch = {p.parent.name: read_result(p) for p in sorted((tmp_path / "ft" / "eval").glob("epoch-*/*.json"))}
+    assert sorted(by_epoch) == ["epoch-000", "epoch-001"]
+    labels = [model_label(r.model) for r in by_epoch.values()]
+    assert labels == ["hnb-micro (ft/epoch-000)", "hnb-micro (ft/epoch-001)"]
+    assert all(r.model["extra"]["trained_from"] is None for r in by_epoch.values())  # random init: no start tag
+    assert [m["label"] for m in compare([r.path for r in by_epoch.values()], ks=[1]).models] == labels
+    board = tmp_path / "lb.md"
+    assert main(["-q", "leaderboard", str(tmp_path / "ft" / "eval"), "--baseline", "hnb-micro (ft/epoch-000)",
+                 "--output", str(board)]) == 0
+    assert "hnb-micro (ft/epoch-001)" in board.read_text() and "Deltas in parentheses" in board.read_text()
+    capsys.readouterr()
+    assert main(["-q", "leaderboard", str(tmp_path / "ft" / "eval"), "--baseline", "hnb-micro (random init)",
+                 "--output", str(tmp_path / "none.md")]) == 2
+    assert_one_line_error(capsys.readouterr().err, "--baseline", "matches no model", "hnb-micro (ft/epoch-000)")
+    assert not (tmp_path / "none.md").exists()

@@ -26,7 +26,7 @@ from hnbench.hardness.stats import check_edges
 from hnbench.io import check_output, record_output
 from hnbench.models import load_model
 from hnbench.registry import TEXT_ENCODERS
-from hnbench.settings import HardnessSettings, check_minimums, check_types, from_options
+from hnbench.settings import HardnessSettings, check_minimums, check_types, from_options, identity_fields
 from hnbench.validate import check_device, check_output_dir
 
 logger = logging.getLogger(__name__)
@@ -160,9 +160,9 @@ def _check_args(s: HardnessSettings, output_dir: str | Path | None) -> None:
 
 def _statistics(s: HardnessSettings) -> dict[str, Any]:
     """The settings a report's numbers depend on (what makes two reports of one model and data differ): the
-    fields declared in the ``statistics`` group, and the context length the captions are cut to."""
-    return {f.name: getattr(s, f.name) for f in dataclasses.fields(s)
-            if f.metadata.get("group") == "statistics" or f.name == "context_length"}
+    fields declared ``identity`` (:func:`hnbench.settings.identity_fields`), in declaration order."""
+    names = set(identity_fields(s))
+    return {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name in names}
 
 
 def _check_result_matches(path: str | Path, res: Any, frame: Any, cs: CaptionSet) -> None:

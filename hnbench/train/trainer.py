@@ -22,7 +22,7 @@ import math
 import random
 import shutil
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -359,10 +359,18 @@ class _Run:
             claim(self.out_dir, "eval")
             self.towers.eval()
             self.encoder.info.fingerprint = state_dict_fingerprint(self.towers.model.state_dict())
-            with torch.random.fork_rng(devices=[]):
-                r = evaluate(self.encoder, eval_ds, output_dir=self.out_dir / "eval" / f"epoch-{epoch:03d}",
-                             device=self.dist.device, batch_size=c.eval_batch_size, num_workers=0, ci=False,
-                             use_cache=False, progress=False, overwrite=True)  # the run owns its eval/
+            info = self.encoder.info
+            # the result names the weights it scored (this run after this epoch, e.g. "tiny-hn/epoch-001" as
+            # its label), not the start weights, which it records as trained_from
+            self.encoder.info = replace(info, pretrained=str(self.out_dir / f"epoch-{epoch:03d}"),
+                                        extra={**info.extra, "trained_from": info.pretrained, "epoch": epoch})
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    r = evaluate(self.encoder, eval_ds, output_dir=self.out_dir / "eval" / f"epoch-{epoch:03d}",
+                                 device=self.dist.device, batch_size=c.eval_batch_size, num_workers=0, ci=False,
+                                 use_cache=False, progress=False, overwrite=True)  # the run owns its eval/
+            finally:
+                self.encoder.info = info
             self.towers.train()
             rec = {"kind": "eval", "epoch": epoch, "step": step, "dataset": r.dataset.get("name"),
                    "protocol": r.dataset.get("protocol"), "path": str(r.path) if r.path else None}
