@@ -55,7 +55,7 @@ def model_label(model: dict[str, Any]) -> str:
 
 
 def check_comparable(results: Sequence[EvalResult]) -> None:
-    """Refuse results of different data (content fingerprint, :meth:`EvalResult.same_data`) or protocols,
+    """Refuse results of different data (the content fingerprint) or protocols,
     naming both files; the dataset's name is a label and may differ (a manifest copied under another name)."""
     first = results[0]
     for other in results[1:]:
@@ -63,7 +63,7 @@ def check_comparable(results: Sequence[EvalResult]) -> None:
         if a != b:
             raise ConfigError(f"cannot compare {first.path} and {other.path}: dataset protocol differs "
                               f"({a!r} vs {b!r}); paired tests need the same queries")
-        if not first.same_data(other):
+        if first.dataset.get("fingerprint") != other.dataset.get("fingerprint"):
             raise ConfigError(f"cannot compare {first.path} and {other.path}: dataset fingerprint differs "
                               f"({first.dataset.get('fingerprint')!r} vs {other.dataset.get('fingerprint')!r}: "
                               "different data); paired tests need the same queries")

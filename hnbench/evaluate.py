@@ -293,7 +293,7 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
 
     result = EvalResult(
         model=encoder.info.to_dict(),
-        dataset={"name": dataset.name, "protocol": dataset.protocol, **dataset.fingerprints(),
+        dataset={"name": dataset.name, "protocol": dataset.protocol, "fingerprint": dataset.fingerprint(),
                  "n_images": dataset.n_images, "n_captions": dataset.n_captions, "source": dataset.source,
                  "skipped": {k: len(v) for k, v in dataset.skipped.items()}, "meta": dataset.meta},
         metrics=metrics, ci95=ci95, tokens=token_stats(txt.lengths, encoder.info.context_length),

@@ -102,7 +102,6 @@ def _row(r: EvalResult) -> dict[str, Any]:
            "weights": weights, "fingerprint": str(m.get("fingerprint") or "")[:8], "benchmark": d["name"],
            "protocol": d.get("protocol") or "default", "context_length": int(ctx),
            "search": (r.settings or {}).get("search", "exact"), "data_fingerprint": d.get("fingerprint") or "",
-           "legacy_fingerprint": d.get("legacy_fingerprint") or "",
            "n_images": d.get("n_images"), "hnbench_version": r.hnbench_version, "created": r.created,
            "path": r.path, "source": "measured", "note": ""}
     for direction in ("t2i", "i2t"):
@@ -147,13 +146,9 @@ def collect(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, list[tuple[str, 
 
 
 def _data_keys(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add the ``data`` column the tables are keyed by: a measured row's data fingerprint, where a newer
-    result names it as its ``legacy_fingerprint`` (the name-bound fingerprint files before issue 21
-    recorded) the content fingerprint of that newer result, so results of one data set join whichever
-    hnbench wrote them, and results of two data sets never do."""
-    legacy = frame.get("legacy_fingerprint", pd.Series("", index=frame.index)).fillna("")
-    alias = {old: new for old, new in zip(legacy, frame["data_fingerprint"]) if old}
-    keyed: pd.DataFrame = frame.assign(data=[alias.get(f, f) for f in frame["data_fingerprint"].fillna("")])
+    """Add the ``data`` column the tables are keyed by: a measured row's data fingerprint, so results of
+    two data sets never share a table."""
+    keyed: pd.DataFrame = frame.assign(data=frame["data_fingerprint"].fillna(""))
     return keyed
 
 

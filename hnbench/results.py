@@ -4,10 +4,9 @@ Schema (version 1)::
 
     schema_version, hnbench_version, created (ISO-8601 UTC)
     model     {arch, pretrained, fingerprint, context_length, n_params, embed_dim, framework}
-    dataset   {name, protocol, fingerprint, legacy_fingerprint, n_images, n_captions, source,
+    dataset   {name, protocol, fingerprint, n_images, n_captions, source,
                skipped {reason: count}, meta {protocol family, caption rule, count check, split-list hashes, ...}}
-              fingerprint: the content alone (the name is a label); legacy_fingerprint: the name-bound one
-              files before issue 21 recorded as their fingerprint (it joins them to newer results)
+              fingerprint: the content alone (the name is a label)
     metrics   {t2i: {R@1, R@5, R@10, mean_rank, median_rank, MRR, n_queries, n_tied}, i2t: {...}}  (R@K in %)
     ci95      {t2i: {R@K: [lo, hi]}, i2t: {...}}   percentile bootstrap over queries, in %
     tokens    {context_length, mean, median, p95, max, n_truncated, share_truncated}
@@ -155,16 +154,6 @@ class EvalResult:
                 "protocol": self.dataset.get("protocol"), "data": self.dataset.get("fingerprint"),
                 "settings": self.result_settings()}
 
-    def data_fingerprints(self) -> set[str]:
-        """The data fingerprints this result records: ``dataset.fingerprint`` and, in files written since
-        the fingerprint is the content alone, the name-bound fingerprint of earlier files
-        (``dataset.legacy_fingerprint``), which joins it to older results of the same data."""
-        return {str(f) for f in (self.dataset.get("fingerprint"), self.dataset.get("legacy_fingerprint")) if f}
-
-    def same_data(self, other: EvalResult) -> bool:
-        """Whether two results were scored on the same data (by content; either fingerprint scheme)."""
-        return bool(self.data_fingerprints() & other.data_fingerprints())
-
     def stem(self) -> str:
         """File stem: ``<arch>-<weights>-<model fp8>__<dataset>-<protocol>[-<search>]__<data fp8>-<settings hash>``."""
         weights = self.model.get("pretrained") or "random"
@@ -311,7 +300,7 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], bool, str]] = {
     "model.context_length": ((int,), True, "an integer or null"),
     "dataset.name": ((str,), False, "a text"), "dataset.protocol": ((str,), True, "a text or null"),
     "dataset.fingerprint": ((str,), True, "a text or null"),
-    "dataset.legacy_fingerprint": ((str,), True, "a text or null"), "dataset.source": ((str,), True, "a text or null"),
+"dataset.source": ((str,), True, "a text or null"),
     "dataset.n_images": ((int,), True, "an integer or null"), "dataset.skipped": ((dict,), True, "an object or null"),
     "dataset.meta": ((dict,), True, "an object or null"),
     "metrics.t2i": ((dict,), False, "an object"), "metrics.i2t": ((dict,), False, "an object"),

@@ -175,23 +175,3 @@ def test_old_per_query_schema_and_refusals(evaluated, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "0000000000000000" in err and "fingerprint" in err
     assert not out.exists()
-
-
-def test_issue21_a_result_of_the_old_name_bound_fingerprint_still_browses(evaluated, tmp_path):
-    """Results written before the fingerprint became the content alone recorded the name-bound one: browse
-    reloads their data all the same (and still refuses other data)."""
-    from hnbench.data import load_dataset
-    from hnbench.pages.build import reload_dataset
-
-    d = json.loads(evaluated["a"].read_text())
-    ds = load_dataset(str(evaluated["data"]))
-    assert d["dataset"]["fingerprint"] == ds.fingerprint() == ds.content_fingerprint()[:16]
-    assert d["dataset"]["legacy_fingerprint"] == ds.legacy_fingerprint() != ds.fingerprint()
-    d["dataset"]["fingerprint"] = d["dataset"].pop("legacy_fingerprint")  # as hnbench wrote it before
-    (tmp_path / "old").mkdir()
-    (tmp_path / "old" / evaluated["a"].name).write_text(json.dumps(d))
-    shutil.copy(evaluated["a"].parent / d["per_query"], tmp_path / "old")
-    old = read_result(tmp_path / "old" / evaluated["a"].name)
-    assert reload_dataset(old).fingerprint() == ds.fingerprint()
-    page = browse(old.path, tmp_path / "page", limit=0, progress=False)
-    assert page.read_text().count('class="query"') == 18

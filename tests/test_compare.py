@@ -238,25 +238,9 @@ def test_issue21_a_manifest_copied_under_another_name_is_the_same_data(results, 
     renamed = read_result(path)
     assert renamed.dataset["name"] == "renamed-copy" != original.dataset["name"]
     assert renamed.dataset["fingerprint"] == original.dataset["fingerprint"]
-    assert renamed.dataset["legacy_fingerprint"] != original.dataset["legacy_fingerprint"]  # the old, name-bound one
     out = compare([results["a"], path], ks=[1])  # a: the same model (ctx 8) on the original
     assert all(r["delta"] == 0 for r in out.rows)
     assert main(["-q", "compare", str(path), str(results["b"])]) == 0
     # a different data set is still refused, by fingerprint
     assert main(["-q", "compare", str(path), str(results["x"])]) == 2
     assert "fingerprint differs" in capsys.readouterr().err
-
-
-def test_issue21_results_before_and_after_the_content_fingerprint_still_compare(results, tmp_path):
-    """A result written before issue 21 recorded the name-bound fingerprint; a newer result of the same data
-    names it as its legacy_fingerprint, so the two compare (and different data still does not)."""
-    new = json.loads(results["b"].read_text())
-    old = json.loads(results["a"].read_text())
-    old["dataset"]["fingerprint"] = old["dataset"].pop("legacy_fingerprint")  # as hnbench wrote it before
-    for name in ("per_query",):
-        shutil.copy(results["a"].parent / old[name], tmp_path / old[name])
-    (tmp_path / "old.json").write_text(json.dumps(old))
-    assert new["dataset"]["fingerprint"] != old["dataset"]["fingerprint"]
-    assert compare([tmp_path / "old.json", results["b"]], ks=[1]).rows
-    with pytest.raises(ConfigError, match="fingerprint differs"):
-        compare([tmp_path / "old.json", results["x"]], ks=[1])

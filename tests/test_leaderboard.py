@@ -6,7 +6,6 @@ import io
 import json
 import re
 import shlex
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -340,21 +339,6 @@ def test_issue21_context_length_is_a_column_and_a_filter(same_name_sets, tmp_pat
     assert "--context-length 8" in md  # the header's command reproduces the board
     csv = pd.read_csv(io.StringIO(leaderboard([same_name_sets], fmt="csv")))
     assert sorted(csv["context_length"]) == [8, 16, 16] and csv["data_fingerprint"].nunique() == 2
-
-
-def test_issue21_older_results_join_newer_ones_of_the_same_data(same_name_sets, tmp_path):
-    """A result written before issue 21 (its fingerprint the name-bound one, no legacy_fingerprint) sits in
-    the same table as a newer result of the same data, through the newer one's legacy_fingerprint."""
-    (new,) = [p for p in same_name_sets.glob("*.json") if read_result(p).dataset["n_images"] == 6]
-    old = json.loads(new.read_text())
-    old["dataset"]["fingerprint"] = old["dataset"].pop("legacy_fingerprint")
-    old["model"]["fingerprint"] = "0" * 16  # another model, scored with the hnbench of before
-    old.pop("per_query"), old.pop("per_query_sha256")
-    (tmp_path / "old.json").write_text(json.dumps(old))
-    shutil.copy(new, tmp_path / new.name)
-    t = tables(leaderboard([tmp_path]))
-    ((title, df),) = t.items()
-    assert title == "manifest · default · 6 images" and len(df) == 2
 
 
 def test_issue21_one_model_at_two_context_lengths_is_two_labelled_rows(tmp_path):

@@ -298,8 +298,6 @@ def test_item3_the_content_fingerprint_is_separable_from_the_name(tmp_path):
     a = load_dataset(str(_same_size_set(tmp_path / "a", 0)))
     (tmp_path / "a" / "m.jsonl").rename(tmp_path / "a" / "other.jsonl")
     renamed = load_dataset(str(tmp_path / "a" / "other.jsonl"))
-    # issue 21: the data fingerprint is the content alone (the name is a label); only the legacy,
-    # name-bound one that results record beside it differs
+    # issue 21: the data fingerprint is the content alone (the name is a label)
     assert renamed.name != a.name and renamed.fingerprint() == a.fingerprint()
     assert renamed.content_fingerprint() == a.content_fingerprint()
-    assert renamed.legacy_fingerprint() != a.legacy_fingerprint()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import html
 import io
-import json
 import logging
 import os
 from collections.abc import Sequence
@@ -220,28 +219,6 @@ class ImageTextDataset:
         data) nor the protocol (what a protocol selects shows in the content: its images, its captions; the
         protocol is still a field of its own wherever results are matched or ranked)."""
         return self.content_fingerprint()[:16]
-
-    def legacy_fingerprint(self) -> str:
-        """The fingerprint hnbench recorded before issue 21: sha256 over the name, the protocol and the
-        :meth:`content_fingerprint` (16 hex digits). Results record it beside :meth:`fingerprint` so that
-        results of the same data written before and after join (leaderboard, compare, browse)."""
-        return self.legacy_of(self.content_fingerprint())
-
-    def legacy_of(self, content: str) -> str:
-        """:meth:`legacy_fingerprint` from an already computed :meth:`content_fingerprint`."""
-        h = hashlib.sha256(json.dumps([self.name, self.protocol]).encode())
-        h.update(content.encode())
-        return h.hexdigest()[:16]
-
-    def fingerprints(self) -> dict[str, str]:
-        """``{"fingerprint", "legacy_fingerprint"}`` as a result records them (the content hashed once)."""
-        content = self.content_fingerprint()
-        return {"fingerprint": content[:16], "legacy_fingerprint": self.legacy_of(content)}
-
-    def matches(self, fingerprint: object) -> bool:
-        """Whether a recorded data fingerprint (of either scheme: :meth:`fingerprint`, or
-        :meth:`legacy_fingerprint` in files written before issue 21) is this data's."""
-        return fingerprint in self.fingerprints().values()
 
     def content_fingerprint(self) -> str:
         """sha256 over the content alone: image ids with the digest of each image's bytes

@@ -40,7 +40,7 @@ def reload_dataset(result: EvalResult, dataset: str | None = None, *, data_root:
                           "pass --dataset (and --data-root) to say where it is")
     ds = load_dataset(name, data_root=data_root, protocol=d.get("protocol") if name in DATASETS else None,
                       skip_invalid=skip, **options)
-    if not ds.matches(d.get("fingerprint")):
+    if ds.fingerprint() != d.get("fingerprint"):
         raise ConfigError(f"{result.path} was scored on dataset fingerprint {d.get('fingerprint')}, but {name} now "
                           f"has {ds.fingerprint()}; pass the dataset it was scored on")
     return ds
