@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from hnbench.validate import DEFAULT_KS
+
 __all__ = [
     "bootstrap_ci",
     "csr_from_assignment",
@@ -60,7 +62,7 @@ def _check_ks(ks: Sequence[int]) -> list[int]:
     return out
 
 
-def recall_at_k(ranks: npt.ArrayLike, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+def recall_at_k(ranks: npt.ArrayLike, ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
     """R@K = 100 * #{q : rank_q <= K} / N, in percent."""
     r = _as_ranks(ranks)
     return {f"R@{k}": float(100.0 * np.mean(r <= k)) for k in _check_ks(ks)}
@@ -78,7 +80,7 @@ def rank_summary(ranks: npt.ArrayLike) -> dict[str, float]:
 
 def bootstrap_ci(
     ranks: npt.ArrayLike,
-    ks: Sequence[int] = (1, 5, 10),
+    ks: Sequence[int] = DEFAULT_KS,
     n_boot: int = 1000,
     alpha: float = 0.05,
     seed: int = 0,
@@ -202,7 +204,7 @@ def ranks_from_scores(
 def summarize(
     ranks: npt.ArrayLike,
     tied: npt.ArrayLike,
-    ks: Sequence[int] = (1, 5, 10),
+    ks: Sequence[int] = DEFAULT_KS,
     ci: bool = True,
     n_boot: int = 1000,
     seed: int = 0,

@@ -13,6 +13,8 @@ from typing import Any
 
 import pandas as pd
 
+from hnbench.validate import DEFAULT_KS
+
 PUBLISHED_CSV = Path(__file__).parent / "assets" / "published-results.csv"
 
 #: protocol family of the published CSV → {benchmark: hnbench protocol name}
@@ -24,7 +26,7 @@ PROTOCOL_FAMILIES: dict[str, dict[str, str]] = {
 #: context length of a published backbone: "ViT-L/14 248tok" → 248; no "…tok" suffix → CLIP's 77
 DEFAULT_CONTEXT_LENGTH = 77
 
-KS = (1, 5, 10)
+KS = DEFAULT_KS
 
 
 def mapped_families(benchmark: str, protocol: str | None) -> list[str]:

@@ -22,8 +22,9 @@ logger = logging.getLogger(__name__)
 
 # Weight precisions an evaluation accepts (open_clip's names; the pixels are cast to match).
 PRECISIONS = ("fp32", "fp16", "bf16")
-BACKENDS = ("auto", "torch", "faiss")  # exact search: auto picks per search (hnbench.search)
+BACKENDS = ("auto", "torch", "faiss", "faiss-gpu")  # exact search: auto picks per search (hnbench.search)
 SEARCHES = ("exact", "approximate")
+DEFAULT_KS = (1, 5, 10)  # the recall cut-offs R@K of eval, compare, the metrics and the published numbers
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
@@ -139,14 +140,8 @@ def warn_trivial_ks(ks: Sequence[int], n_images: int, n_captions: int) -> None:
                        "--k", ", ".join(trivial))
 
 
-def check_eval(*, ks: Sequence[int], device: str, precision: str, output_dir: str | Path | None, search: str,
-               backend: str) -> None:
-    """The evaluation settings beyond their declared integer bounds, before anything is loaded."""
+def check_eval(*, ks: Sequence[int], device: str, output_dir: str | Path | None) -> None:
+    """The evaluation settings beyond what their fields declare (bounds, choices), before anything is loaded."""
     check_ks(ks)
-    check_precision(precision)
-    if search not in SEARCHES:
-        raise ConfigError(f"--search must be 'exact' or 'approximate', got {search!r}")
-    if backend not in BACKENDS:
-        raise ConfigError(f"--backend must be auto, torch or faiss, got {backend!r}")
     check_device(device)
     check_output_dir(output_dir)
