@@ -195,8 +195,9 @@ def _run_leaderboard(args: argparse.Namespace) -> int:
 def _add_hardness_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("hardness", help="how near-duplicate a caption set's negatives are (for an encoder), and "
                                         "where a model fails on them: JSON, PNG plots, Markdown report")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--dataset", action="append", help="registered name or path (as for eval); repeat to compare")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--dataset", action="append", help="registered name or path (as for eval); repeat to compare "
+                                                        "(default: the data the first --results file records)")
     src.add_argument("--captions", action="append", metavar="FILE",
                      help="a caption list: .txt (one a line) or CSV/TSV/JSONL with a caption column; repeatable")
     p.add_argument("--label-field", default="auto",
@@ -217,9 +218,16 @@ def _run_hardness(args: argparse.Namespace) -> int:
     from hnbench.hardness.run import hardness, hardness_many
 
     label = None if args.label_field == "none" else args.label_field
-    data = args.dataset or [load_captions(c, column=args.caption_column,
-                                          label_field=None if label == "auto" else label) for c in args.captions]
     spec = spec_from_args(DataSpec, args, dataset=None)  # the data flags, for each --dataset
+    data: list[Any] = args.dataset or [load_captions(c, column=args.caption_column,
+                                                     label_field=None if label == "auto" else label)
+                                       for c in args.captions or ()]
+    if not data:  # the data the result was scored on, as it records it (the data flags override)
+        if not args.results:
+            raise ConfigError("give --dataset, --captions, or --results (whose recorded data is then measured)")
+        from hnbench.results import read_result
+
+        data = [DataSpec.from_record(read_result(args.results[0]).dataset).override(**spec.set_fields())]
     options = {k: v for k, v in spec.set_fields().items() if k not in ("data_root", "protocol")}
     if args.captions:
         options.pop("caption_column", None)  # a --captions file's column, read above

@@ -21,7 +21,7 @@ import pandas as pd
 
 from hnbench import distributed as dist
 from hnbench.cache import EmbeddingCache, default_root
-from hnbench.data import ImageTextDataset
+from hnbench.data import ImageTextDataset, load_spec
 from hnbench.data.benchmarks.spec import recheck_counts
 from hnbench.encode import encode_images, encode_texts
 from hnbench.errors import ConfigError
@@ -182,7 +182,7 @@ def evaluate(
         if ctx.enabled and not ctx.is_main:
             ctx.all_gather(None)  # rank 0 first: a generated dataset or downloaded weights are written once
         if data is not None:
-            dataset = data.load(**loader_options)
+            dataset = load_spec(data, **loader_options)
         assert isinstance(dataset, ImageTextDataset)
         timings["load_data"] = time.perf_counter() - t0
         t = time.perf_counter()

@@ -24,6 +24,7 @@ from hnbench.validate import (
     SEARCHES,
     check_at_least,
     check_device,
+    check_edges,
     check_eval,
     check_number,
     check_output_dir,
@@ -276,8 +277,6 @@ class HardnessSettings:
 
     def validate(self, output_dir: str | Path | None = None) -> None:
         """Every setting (and the output directory), before anything is loaded (one line each)."""
-        from hnbench.hardness.stats import check_edges  # imports torch: only when hardness runs
-
         check_declared(self)
         try:
             check_edges(self.edges)

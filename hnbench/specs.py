@@ -6,8 +6,8 @@ Each field is a :func:`hnbench.settings.option`: the CLI generates the flags of 
 (``result.dataset["spec"]``) so ``browse`` rebuilds the same spec from the record (flags only override).
 
 A data field names the dataset kinds that read it (``reads=``, see :func:`data_kind`); a field set for a
-kind that does not read it is refused in one line before anything loads (:meth:`DataSpec.check`). This
-module stays light (no torch, numpy or argparse).
+kind that does not read it is refused in one line before anything loads (:meth:`DataSpec.check`;
+:func:`hnbench.data.load_spec` checks, then loads). This module stays light (no torch, numpy or argparse).
 """
 
 from __future__ import annotations
@@ -17,14 +17,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hnbench.errors import ConfigError
 from hnbench.registry import BENCHMARK_SPECS, DATASETS, MODELS
 from hnbench.settings import EvalSettings, check_declared, from_options, option, same_as
-
-if TYPE_CHECKING:
-    from hnbench.data.base import ImageTextDataset
 
 __all__ = ["DATA_KINDS", "DataSpec", "ModelSpec", "data_kind"]
 
@@ -128,14 +125,9 @@ class DataSpec:
                 raise ConfigError(f"{_flag(f)} is not read by {self.dataset!r} (a {_KIND_TEXT[kind]}); it applies "
                                   f"to {readers} data: leave it out")
 
-    def load(self, **extra: Any) -> ImageTextDataset:
-        """Check, then load (``extra``: other loader options, e.g. ``expected_counts``)."""
-        from hnbench.data import load_dataset
-
-        self.check()
-        assert self.dataset is not None
-        options = {k: v for k, v in self.set_fields().items() if k != "dataset"}
-        return load_dataset(self.dataset, **options, **extra)
+    def loader_options(self) -> dict[str, Any]:
+        """The fields set, but the dataset: the keywords of :func:`hnbench.data.load_dataset`."""
+        return {k: v for k, v in self.set_fields().items() if k != "dataset"}
 
     def recorded(self) -> dict[str, Any]:
         """What a result records: the fields set, with paths made absolute (so it reloads from anywhere)."""

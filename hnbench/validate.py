@@ -61,6 +61,14 @@ def check_number(name: str, value: object, *, minimum: float | None = None, abov
     raise ConfigError(f"{name} must be a finite number{what}, got {value!r}")
 
 
+def check_edges(edges: Sequence[float]) -> list[float]:
+    """Similarity bucket edges (hardness): at least two increasing numbers; returned as floats."""
+    e = [float(v) for v in edges]
+    if len(e) < 2 or any(b <= a for a, b in zip(e, e[1:])):
+        raise ValueError(f"bucket edges must be at least two increasing numbers, got {list(edges)}")
+    return e
+
+
 def check_ks(ks: Sequence[int]) -> None:
     """Recall cut-offs: at least one, each a positive integer."""
     if not len(ks):

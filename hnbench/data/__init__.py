@@ -10,8 +10,17 @@ from hnbench.data import local
 from hnbench.data.base import FileImages, HFImages, ImageSource, ImageTextDataset
 from hnbench.errors import DataError
 from hnbench.registry import DATASETS
+from hnbench.specs import DataSpec, data_kind
 
-__all__ = ["FileImages", "HFImages", "ImageSource", "ImageTextDataset", "load_dataset"]
+__all__ = ["FileImages", "HFImages", "ImageSource", "ImageTextDataset", "load_dataset", "load_spec"]
+
+
+def load_spec(spec: DataSpec, **extra: Any) -> ImageTextDataset:
+    """Check ``spec`` (an option its kind of data does not read is refused), then load it; ``extra``: other
+    loader options (e.g. ``expected_counts``)."""
+    spec.check()
+    assert spec.dataset is not None  # check() refuses a spec without one
+    return load_dataset(spec.dataset, **spec.loader_options(), **extra)
 
 
 def load_dataset(
@@ -37,8 +46,6 @@ def load_dataset(
     image folder or HF set (default: its file or folder name). The options each kind reads are declared
     on :class:`hnbench.specs.DataSpec`'s fields (``DataSpec.load`` refuses the others before loading).
     """
-    from hnbench.specs import data_kind
-
     columns = {"image_column": image_column, "caption_column": caption_column, "name": name}
     name_or_path = os.fspath(name_or_path)
     kind = data_kind(name_or_path)

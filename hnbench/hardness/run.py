@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from hnbench import encode
+from hnbench.data import load_spec
 from hnbench.data.base import ImageTextDataset
 from hnbench.errors import ConfigError
 from hnbench.hardness.analyze import analyze
@@ -44,7 +45,7 @@ def _slug(s: str) -> str:
 
 
 def hardness(
-    data: str | ImageTextDataset | CaptionSet | Sequence[str],
+    data: str | DataSpec | ImageTextDataset | CaptionSet | Sequence[str],
     model: Any,
     *,
     pretrained: str | None = None,
@@ -59,7 +60,8 @@ def hardness(
 ) -> HardnessReport:
     """Measure how hard a caption set's negatives are for an encoder; write the report to ``output_dir``.
 
-    ``data``: a registered dataset name or a path :func:`hnbench.data.load_dataset` reads, a plain
+    ``data``: a registered dataset name or a path :func:`hnbench.data.load_dataset` reads (its other loader
+    options in ``dataset_options``: the fields of :class:`~hnbench.specs.DataSpec`), a DataSpec, a plain
     caption file (``.txt``, one caption a line), a loaded dataset, a :class:`CaptionSet` or a list of
     captions. ``model``: anything :func:`hnbench.models.load_model` loads (its text tower embeds the
     captions, its image tower the images unless ``images=False``), ``minilm`` for a text-only
@@ -75,9 +77,11 @@ def hardness(
     timings: dict[str, float] = {}
     if isinstance(data, str) and Path(data).suffix == ".txt":
         data = load_captions(data, label_field=None if label_field == "auto" else label_field)
+    elif isinstance(data, DataSpec):
+        data = load_spec(data.override(data_root=data_root, protocol=protocol))
     elif isinstance(data, str):
         spec, rest = DataSpec.of(data, dataset_options, data_root=data_root, protocol=protocol)
-        data = spec.load(**rest)  # checked first: an option this kind of data does not read is refused
+        data = load_spec(spec, **rest)  # checked first: an option this kind of data does not read is refused
     elif not isinstance(data, (ImageTextDataset, CaptionSet)):
         captions = [str(c) for c in data]
         ids = [str(i) for i in range(len(captions))]

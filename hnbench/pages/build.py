@@ -12,7 +12,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from hnbench.comparison import check_comparable, model_label
-from hnbench.data import ImageTextDataset
+from hnbench.data import ImageTextDataset, load_spec
 from hnbench.errors import ConfigError
 from hnbench.io import atomic_write_bytes, check_output, record_output
 from hnbench.pages.html import render
@@ -43,7 +43,7 @@ def reload_dataset(result: EvalResult, dataset: str | None = None, *, data_root:
     if not name or (name not in DATASETS and not Path(name).exists() and not str(name).startswith("hf:")):
         raise ConfigError(f"{result.path}: its dataset {d.get('name')!r} (source {d.get('source')!r}) is not here; "
                           "pass --dataset (and --data-root) to say where it is")
-    ds = spec.load()
+    ds = load_spec(spec)
     if ds.fingerprint() != d.get("fingerprint"):
         raise ConfigError(f"{result.path} was scored on dataset fingerprint {d.get('fingerprint')}, but {name} now "
                           f"has {ds.fingerprint()}; pass the dataset it was scored on")
