@@ -33,7 +33,7 @@ from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import atomic_write_bytes, check_output, markdown_code, markdown_text, record_output
 from hnbench.results import EvalResult, read_per_query, read_result
 from hnbench.significance import PairedTest, holm, paired_test
-from hnbench.validate import DEFAULT_KS
+from hnbench.validate import DEFAULT_KS, check_ks
 
 SCHEMA_VERSION = 1
 KIND = "hnbench.compare"
@@ -179,9 +179,8 @@ def compare(results: Sequence[str | Path | EvalResult], *, ks: Sequence[int] = D
     A comparison of other results already there is not replaced unless ``overwrite``."""
     if len(results) < 2:
         raise ConfigError("compare needs at least two result files (the first is the baseline)")
+    check_ks(ks)
     ks = [int(k) for k in ks]
-    if not ks or min(ks) < 1:
-        raise ConfigError(f"--k must be positive integers, got {ks}")
     if n_boot < 1:
         raise ConfigError(f"n_boot must be >= 1, got {n_boot}")
     loaded = [r if isinstance(r, EvalResult) else read_result(r) for r in results]

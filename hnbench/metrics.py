@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hnbench.validate import DEFAULT_KS
+from hnbench.errors import ConfigError
+from hnbench.validate import DEFAULT_KS, check_ks
 
 __all__ = [
     "bootstrap_ci",
@@ -55,11 +56,12 @@ def _as_ranks(ranks: npt.ArrayLike) -> IntArray:
 
 
 def _check_ks(ks: Sequence[int]) -> list[int]:
-    """Validate the K list for R@K (positive integers)."""
-    out = [int(k) for k in ks]
-    if not out or min(out) < 1:
-        raise ValueError(f"ks must be positive integers, got {list(ks)}")
-    return out
+    """The K list for R@K, by :func:`hnbench.validate.check_ks` (a ValueError here: this is the array API)."""
+    try:
+        check_ks(ks)
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+    return [int(k) for k in ks]
 
 
 def recall_at_k(ranks: npt.ArrayLike, ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
