@@ -135,7 +135,7 @@ def _run_datasets_info(args: argparse.Namespace) -> int:
     from hnbench.data.benchmarks.stats import describe, render_info
 
     spec = spec_from_args(DataSpec, args, dataset=args.name, name=None)  # NAME: the benchmark, not --name
-    spec.check()
+    spec.validate()
     info = describe(args.name, **{k: v for k, v in spec.set_fields().items() if k != "dataset"},
                     progress=not args.quiet)
     print(json.dumps(info, indent=2) if args.json else render_info(info))

@@ -40,7 +40,7 @@ from hnbench.search import RetrievalOutput, retrieve
 from hnbench.search_approximate import retrieve_approximate
 from hnbench.settings import EvalSettings, from_options
 from hnbench.specs import DataSpec, ModelSpec
-from hnbench.validate import DEFAULT_KS, check_model_config_name, warn_trivial_ks
+from hnbench.validate import DEFAULT_KS, warn_trivial_ks
 
 logger = logging.getLogger(__name__)
 
@@ -166,14 +166,14 @@ def evaluate(
                      **{k: os.fspath(v) for k, v in (("pretrained", pretrained), ("model_config", model_config))
                         if v is not None})
     weights, config = spec.pretrained, spec.model_config
-    check_model_config_name(model, config)
+    spec.validate()  # the model config's architecture name (a loaded encoder: nothing to check)
     data: DataSpec | None = None
     loader_options: dict[str, Any] = {}
     if isinstance(dataset, str):
         data, loader_options = DataSpec.of(dataset, dataset_options, data_root=data_root, protocol=protocol,
                                            split=split, image_column=image_column, caption_column=caption_column,
                                            skip_invalid=s.skip_invalid or None)
-        data.check()  # before anything loads
+        data.validate()  # before anything loads
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     ctx = dist.from_env(s.device) if dist.wanted(s.distributed) else dist.DistContext()

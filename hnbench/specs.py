@@ -6,7 +6,7 @@ Each field is a :func:`hnbench.settings.option`: the CLI generates the flags of 
 (``result.dataset["spec"]``) so ``browse`` rebuilds the same spec from the record (flags only override).
 
 A data field names the dataset kinds that read it (``reads=``, see :func:`data_kind`); a field set for a
-kind that does not read it is refused in one line before anything loads (:meth:`DataSpec.check`;
+kind that does not read it is refused in one line before anything loads (:meth:`DataSpec.validate`;
 :func:`hnbench.data.load_spec` checks, then loads). This module stays light (no torch, numpy or argparse).
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 from hnbench.errors import ConfigError
 from hnbench.registry import BENCHMARK_SPECS, DATASETS, MODELS
 from hnbench.settings import EvalSettings, check_declared, from_options, option, same_as
+from hnbench.validate import check_model_config_name
 
 __all__ = ["DATA_KINDS", "DataSpec", "ModelSpec", "data_kind"]
 
@@ -111,7 +112,7 @@ class DataSpec:
     def kind(self) -> str | None:
         return data_kind(self.dataset) if self.dataset is not None else None
 
-    def check(self) -> None:
+    def validate(self) -> None:
         """The declared types, and no field set that this kind of data does not read (before anything loads)."""
         check_declared(self)
         if self.dataset is None:
@@ -188,3 +189,8 @@ class ModelSpec:
         for name in ("model", "pretrained", "model_config"):
             if isinstance(getattr(self, name), os.PathLike):
                 setattr(self, name, os.fspath(getattr(self, name)))
+
+    def validate(self) -> None:
+        """The declared types and bounds, and a --model-config's architecture name (before anything loads)."""
+        check_declared(self)
+        check_model_config_name(self.model, self.model_config)

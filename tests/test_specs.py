@@ -293,3 +293,21 @@ def test_issue21_hardness_results_rebuilds_the_recorded_data(micro_config, tmp_p
     capsys.readouterr()
     assert main(["hardness", "--model", "hnb-micro", "--output", str(tmp_path / "none")]) == 2
     assert_one_line_error(capsys.readouterr().err, "--dataset", "--results")
+
+
+def test_issue21_choices_are_enforced_one_way_in_every_settings_class():
+    """A declared ``choices`` is checked by one rule, through each class's one validation entry."""
+    from hnbench.errors import ConfigError
+    from hnbench.settings import EvalSettings
+    from hnbench.train.config import TrainConfig
+
+    with pytest.raises(ConfigError, match=r"^--precision must be one of fp32, fp16, bf16, got 'fp8'$"):
+        EvalSettings(precision="fp8").validate()
+    with pytest.raises(ConfigError, match=r"^--backend must be one of auto, torch, faiss, faiss-gpu, got 'x'$"):
+        EvalSettings(backend="x").validate()
+    with pytest.raises(ConfigError, match=r"loss must be one of hn, infonce, got 'HN'"):
+        TrainConfig(loss="HN").validate()
+    from hnbench.search import BACKENDS  # the one list the search dispatches on
+
+    eval_parser = dict(_parsers(build_parser()))["hnbench eval"]
+    assert eval_parser._option_string_actions["--backend"].choices == list(BACKENDS)

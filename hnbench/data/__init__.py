@@ -18,7 +18,7 @@ __all__ = ["FileImages", "HFImages", "ImageSource", "ImageTextDataset", "load_da
 def load_spec(spec: DataSpec, **extra: Any) -> ImageTextDataset:
     """Check ``spec`` (an option its kind of data does not read is refused), then load it; ``extra``: other
     loader options (e.g. ``expected_counts``)."""
-    spec.check()
+    spec.validate()
     assert spec.dataset is not None  # check() refuses a spec without one
     return load_dataset(spec.dataset, **spec.loader_options(), **extra)
 

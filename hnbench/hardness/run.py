@@ -187,7 +187,7 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
     for d in datasets:  # every data set's options, before the first is loaded
         if isinstance(d, str) and Path(d).suffix != ".txt":
             DataSpec.of(d, kwargs.get("dataset_options"), data_root=kwargs.get("data_root"),
-                        protocol=kwargs.get("protocol"))[0].check()
+                        protocol=kwargs.get("protocol"))[0].validate()
     inputs = {"data": [d if isinstance(d, str) else getattr(d, "fingerprint", None) for d in datasets],
               "models": [m if isinstance(m, str) else m.info.fingerprint for m in models], "pretrained": pretrained,
               "model_config": model_config, "statistics": _statistics(s),

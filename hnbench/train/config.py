@@ -148,7 +148,7 @@ class TrainConfig:
         try:  # declared bounds and choices (compared exactly: the loss is dispatched on its exact name)
             check_declared(self, with_key=True)
             check_device_name(self.device)
-            self.data_spec().check()
+            self.data_spec().validate()
         except ConfigError as e:
             problems.append(str(e))
         problems += [msg for ok, msg in checks if not ok]
