@@ -44,15 +44,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _add_spec_args(p: argparse.ArgumentParser, *, sparse: bool = False, required: bool = True,
-                   skip: Collection[str] = (), kinds: Collection[str] | None = None) -> None:
+def _add_spec_args(p: argparse.ArgumentParser, *, sparse: bool = False, required: bool = True) -> None:
     """The model and data flags, generated from :class:`ModelSpec` and :class:`DataSpec` (``--model`` and
-    ``--dataset`` required unless ``sparse`` or not ``required``); ``kinds``: only the data fields these kinds
-    of data read."""
+    ``--dataset`` required unless ``sparse`` or not ``required``)."""
     must = {"model", "dataset"} if required and not sparse else set()
-    _add_settings_args(p, ModelSpec, sparse=sparse, skip=skip, required=must)
-    only = None if kinds is None else {f.name for f in fields(DataSpec) if set(kinds) & set(f.metadata["reads"])}
-    _add_settings_args(p, DataSpec, sparse=sparse, skip=skip, required=must, only=only)
+    _add_settings_args(p, ModelSpec, sparse=sparse, required=must)
+    _add_settings_args(p, DataSpec, sparse=sparse, required=must)
 
 
 def spec_from_args(cls: type[_T], args: argparse.Namespace, **given: Any) -> _T:
@@ -104,8 +101,7 @@ def _add_datasets_parser(sub: _Subparsers) -> None:
     info = dsub.add_parser("info", help="source, license, citation, protocols; with data: counts, caption "
                                         "lengths (words, CLIP tokens), fingerprint")
     info.add_argument("name")
-    _add_settings_args(info, DataSpec, only={f.name for f in fields(DataSpec) if "benchmark" in f.metadata["reads"]
-                                             or "generated" in f.metadata["reads"]} - {"dataset"})
+    _add_settings_args(info, DataSpec, only=DataSpec.read_by("benchmark", "generated") - {"dataset"})
     info.add_argument("--json", action="store_true", help="print JSON (keys n_images, n_captions, ...)")
     info.set_defaults(handler=_run_datasets_info)
     dl = dsub.add_parser("download", help="fetch a benchmark from its official sources into DIR")
@@ -219,6 +215,12 @@ def _run_hardness(args: argparse.Namespace) -> int:
 
     label = None if args.label_field == "none" else args.label_field
     spec = spec_from_args(DataSpec, args, dataset=None)  # the data flags, for each --dataset
+    options = {k: v for k, v in spec.set_fields().items() if k not in ("data_root", "protocol")}
+    if args.captions:  # a caption file reads its column (below) and no other data flag
+        unread = sorted(set(spec.set_fields()) - {"caption_column"})
+        if unread:
+            raise ConfigError(f"--{unread[0].replace('_', '-')} is not read by a --captions file; leave it out")
+        options.pop("caption_column", None)
     data: list[Any] = args.dataset or [load_captions(c, column=args.caption_column,
                                                      label_field=None if label == "auto" else label)
                                        for c in args.captions or ()]
@@ -228,9 +230,6 @@ def _run_hardness(args: argparse.Namespace) -> int:
         from hnbench.results import read_result
 
         data = [DataSpec.from_record(read_result(args.results[0]).dataset).override(**spec.set_fields())]
-    options = {k: v for k, v in spec.set_fields().items() if k not in ("data_root", "protocol")}
-    if args.captions:
-        options.pop("caption_column", None)  # a --captions file's column, read above
     kw = dict(model_config=args.model_config, data_root=args.data_root, protocol=args.protocol,
               dataset_options=options or None, label_field=label, settings=settings_from_args(HardnessSettings, args))
     if len(data) * max(len(args.model), len(args.pretrained or [])) == 1:

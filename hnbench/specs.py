@@ -104,6 +104,11 @@ class DataSpec:
         """The kinds of data that read field ``name``."""
         return tuple(next(f for f in dataclasses.fields(cls) if f.name == name).metadata["reads"])
 
+    @classmethod
+    def read_by(cls, *kinds: str) -> set[str]:
+        """The fields that some of these kinds of data read."""
+        return {f.name for f in dataclasses.fields(cls) if set(kinds) & set(f.metadata["reads"])}
+
     def set_fields(self) -> dict[str, Any]:
         """The fields that differ from their defaults (what a run says about its data), tuples as lists."""
         return {f.name: list(v) if isinstance(v, tuple) else v for f in dataclasses.fields(self)

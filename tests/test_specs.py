@@ -311,3 +311,13 @@ def test_issue21_choices_are_enforced_one_way_in_every_settings_class():
 
     eval_parser = dict(_parsers(build_parser()))["hnbench eval"]
     assert eval_parser._option_string_actions["--backend"].choices == list(BACKENDS)
+
+
+def test_issue21_hardness_captions_file_refuses_the_other_data_flags(tmp_path, capsys):
+    captions = tmp_path / "c.txt"
+    captions.write_text("a red car\na blue car\n")
+    before = snapshot(tmp_path)
+    assert main(["hardness", "--captions", str(captions), "--protocol", "test", "--model", "minilm",
+                 "--output", str(tmp_path / "out")]) == 2
+    assert_one_line_error(capsys.readouterr().err, "--protocol", "--captions")
+    assert snapshot(tmp_path) == before
