@@ -210,8 +210,9 @@ def run_evaluation(encoder: Encoder, dataset: ImageTextDataset, settings: EvalSe
                    data_spec: DataSpec | None = None) -> EvalResult:
     """The pipeline on loaded objects: encode (through the cache) → search both ways → score → result file.
 
-    ``data_spec``: the spec ``dataset`` was loaded with, recorded in ``result.dataset["spec"]``. ``ctx`` is the distributed context of a caller that set it up (and closes it); without it the
-    settings are validated here and a context is made (and closed) from ``settings.distributed``.
+    ``data_spec``: the spec ``dataset`` was loaded with, recorded in ``result.dataset["spec"]``. ``ctx`` is
+    the distributed context of a caller that set it up (and closes it); without it the settings are
+    validated here and a context is made (and closed) from ``settings.distributed``.
     """
     if ctx is None:
         settings.validate(output_dir)

@@ -84,7 +84,9 @@ class DataSpec:
         if isinstance(self.split_file, (str, os.PathLike)):
             self.split_file = (os.fspath(self.split_file),)
         elif isinstance(self.split_file, (list, tuple)):
-            self.split_file = tuple(os.fspath(p) for p in self.split_file)
+            self.split_file = tuple(os.fspath(p) if isinstance(p, os.PathLike) else p for p in self.split_file)
+        else:
+            self.split_file = (self.split_file,)  # refused by validate()
         for name in ("dataset", "data_root"):
             if isinstance(getattr(self, name), os.PathLike):
                 setattr(self, name, os.fspath(getattr(self, name)))
@@ -115,11 +117,14 @@ class DataSpec:
                 if (v := getattr(self, f.name)) != f.default}
 
     def kind(self) -> str | None:
-        return data_kind(self.dataset) if self.dataset is not None else None
+        """:func:`data_kind` of the dataset (None: none given, or not a name; validate() says which)."""
+        return data_kind(self.dataset) if isinstance(self.dataset, str) else None
 
     def validate(self) -> None:
         """The declared types, and no field set that this kind of data does not read (before anything loads)."""
         check_declared(self)
+        if not all(isinstance(p, str) for p in self.split_file):  # a list field (a result's record may say anything)
+            raise ConfigError(f"--split-file must be paths, got {list(self.split_file)!r}")
         if self.dataset is None:
             raise ConfigError("--dataset is required")
         kind = self.kind()

@@ -321,3 +321,18 @@ def test_issue21_hardness_captions_file_refuses_the_other_data_flags(tmp_path, c
                  "--output", str(tmp_path / "out")]) == 2
     assert_one_line_error(capsys.readouterr().err, "--protocol", "--captions")
     assert snapshot(tmp_path) == before
+
+
+def test_issue21_a_result_recording_a_malformed_spec_is_one_line(micro_config, tmp_path, capsys):
+    """Result folders are untrusted: a spec of the wrong types is refused in one line, not a traceback."""
+    rc, res = _eval(micro_config, tmp_path / "out", "--dataset", str(_manifest(tmp_path)))
+    assert rc == 0 and res is not None
+    path = Path(res["path"])
+    for bad, words in (({"dataset": 3}, ("--dataset", "string")), ({"dataset": res["dataset"]["spec"]["dataset"],
+                                                                     "split_file": 5}, ("--split-file",))):
+        record = json.loads(path.read_text())
+        record["dataset"]["spec"] = bad
+        path.write_text(json.dumps(record))
+        capsys.readouterr()
+        assert main(["browse", str(path), "--output", str(tmp_path / "page")]) == 2
+        assert_one_line_error(capsys.readouterr().err, *words)

@@ -40,6 +40,8 @@ def reload_dataset(result: EvalResult, dataset: str | None = None, *, data_root:
                                           "split_file": tuple(split_file or ()), **data})
     spec = DataSpec.from_record(d).override(**flags.set_fields())
     name = spec.dataset
+    if name is not None:
+        spec.validate()  # types (a result's record may say anything) and the fields its kind reads
     if not name or (name not in DATASETS and not Path(name).exists() and not str(name).startswith("hf:")):
         raise ConfigError(f"{result.path}: its dataset {d.get('name')!r} (source {d.get('source')!r}) is not here; "
                           "pass --dataset (and --data-root) to say where it is")
