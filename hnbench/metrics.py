@@ -19,9 +19,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hnbench.errors import ConfigError
-from hnbench.validate import DEFAULT_KS, check_ks
-
 __all__ = [
     "bootstrap_ci",
     "csr_from_assignment",
@@ -56,15 +53,14 @@ def _as_ranks(ranks: npt.ArrayLike) -> IntArray:
 
 
 def _check_ks(ks: Sequence[int]) -> list[int]:
-    """The K list for R@K, by :func:`hnbench.validate.check_ks` (a ValueError here: this is the array API)."""
-    try:
-        check_ks(ks)
-    except ConfigError as e:
-        raise ValueError(str(e)) from None
-    return [int(k) for k in ks]
+    """Validate the K list for R@K (positive integers)."""
+    out = [int(k) for k in ks]
+    if not out or min(out) < 1:
+        raise ValueError(f"ks must be positive integers, got {list(ks)}")
+    return out
 
 
-def recall_at_k(ranks: npt.ArrayLike, ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
+def recall_at_k(ranks: npt.ArrayLike, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
     """R@K = 100 * #{q : rank_q <= K} / N, in percent."""
     r = _as_ranks(ranks)
     return {f"R@{k}": float(100.0 * np.mean(r <= k)) for k in _check_ks(ks)}
@@ -82,7 +78,7 @@ def rank_summary(ranks: npt.ArrayLike) -> dict[str, float]:
 
 def bootstrap_ci(
     ranks: npt.ArrayLike,
-    ks: Sequence[int] = DEFAULT_KS,
+    ks: Sequence[int] = (1, 5, 10),
     n_boot: int = 1000,
     alpha: float = 0.05,
     seed: int = 0,
@@ -206,7 +202,7 @@ def ranks_from_scores(
 def summarize(
     ranks: npt.ArrayLike,
     tied: npt.ArrayLike,
-    ks: Sequence[int] = DEFAULT_KS,
+    ks: Sequence[int] = (1, 5, 10),
     ci: bool = True,
     n_boot: int = 1000,
     seed: int = 0,

@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "fp16", "bf16")
 BACKENDS = ("auto", "torch", "faiss", "faiss-gpu")  # exact search: auto picks per search (hnbench.search)
 SEARCHES = ("exact", "approximate")
-DEFAULT_KS = (1, 5, 10)  # the recall cut-offs R@K of eval, compare, the metrics and the published numbers
+DEFAULT_KS = (1, 5, 10)  # the recall cut-offs R@K of eval, compare and the published numbers (hnbench.metrics,
+# which imports nothing of hnbench, repeats it as its default)
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
