@@ -336,3 +336,12 @@ def test_issue21_a_result_recording_a_malformed_spec_is_one_line(micro_config, t
         capsys.readouterr()
         assert main(["browse", str(path), "--output", str(tmp_path / "page")]) == 2
         assert_one_line_error(capsys.readouterr().err, *words)
+
+
+def test_issue21_train_checks_its_evaluation_data_the_same_way():
+    from hnbench.errors import ConfigError
+    from hnbench.train.config import TrainConfig
+
+    with pytest.raises(ConfigError, match=r"--caption-column is not read by 'docci'"):
+        TrainConfig.from_dict({"eval_dataset": "docci", "eval_dataset_options": {"caption_column": "long"}})
+    assert TrainConfig.from_dict({"dataset": "synthdense", "protocol": "test"}).data_spec().protocol == "test"

@@ -149,6 +149,9 @@ class TrainConfig:
             check_declared(self, with_key=True)
             check_device_name(self.device)
             self.data_spec().validate()
+            if self.eval_dataset is not None:  # the evaluation data's options: the same rule
+                DataSpec.of(self.eval_dataset, self.eval_dataset_options, protocol=self.eval_protocol,
+                            data_root=self.eval_data_root)[0].validate()
         except ConfigError as e:
             problems.append(str(e))
         problems += [msg for ok, msg in checks if not ok]
