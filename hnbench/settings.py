@@ -221,7 +221,7 @@ class EvalSettings:
     def validate(self, output_dir: str | Path | None = None) -> None:
         """Every setting (and the output directory), before any model or data is loaded."""
         check_declared(self)
-        check_eval(ks=self.ks, device=self.device, output_dir=output_dir)
+        check_eval(ks=self.ks, device=self.device, output_dir=output_dir, backend=self.backend)
 
     def recorded(self) -> dict[str, Any]:
         """The fields marked ``record``, as written to a result's ``settings`` (tuples as lists)."""

@@ -6,6 +6,7 @@ value costs nothing: no download, no encoding, nothing written.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import numbers
@@ -149,8 +150,14 @@ def warn_trivial_ks(ks: Sequence[int], n_images: int, n_captions: int) -> None:
                        "--k", ", ".join(trivial))
 
 
-def check_eval(*, ks: Sequence[int], device: str, output_dir: str | Path | None) -> None:
+def check_eval(*, ks: Sequence[int], device: str, output_dir: str | Path | None, backend: str = "auto") -> None:
     """The evaluation settings beyond what their fields declare (bounds, choices), before anything is loaded."""
     check_ks(ks)
     check_device(device)
+    if backend in ("faiss", "faiss-gpu") and importlib.util.find_spec("faiss") is None:
+        raise ConfigError(f"--backend {backend} needs faiss, which is not installed (pip install faiss-cpu); "
+                          "use --backend torch or auto")
+    if backend == "faiss-gpu" and not device.startswith("cuda"):
+        raise ConfigError(f"--backend faiss-gpu searches on a CUDA device; with --device {device} use --backend "
+                          "faiss, torch or auto")
     check_output_dir(output_dir)

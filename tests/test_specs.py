@@ -311,6 +311,8 @@ def test_issue21_choices_are_enforced_one_way_in_every_settings_class():
 
     eval_parser = dict(_parsers(build_parser()))["hnbench eval"]
     assert eval_parser._option_string_actions["--backend"].choices == list(BACKENDS)
+    with pytest.raises(ConfigError, match=r"--backend faiss-gpu searches on a CUDA device"):  # before any encoding
+        EvalSettings(backend="faiss-gpu", device="cpu").validate()
 
 
 def test_issue21_hardness_captions_file_refuses_the_other_data_flags(tmp_path, capsys):
