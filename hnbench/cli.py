@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import fields
 from typing import Any, TypeAlias, TypeVar
 
@@ -18,8 +18,9 @@ from tabulate import tabulate
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import human_bytes
-from hnbench.registry import DATASETS, MODELS, RECIPES, TEXT_ENCODERS
-from hnbench.settings import EvalSettings, HardnessSettings, field_types, option_help
+from hnbench.registry import RECIPES, TEXT_ENCODERS
+from hnbench.settings import BrowseSettings, CompareSettings, EvalSettings, HardnessSettings, field_types
+from hnbench.specs import DataSpec, ModelSpec
 from hnbench.train.config import TrainConfig, load_recipe
 from hnbench.train.report import epoch_table, read_run, train_report
 
@@ -28,10 +29,12 @@ from hnbench.train.report import epoch_table, read_run, train_report
 
 _Subparsers: TypeAlias = "argparse._SubParsersAction[_Parser]"
 _S = TypeVar("_S", EvalSettings, HardnessSettings)
+_T = TypeVar("_T", DataSpec, ModelSpec)
 
 logger = logging.getLogger("hnbench")
 
-DEMO = {"model": "hnbench-tiny", "pretrained": "synthdense", "dataset": "synthdense", "protocol": "test"}
+# what `hnbench demo` scores
+DEMO_MODEL, DEMO_DATA = ModelSpec(model="hnbench-tiny", pretrained="synthdense"), DataSpec("synthdense", protocol="test")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,39 +44,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _add_model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
-    g = p.add_argument_group("model")
-    g.add_argument("--model", required=required, help=f"model name, by family: {MODELS.describe()}")
-    g.add_argument("--pretrained", help="open_clip tag (needs the internet) or a local checkpoint "
-                                        "(.safetensors / .pt / .bin)")
-    g.add_argument("--model-config", help="JSON file registering a custom open_clip architecture")
+def _add_spec_args(p: argparse.ArgumentParser, *, sparse: bool = False, required: bool = True) -> None:
+    """The model and data flags, generated from :class:`ModelSpec` and :class:`DataSpec` (``--model`` and
+    ``--dataset`` required unless ``sparse`` or not ``required``)."""
+    must = {"model", "dataset"} if required and not sparse else set()
+    _add_settings_args(p, ModelSpec, sparse=sparse, required=must)
+    _add_settings_args(p, DataSpec, sparse=sparse, required=must)
 
 
-def _add_data_args(p: argparse.ArgumentParser, required: bool = True, skip_invalid: bool = True) -> None:
-    g = p.add_argument_group("data")
-    g.add_argument("--dataset", required=required, help=f"registered name ({', '.join(DATASETS.names())}) or a path: "
-                   "JSONL/CSV manifest, image folder with metadata.jsonl, HF dataset dir/parquet, hf:ORG/NAME")
-    g.add_argument("--data-root", help="where a registered benchmark's files are")
-    g.add_argument("--protocol", help="benchmark protocol / split (default: the benchmark's default)")
-    g.add_argument("--split", help="split of an HF dataset")
-    g.add_argument("--image-column", help="image column of a manifest / HF dataset")
-    g.add_argument("--caption-column", help="caption column of a manifest / HF dataset")
-    g.add_argument("--split-file", action="append", metavar="PATH",
-                   help="a protocol's split list (e.g. GOAL's DCI_test.json) or a folder holding it; its sha256 "
-                        "is checked against the published one (a mismatch warns) and recorded; repeatable")
-    _add_validity_args(g, skip_invalid)
-
-
-def _add_validity_args(g: argparse._ActionsContainer, skip_invalid: bool = True) -> None:
-    """The flags deciding what a bad item or a short benchmark does (eval, train, datasets info)."""
-    if skip_invalid:  # eval's comes from EvalSettings
-        g.add_argument("--skip-invalid", action="store_true", help=option_help(EvalSettings, "skip_invalid"))
-    g.add_argument("--allow-count-mismatch", action="store_true",
-                   help="run even if a benchmark's loaded counts (after skipping) differ from the published "
-                        "ones (recorded)")
-    g.add_argument("--allow-outside-paths", action="store_true",
-                   help="let a manifest or a benchmark's annotations name images outside its folder (../, "
-                        "absolute paths); refused by default since downloaded files could read any file")
+def spec_from_args(cls: type[_T], args: argparse.Namespace, **given: Any) -> _T:
+    """The :class:`ModelSpec` / :class:`DataSpec` of parsed flags (flags not given keep the defaults)."""
+    values = {f.name: getattr(args, f.name) for f in fields(cls) if getattr(args, f.name, None) is not None}
+    return cls(**{**values, **given})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,8 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     ev = sub.add_parser("eval", help="score a model on an image–caption set (R@K both directions)")
-    _add_model_args(ev)
-    _add_data_args(ev, skip_invalid=False)
+    _add_spec_args(ev)
     ev.add_argument("--output", required=True, help="directory for the result JSON and per-query parquet")
     _add_eval_options(ev)
 
@@ -97,8 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(multi-GPU: torchrun --nproc-per-node N -m hnbench train ...)")
     tr.add_argument("--recipe", help=f"built-in recipe ({', '.join(RECIPES.names())}) or a TOML/YAML file; flags "
                                      "below override it")
-    _add_model_args(tr, required=False)
-    _add_data_args(tr, required=False)
+    _add_spec_args(tr, sparse=True)
     _add_train_options(tr)
 
     _add_datasets_parser(sub)
@@ -116,15 +96,12 @@ def _add_datasets_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("datasets", help="the registered benchmarks: list, describe, download")
     dsub = p.add_subparsers(dest="datasets_command", required=True)
     ls = dsub.add_parser("list", help="registered datasets with their protocols (* = default)")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="print JSON (one object per dataset)")
     ls.set_defaults(handler=_run_datasets_list)
     info = dsub.add_parser("info", help="source, license, citation, protocols; with data: counts, caption "
                                         "lengths (words, CLIP tokens), fingerprint")
     info.add_argument("name")
-    info.add_argument("--data-root", help="where the benchmark's files are (default: the download location)")
-    info.add_argument("--protocol", help="protocol to load (default: the benchmark's default)")
-    info.add_argument("--split-file", action="append", metavar="PATH", help="split list for the protocol")
-    _add_validity_args(info)
+    _add_settings_args(info, DataSpec, only=DataSpec.read_by("benchmark", "generated") - {"dataset"})
     info.add_argument("--json", action="store_true", help="print JSON (keys n_images, n_captions, ...)")
     info.set_defaults(handler=_run_datasets_info)
     dl = dsub.add_parser("download", help="fetch a benchmark from its official sources into DIR")
@@ -153,9 +130,10 @@ def _run_datasets_list(args: argparse.Namespace) -> int:
 def _run_datasets_info(args: argparse.Namespace) -> int:
     from hnbench.data.benchmarks.stats import describe, render_info
 
-    info = describe(args.name, data_root=args.data_root, protocol=args.protocol, split_file=args.split_file,
-                    skip_invalid=args.skip_invalid, allow_count_mismatch=args.allow_count_mismatch,
-                    allow_outside_paths=args.allow_outside_paths, progress=not args.quiet)
+    spec = spec_from_args(DataSpec, args, dataset=args.name, name=None)  # NAME: the benchmark, not --name
+    spec.validate()
+    info = describe(args.name, **{k: v for k, v in spec.set_fields().items() if k != "dataset"},
+                    progress=not args.quiet)
     print(json.dumps(info, indent=2) if args.json else render_info(info))
     return 0
 
@@ -189,7 +167,8 @@ def _add_leaderboard_parser(sub: _Subparsers) -> None:
     lb.add_argument("--model", help="only models whose label, arch or weights match this glob")
     lb.add_argument("--sort", default="mean R@1", help="rank and sort by: mean R@1 (default), t2i R@1|5|10, i2t R@1|5|10, "
                                                      "or model (alphabetical; ranks stay by mean R@1)")
-    lb.add_argument("--format", default="markdown", choices=["markdown", "csv", "html"])
+    lb.add_argument("--format", default="markdown", choices=["markdown", "csv", "html"],
+                    help="the board's format (default: markdown)")
     lb.add_argument("--ci", action="store_true", help="show 95%% bootstrap confidence intervals")
     lb.add_argument("--reported", action="store_true", help="add the published numbers as marked reference rows")
     lb.add_argument("--title", default="Leaderboard", help="the board's heading")
@@ -214,15 +193,11 @@ def _run_leaderboard(args: argparse.Namespace) -> int:
 def _add_hardness_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("hardness", help="how near-duplicate a caption set's negatives are (for an encoder), and "
                                         "where a model fails on them: JSON, PNG plots, Markdown report")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--dataset", action="append", help="registered name or path (as for eval); repeat to compare")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--dataset", action="append", help="registered name or path (as for eval); repeat to compare "
+                                                        "(default: the data the first --results file records)")
     src.add_argument("--captions", action="append", metavar="FILE",
                      help="a caption list: .txt (one a line) or CSV/TSV/JSONL with a caption column; repeatable")
-    p.add_argument("--data-root", help="where a registered benchmark's files are")
-    p.add_argument("--protocol", help="benchmark protocol / split (default: the benchmark's default)")
-    p.add_argument("--split-file", action="append", metavar="PATH", help="a protocol's split list (as for eval)")
-    p.add_argument("--allow-count-mismatch", action="store_true", help="as for eval")
-    p.add_argument("--caption-column", help="caption column of a --captions CSV/JSONL")
     p.add_argument("--label-field", default="auto",
                    help="per-image label in the manifest (or --captions column) whose structure to report, e.g. "
                         "family; default auto (synthdense's family when present); 'none' to skip")
@@ -230,7 +205,7 @@ def _add_hardness_parser(sub: _Subparsers) -> None:
     g.add_argument("--model", action="append", required=True,
                    help=f"a model as for eval, or a text-only encoder: {TEXT_ENCODERS.describe()}; repeat to compare")
     g.add_argument("--pretrained", action="append", help="weights for each --model (one, or one per model)")
-    g.add_argument("--model-config", help="JSON file registering a custom open_clip architecture")
+    _add_spec_args(p, required=False)  # --dataset, --model and --pretrained are the ones above (repeatable)
     p.add_argument("--output", required=True, help="directory for hardness.json, plots/, report.md")
     _add_settings_args(p, HardnessSettings)
     p.set_defaults(handler=_run_hardness)
@@ -241,9 +216,22 @@ def _run_hardness(args: argparse.Namespace) -> int:
     from hnbench.hardness.run import hardness, hardness_many
 
     label = None if args.label_field == "none" else args.label_field
-    data = args.dataset or [load_captions(c, column=args.caption_column,
-                                          label_field=None if label == "auto" else label) for c in args.captions]
-    options = {k: getattr(args, k) for k in ("split_file", "allow_count_mismatch") if getattr(args, k)}
+    spec = spec_from_args(DataSpec, args, dataset=None)  # the data flags, for each --dataset
+    options = {k: v for k, v in spec.set_fields().items() if k not in ("data_root", "protocol")}
+    if args.captions:  # a caption file reads its column (below) and no other data flag
+        unread = sorted(set(spec.set_fields()) - {"caption_column"})
+        if unread:
+            raise ConfigError(f"--{unread[0].replace('_', '-')} is not read by a --captions file; leave it out")
+        options.pop("caption_column", None)
+    data: list[Any] = args.dataset or [load_captions(c, column=args.caption_column,
+                                                     label_field=None if label == "auto" else label)
+                                       for c in args.captions or ()]
+    if not data:  # the data the result was scored on, as it records it (the data flags override)
+        if not args.results:
+            raise ConfigError("give --dataset, --captions, or --results (whose recorded data is then measured)")
+        from hnbench.results import read_result
+
+        data = [DataSpec.from_record(read_result(args.results[0]).dataset).override(**spec.set_fields())]
     kw = dict(model_config=args.model_config, data_root=args.data_root, protocol=args.protocol,
               dataset_options=options or None, label_field=label, settings=settings_from_args(HardnessSettings, args))
     if len(data) * max(len(args.model), len(args.pretrained or [])) == 1:
@@ -322,16 +310,18 @@ def _run_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = False) -> None:
+def _add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = False, skip: Collection[str] = (),
+                       only: Collection[str] | None = None, required: Collection[str] = ()) -> None:
     """One flag per field of the settings dataclass ``cls`` (see :func:`hnbench.settings.option`), in its group.
 
-    ``sparse``: every default is None, so only the flags given override a recipe. A flag already on
-    ``p`` (the shared model / data flags) is kept as it is.
+    ``sparse``: every default is None, so only the flags given override a recipe (or a result's record). A
+    flag already on ``p`` (the shared model / data flags) is kept as it is; ``skip`` / ``only``: the fields
+    left out / the only ones made flags; ``required``: fields whose flag must be given.
     """
     kinds = field_types(cls)
     for f in dataclasses.fields(cls):
         meta = f.metadata
-        if not meta.get("cli", True):
+        if not meta.get("cli", True) or f.name in skip or (only is not None and f.name not in only):
             continue
         flag = meta.get("flag") or "--" + f.name.replace("_", "-")
         if flag in p._option_string_actions:
@@ -363,6 +353,8 @@ def _add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = 
             kw["choices"] = list(meta["choices"])
         else:
             kw.setdefault("metavar", flag[2:].upper().replace("-", "_"))
+        if f.name in required:
+            kw["required"] = True
         group.add_argument(flag, default=None if sparse else default, **kw)
 
 
@@ -388,16 +380,13 @@ def eval_settings(args: argparse.Namespace) -> EvalSettings:
     return settings_from_args(EvalSettings, args)
 
 
-def _run_eval(args: argparse.Namespace, model: dict[str, Any]) -> int:
+def _run_eval(args: argparse.Namespace, model: ModelSpec, data: DataSpec) -> int:
     from hnbench.evaluate import evaluate
 
-    result = evaluate(
-        model["model"], model["dataset"], pretrained=model.get("pretrained"),
-        model_config=model.get("model_config"), data_root=model.get("data_root"), protocol=model.get("protocol"),
-        split=model.get("split"), image_column=model.get("image_column"),
-        caption_column=model.get("caption_column"), output_dir=args.output, settings=eval_settings(args),
-        dataset_options={k: model[k] for k in ("split_file", "allow_count_mismatch", "allow_outside_paths")
-                         if model.get(k)})
+    assert model.model is not None and data.dataset is not None  # required flags
+    result = evaluate(model.model, data.dataset, pretrained=model.pretrained, model_config=model.model_config,
+                      output_dir=args.output, settings=eval_settings(args),
+                      dataset_options={k: v for k, v in data.set_fields().items() if k not in ("dataset", "skip_invalid")})
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return 0
     if args.json:
@@ -430,11 +419,6 @@ def _parse_value(text: str) -> object:
         return text
 
 
-# data flags of _add_data_args that are loader options, not TrainConfig fields
-_TRAIN_DATA_FLAGS = ("split", "image_column", "caption_column", "split_file", "skip_invalid", "allow_count_mismatch",
-                     "allow_outside_paths")
-
-
 def _run_train(args: argparse.Namespace) -> int:
     from hnbench.train.trainer import train
 
@@ -450,7 +434,9 @@ def _run_train(args: argparse.Namespace) -> int:
         if not sep:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         cfg[key.strip().replace("-", "_")] = _parse_value(value)
-    data_flags = {k: getattr(args, k) for k in _TRAIN_DATA_FLAGS if getattr(args, k)}
+    train_fields = {f.name for f in fields(TrainConfig)}  # DataSpec fields TrainConfig has not: loader options
+    data_flags = {f.name: getattr(args, f.name) for f in fields(DataSpec)
+                  if f.name not in train_fields and getattr(args, f.name)}
     if data_flags:  # the data flags eval shares reach train's loader through dataset_options
         cfg["dataset_options"] = {**cfg.get("dataset_options", {}), **data_flags}
     if args.resume is not None:
@@ -484,19 +470,14 @@ def _add_compare_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("compare", help="paired significance of R@K differences between stored results "
                                        "(bootstrap interval, exact McNemar, Holm against the first)")
     p.add_argument("results", nargs="+", metavar="RESULT.json", help="result files; the first is the baseline")
-    p.add_argument("--k", type=int, nargs="+", default=[1, 5, 10], help="recall cut-offs")
-    p.add_argument("--output", help="directory for compare.md and compare.json (default: print Markdown)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (recorded)")
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws (recorded)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace a compare.md/compare.json made from other inputs (a rerun from the same inputs replaces its own)")
+    _add_settings_args(p, CompareSettings)
     p.set_defaults(handler=_run_compare)
 
 
 def _run_compare(args: argparse.Namespace) -> int:
     from hnbench.comparison import compare
 
-    out = compare(args.results, ks=args.k, output_dir=args.output, seed=args.seed, n_boot=args.n_boot,
+    out = compare(args.results, ks=args.ks, output_dir=args.output, seed=args.seed, n_boot=args.n_boot,
                   overwrite=args.overwrite)
     print(out.markdown(), end="")
     if args.output:
@@ -508,25 +489,20 @@ def _add_browse_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("browse", help="a static HTML page of a result's failures: worst queries with thumbnails "
                                       "and word diffs, recall by hardness, disagreements with another model")
     p.add_argument("result", metavar="RESULT.json")
-    p.add_argument("--compare", metavar="OTHER.json", help="another result on the same data: queries where they disagree")
-    p.add_argument("--hardness", metavar="HARDNESS.json", help="a hardness run of this dataset: recall by hardness")
-    p.add_argument("--output", required=True, help="directory for index.html")
-    p.add_argument("--dataset", help="where the result's dataset is now (default: as recorded in the result)")
-    p.add_argument("--data-root", help="data root of a registered benchmark")
-    p.add_argument("--split-file", action="append", metavar="PATH", help="the protocol's split list, as for eval")
-    p.add_argument("--limit", type=int, default=200, help="worst queries shown per direction (0: all)")
-    p.add_argument("--top", type=int, default=5, help="retrieved items shown per query (at most 10)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an index.html made from other inputs (a rerun from the same inputs replaces its own)")
+    _add_settings_args(p, BrowseSettings, required={"output"})
+    _group(p, "data").description = ("the result's data, as recorded in it; a flag given replaces that field "
+                                     "(e.g. --dataset or --data-root where the data is now)")
+    _add_settings_args(p, DataSpec, sparse=True)
     p.set_defaults(handler=_run_browse)
 
 
 def _run_browse(args: argparse.Namespace) -> int:
     from hnbench.pages import browse
 
-    path = browse(args.result, args.output, compare=args.compare, hardness=args.hardness, dataset=args.dataset,
-                  data_root=args.data_root, split_file=args.split_file, limit=args.limit, top=args.top,
-                  progress=not args.quiet, overwrite=args.overwrite)
+    data = {f.name: getattr(args, f.name) for f in fields(DataSpec) if getattr(args, f.name) is not None}
+    assert args.output is not None  # a required flag
+    path = browse(args.result, args.output, compare=args.compare, hardness=args.hardness, limit=args.limit,
+                  top=args.top, progress=not args.quiet, overwrite=args.overwrite, **data)
     print(f"wrote {path}")
     return 0
 
@@ -549,9 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(args.verbose, args.quiet)
     try:
         if args.command == "eval":
-            return _run_eval(args, vars(args))
+            return _run_eval(args, spec_from_args(ModelSpec, args), spec_from_args(DataSpec, args))
         if args.command == "demo":
-            return _run_eval(args, dict(DEMO))
+            return _run_eval(args, DEMO_MODEL, DEMO_DATA)
         if args.command == "train":
             return _run_train(args)
         if hasattr(args, "handler"):  # subcommands registered with set_defaults(handler=...)

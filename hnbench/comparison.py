@@ -33,6 +33,7 @@ from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import atomic_write_bytes, check_output, markdown_code, markdown_text, record_output
 from hnbench.results import EvalResult, read_per_query, read_result
 from hnbench.significance import PairedTest, holm, paired_test
+from hnbench.validate import DEFAULT_KS, check_ks
 
 SCHEMA_VERSION = 1
 KIND = "hnbench.compare"
@@ -174,7 +175,7 @@ def _p(p: float) -> str:
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
-def compare(results: Sequence[str | Path | EvalResult], *, ks: Sequence[int] = (1, 5, 10),
+def compare(results: Sequence[str | Path | EvalResult], *, ks: Sequence[int] = DEFAULT_KS,
             output_dir: str | Path | None = None, seed: int = 0, n_boot: int = 1000,
             overwrite: bool = False) -> Comparison:
     """Compare stored results against the first; write ``compare.md`` and ``compare.json`` to ``output_dir``.
@@ -182,9 +183,8 @@ def compare(results: Sequence[str | Path | EvalResult], *, ks: Sequence[int] = (
     A comparison of other results already there is not replaced unless ``overwrite``."""
     if len(results) < 2:
         raise ConfigError("compare needs at least two result files (the first is the baseline)")
+    check_ks(ks)
     ks = [int(k) for k in ks]
-    if not ks or min(ks) < 1:
-        raise ConfigError(f"--k must be positive integers, got {ks}")
     if n_boot < 1:
         raise ConfigError(f"n_boot must be >= 1, got {n_boot}")
     loaded = [r if isinstance(r, EvalResult) else read_result(r) for r in results]

@@ -21,7 +21,7 @@ import pandas as pd
 
 from hnbench import distributed as dist
 from hnbench.cache import EmbeddingCache, default_root
-from hnbench.data import ImageTextDataset, load_dataset
+from hnbench.data import ImageTextDataset, load_spec
 from hnbench.data.benchmarks.spec import recheck_counts
 from hnbench.encode import encode_images, encode_texts
 from hnbench.errors import ConfigError
@@ -39,7 +39,8 @@ from hnbench.results import (
 from hnbench.search import RetrievalOutput, retrieve
 from hnbench.search_approximate import retrieve_approximate
 from hnbench.settings import EvalSettings, from_options
-from hnbench.validate import check_model_config_name, warn_trivial_ks
+from hnbench.specs import DataSpec, ModelSpec
+from hnbench.validate import DEFAULT_KS, warn_trivial_ks
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def score_embeddings(
     text_vectors: np.ndarray,
     caption_image: np.ndarray,
     *,
-    ks: Sequence[int] = (1, 5, 10),
+    ks: Sequence[int] = DEFAULT_KS,
     backend: str = "auto",
     device: str = "cpu",
     ci: bool = True,
@@ -147,19 +148,32 @@ def evaluate(
     and marks the result so leaderboards keep it apart. Under ``torchrun`` (``WORLD_SIZE > 1``, no
     process group yet, or ``distributed=True``) the ranks share the encoding and rank 0 scores, see
     :mod:`hnbench.distributed`; every rank returns rank 0's result.
-    ``dataset_options`` go to the dataset's loader (e.g. ``split_file``, ``allow_count_mismatch``).
+    ``dataset_options`` go to the dataset's loader (e.g. ``split_file``, ``allow_count_mismatch``, ``name``).
+    The model and data keywords are the fields of :class:`~hnbench.specs.ModelSpec` and
+    :class:`~hnbench.specs.DataSpec` (a data option the kind of data does not read is refused before
+    loading); the data spec is recorded in ``result.dataset["spec"]`` so ``browse`` reloads the same data.
     The result file is named by model, data and result-changing settings: a rerun of the same replaces
     its own file; replacing any other file (unreadable, or another result of that name) needs ``overwrite``.
     """
     s = from_options(EvalSettings, settings, options)
     s.validate(output_dir)
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
-    weights, config, root = (os.fspath(x) if x is not None else None for x in (pretrained, model_config, data_root))
     if isinstance(dataset, os.PathLike):
         dataset = os.fspath(dataset)
     if not isinstance(dataset, (str, ImageTextDataset)):
         raise ConfigError(f"dataset must be a name, a path or an ImageTextDataset, got {type(dataset).__name__}")
-    check_model_config_name(model, config)
+    spec = ModelSpec(model=model if isinstance(model, str) else None, context_length=s.context_length,
+                     **{k: os.fspath(v) for k, v in (("pretrained", pretrained), ("model_config", model_config))
+                        if v is not None})
+    weights, config = spec.pretrained, spec.model_config
+    spec.validate()  # the model config's architecture name (a loaded encoder: nothing to check)
+    data: DataSpec | None = None
+    loader_options: dict[str, Any] = {}
+    if isinstance(dataset, str):
+        data, loader_options = DataSpec.of(dataset, dataset_options, data_root=data_root, protocol=protocol,
+                                           split=split, image_column=image_column, caption_column=caption_column,
+                                           skip_invalid=s.skip_invalid or None)
+        data.validate()  # before anything loads
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     ctx = dist.from_env(s.device) if dist.wanted(s.distributed) else dist.DistContext()
@@ -167,10 +181,9 @@ def evaluate(
     try:
         if ctx.enabled and not ctx.is_main:
             ctx.all_gather(None)  # rank 0 first: a generated dataset or downloaded weights are written once
-        if isinstance(dataset, str):
-            dataset = load_dataset(dataset, data_root=root, protocol=protocol, split=split,
-                                   image_column=image_column, caption_column=caption_column,
-                                   skip_invalid=s.skip_invalid, **(dataset_options or {}))
+        if data is not None:
+            dataset = load_spec(data, **loader_options)
+        assert isinstance(dataset, ImageTextDataset)
         timings["load_data"] = time.perf_counter() - t0
         t = time.perf_counter()
         if isinstance(model, str) and s.use_cache and not ctx.enabled:
@@ -186,24 +199,26 @@ def evaluate(
         timings["load_model"] = time.perf_counter() - t
         if ctx.enabled and ctx.is_main:
             ctx.all_gather(None)
-        return run_evaluation(encoder, dataset, s, output_dir, ctx=ctx, timings=timings, t0=t0)
+        return run_evaluation(encoder, dataset, s, output_dir, ctx=ctx, timings=timings, t0=t0, data_spec=data)
     finally:
         ctx.close()
 
 
 def run_evaluation(encoder: Encoder, dataset: ImageTextDataset, settings: EvalSettings,
                    output_dir: str | Path | None = None, *, ctx: dist.DistContext | None = None,
-                   timings: dict[str, float] | None = None, t0: float | None = None) -> EvalResult:
+                   timings: dict[str, float] | None = None, t0: float | None = None,
+                   data_spec: DataSpec | None = None) -> EvalResult:
     """The pipeline on loaded objects: encode (through the cache) → search both ways → score → result file.
 
-    ``ctx`` is the distributed context of a caller that set it up (and closes it); without it the
-    settings are validated here and a context is made (and closed) from ``settings.distributed``.
+    ``data_spec``: the spec ``dataset`` was loaded with, recorded in ``result.dataset["spec"]``. ``ctx`` is
+    the distributed context of a caller that set it up (and closes it); without it the settings are
+    validated here and a context is made (and closed) from ``settings.distributed``.
     """
     if ctx is None:
         settings.validate(output_dir)
         own = dist.from_env(settings.device) if dist.wanted(settings.distributed) else dist.DistContext()
         try:
-            return run_evaluation(encoder, dataset, settings, output_dir, ctx=own)
+            return run_evaluation(encoder, dataset, settings, output_dir, ctx=own, data_spec=data_spec)
         finally:
             own.close()
     s = settings
@@ -251,7 +266,7 @@ def run_evaluation(encoder: Encoder, dataset: ImageTextDataset, settings: EvalSe
         def score() -> EvalResult:
             return _encode_and_score(
                 encoder, dataset, cache, shared, timings, t0, s, output_dir=output_dir, device=device,
-                text_batch_size=text_bs, world_size=ctx.world_size,
+                text_batch_size=text_bs, world_size=ctx.world_size, data_spec=data_spec,
                 # rank 0 searches on every GPU of its node ("cuda"), not only its own "cuda:0"
                 search_device="cuda" if ctx.enabled and device.startswith("cuda") else device)
 
@@ -264,7 +279,7 @@ def run_evaluation(encoder: Encoder, dataset: ImageTextDataset, settings: EvalSe
 def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: EmbeddingCache | None,
                       shared: dict[str, int], timings: dict[str, float], t0: float, s: EvalSettings, *,
                       output_dir: str | Path | None, device: str, text_batch_size: int, world_size: int,
-                      search_device: str) -> EvalResult:
+                      search_device: str, data_spec: DataSpec | None = None) -> EvalResult:
     """Encode (through the cache) what is not there yet, search both ways, score, and write the result."""
     img = encode_images(encoder, dataset.images, batch_size=s.batch_size, num_workers=s.num_workers,
                         skip_bad=s.skip_invalid, amp=s.amp, progress=s.progress, cache=cache)
@@ -295,7 +310,8 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
         model=encoder.info.to_dict(),
         dataset={"name": dataset.name, "protocol": dataset.protocol, "fingerprint": dataset.fingerprint(),
                  "n_images": dataset.n_images, "n_captions": dataset.n_captions, "source": dataset.source,
-                 "skipped": {k: len(v) for k, v in dataset.skipped.items()}, "meta": dataset.meta},
+                 "skipped": {k: len(v) for k, v in dataset.skipped.items()}, "meta": dataset.meta,
+                 **({"spec": data_spec.recorded()} if data_spec is not None else {})},
         metrics=metrics, ci95=ci95, tokens=token_stats(txt.lengths, encoder.info.context_length),
         # the declared settings (EvalSettings fields marked ``record``), with the device and backend as used
         settings={**s.recorded(), "device": str(device), "backend": outs["t2i"].backend,

@@ -15,6 +15,7 @@ import pandas as pd
 
 from hnbench.data.benchmarks import BENCHMARKS
 from hnbench.registry import BENCHMARK_SPECS
+from hnbench.validate import DEFAULT_KS
 
 PUBLISHED_CSV = Path(__file__).parent / "assets" / "published-results.csv"
 
@@ -39,7 +40,7 @@ PROTOCOL_FAMILIES: dict[str, dict[str, str]] = _protocol_families()
 #: context length of a published backbone: "ViT-L/14 248tok" → 248; no "…tok" suffix → CLIP's 77
 DEFAULT_CONTEXT_LENGTH = 77
 
-KS = (1, 5, 10)
+KS = DEFAULT_KS
 
 
 def mapped_families(benchmark: str, protocol: str | None) -> list[str]:

@@ -61,12 +61,12 @@ from tqdm.auto import tqdm
 
 from hnbench import search_calibration
 from hnbench.metrics import validate_csr
+from hnbench.validate import BACKENDS
 
 __all__ = ["RetrievalOutput", "available_backends", "ieee_fp32_matmul", "resolve_backend", "retrieve"]
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "torch", "faiss", "faiss-gpu")
 _CHUNK_BYTES = 256 * 2**20  # budget for one chunk's fp32 score block on CPU
 _CHUNK_BYTES_CUDA = 2**30  # on a GPU: fewer, larger chunks keep it busy (1M gallery -> 268 queries/chunk)
 _FAISS_CHUNK = 16384  # queries per faiss search call

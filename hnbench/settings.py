@@ -17,17 +17,29 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.errors import ConfigError, did_you_mean
-from hnbench.validate import BACKENDS, PRECISIONS, SEARCHES, check_at_least, check_eval, check_number
+from hnbench.validate import (
+    BACKENDS,
+    DEFAULT_KS,
+    PRECISIONS,
+    SEARCHES,
+    check_at_least,
+    check_device,
+    check_edges,
+    check_eval,
+    check_number,
+    check_output_dir,
+)
 
-__all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "from_options", "identity_fields", "option", "option_help",
-           "resume_free"]
+__all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "check_declared", "from_options", "identity_fields",
+           "option", "option_help", "resume_free", "same_as"]
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None = None, flag: str | None = None,
            choices: Sequence[str] | None = None, cli: bool = True, record: bool | str = False,
            resume_free: bool = False, identity: bool = False, sep: str | None = None, minimum: float | None = None,
            above: float | None = None, maximum: float | None = None, below: float | None = None,
-           default_factory: Any = dataclasses.MISSING, **argparse_extra: Any) -> Any:
+           reads: Sequence[str] | None = None, default_factory: Any = dataclasses.MISSING,
+           **argparse_extra: Any) -> Any:
     """A dataclass field with the metadata the CLI, resume check and result record read.
 
     ``flag`` defaults to ``--field-name`` (a bool whose default is True becomes ``--no-<flag>``);
@@ -38,15 +50,28 @@ def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None =
     keeps the names of the files written before it); ``sep`` parses a
     list flag from one separated string; ``minimum``: an integer field holds an integer at least this;
     a float field (always a finite number) lies within ``minimum``/``maximum`` (inclusive) and
-    ``above``/``below`` (exclusive), where declared (checked by :func:`check_minimums`); other keywords
+    ``above``/``below`` (exclusive), where declared (checked by :func:`check_minimums`); ``choices`` are
+    the only values a field takes (checked by :func:`check_choices`, None allowed where it is the default);
+    ``reads``: the kinds of data that read a data field (:class:`hnbench.specs.DataSpec`); other keywords
     (nargs, const, metavar) go to argparse as they are.
     """
     meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices else None,
-            "cli": cli, "record": record, "resume_free": resume_free, "identity": identity, "sep": sep, "minimum": minimum,
-            "above": above, "maximum": maximum, "below": below, "argparse": argparse_extra}
+            "cli": cli, "record": record, "resume_free": resume_free, "identity": identity, "sep": sep,
+            "minimum": minimum, "above": above, "maximum": maximum, "below": below,
+            "reads": tuple(reads) if reads else None, "argparse": argparse_extra}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def same_as(cls: type, name: str, default: Any = dataclasses.MISSING, **changes: Any) -> Any:
+    """Field ``name`` of ``cls`` declared again in another class (its help, bounds and flag), with another
+    ``default`` or metadata ``changes`` (e.g. ``group``, ``resume_free``): one declaration, reused."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    meta = {**f.metadata, **changes}
+    if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=f.default_factory, metadata=meta)
+    return dataclasses.field(default=f.default if default is dataclasses.MISSING else default, metadata=meta)
 
 
 def option_help(cls: type, name: str) -> str:
@@ -86,6 +111,27 @@ def check_minimums(settings: Any, *, with_key: bool = False) -> None:
             check_number(label, value, **bounds)
         elif low is not None:
             check_at_least(label, value, int(low))
+
+
+def _label(f: dataclasses.Field[Any], with_key: bool) -> str:
+    flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+    return f.name if with_key or not f.metadata.get("cli", True) else str(flag)
+
+
+def check_choices(settings: Any, *, with_key: bool = False) -> None:
+    """Fields declaring ``choices`` hold one of them, compared exactly (None where None is the default); the
+    message names the flag, or with ``with_key`` the field (a recipe's key)."""
+    for f in dataclasses.fields(settings):
+        value, choices = getattr(settings, f.name), f.metadata.get("choices")
+        if choices and value not in choices and not (value is None and f.default is None):
+            raise ConfigError(f"{_label(f, with_key)} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def check_declared(settings: Any, *, with_key: bool = False) -> None:
+    """Everything a settings class declares on its fields: types, bounds and choices (one line each)."""
+    check_types(settings, with_key=with_key)
+    check_minimums(settings, with_key=with_key)
+    check_choices(settings, with_key=with_key)
 
 
 def field_types(cls: type) -> dict[str, tuple[Any, bool]]:
@@ -147,7 +193,8 @@ class EvalSettings:
     search: str = option("exact", group="evaluation", record=True, identity=True, choices=SEARCHES,
                          help="approximate: faiss HNSW for exploring large galleries; reports its recall against "
                               "exact search on a sample and is marked so leaderboards keep it apart")
-    ks: tuple[int, ...] = option((1, 5, 10), group="evaluation", record=True, identity=True, flag="--k", help="recall cut-offs")
+    ks: tuple[int, ...] = option(DEFAULT_KS, group="evaluation", record=True, identity=True, flag="--k",
+                                 help="recall cut-offs")
     ci: bool = option(True, group="evaluation", record=True, identity=True,
                       help="bootstrap confidence intervals of R@K (on by default; --no-ci skips them)")
     seed: int = option(0, group="evaluation", record="if_set", identity=True, minimum=0,
@@ -182,10 +229,8 @@ class EvalSettings:
 
     def validate(self, output_dir: str | Path | None = None) -> None:
         """Every setting (and the output directory), before any model or data is loaded."""
-        check_types(self)
-        check_minimums(self)
-        check_eval(ks=self.ks, device=self.device, precision=self.precision, output_dir=output_dir,
-                   search=self.search, backend=self.backend)
+        check_declared(self)
+        check_eval(ks=self.ks, device=self.device, output_dir=output_dir, backend=self.backend)
 
     def recorded(self) -> dict[str, Any]:
         """The fields marked ``record``, as written to a result's ``settings`` (tuples as lists), and under
@@ -207,7 +252,7 @@ class HardnessSettings:
     """How hardness measures a caption set (everything but the data, the model and where the report goes)."""
 
     device: str = option("cpu", group="model", help="cpu or cuda (default: cpu)")
-    context_length: int | None = option(None, minimum=1, group="model", identity=True, help="text context length (default: the model's)")
+    context_length: int | None = same_as(EvalSettings, "context_length", identity=True)
     batch_size: int = option(128, group="statistics", identity=True, minimum=1, help="B of the in-batch negative buckets (default 128)")
     n_batches: int = option(200, group="statistics", identity=True, minimum=1, help="random batches to average (default 200)")
     edges: tuple[float, ...] = option(DEFAULT_EDGES, group="statistics", identity=True,
@@ -239,3 +284,42 @@ class HardnessSettings:
         for name in ("edges", "results"):  # the CLI gives lists: one spelling, so settings compare equal
             if isinstance(getattr(self, name), (list, tuple)):
                 setattr(self, name, tuple(getattr(self, name)))
+
+    def validate(self, output_dir: str | Path | None = None) -> None:
+        """Every setting (and the output directory), before anything is loaded (one line each)."""
+        check_declared(self)
+        try:
+            check_edges(self.edges)
+        except ValueError as e:
+            raise ConfigError(f"--edges: {e}") from None
+        for flag, value in (("--threshold", self.threshold), ("--image-threshold", self.image_threshold)):
+            if value is not None and not -1 <= value <= 1:
+                raise ConfigError(f"{flag} is a cosine similarity, between -1 and 1; got {value}")
+        check_device(self.device)
+        check_output_dir(output_dir)
+
+
+@dataclass
+class CompareSettings:
+    """``hnbench compare``'s options (the arguments of :func:`hnbench.comparison.compare`)."""
+
+    ks: tuple[int, ...] = same_as(EvalSettings, "ks", group=None)
+    output: str | None = option(None, help="directory for compare.md and compare.json (default: print Markdown)")
+    seed: int = option(0, help="bootstrap seed (recorded)")
+    n_boot: int = option(1000, help="bootstrap draws (recorded)")
+    overwrite: bool = option(False, help="replace a compare.md/compare.json made from other inputs (a rerun from the "
+                                         "same inputs replaces its own)")
+
+
+@dataclass
+class BrowseSettings:
+    """``hnbench browse``'s page options (the data it reloads: :class:`hnbench.specs.DataSpec`)."""
+
+    compare: str | None = option(None, metavar="OTHER.json",
+                                 help="another result on the same data: queries where they disagree")
+    hardness: str | None = option(None, metavar="HARDNESS.json", help="a hardness run of this dataset: recall by hardness")
+    output: str | None = option(None, help="directory for index.html")
+    limit: int = option(200, help="worst queries shown per direction (0: all)")
+    top: int = option(5, help="retrieved items shown per query (at most 10)")
+    overwrite: bool = option(False, help="replace an index.html made from other inputs (a rerun from the same inputs "
+                                         "replaces its own)")

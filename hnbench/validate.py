@@ -6,6 +6,7 @@ value costs nothing: no download, no encoding, nothing written.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import numbers
@@ -22,8 +23,10 @@ logger = logging.getLogger(__name__)
 
 # Weight precisions an evaluation accepts (open_clip's names; the pixels are cast to match).
 PRECISIONS = ("fp32", "fp16", "bf16")
-BACKENDS = ("auto", "torch", "faiss")  # exact search: auto picks per search (hnbench.search)
+BACKENDS = ("auto", "torch", "faiss", "faiss-gpu")  # exact search: auto picks per search (hnbench.search)
 SEARCHES = ("exact", "approximate")
+DEFAULT_KS = (1, 5, 10)  # the recall cut-offs R@K of eval, compare and the published numbers (hnbench.metrics,
+# which imports nothing of hnbench, repeats it as its default)
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
@@ -58,6 +61,14 @@ def check_number(name: str, value: object, *, minimum: float | None = None, abov
     else:
         what = "".join(f" {sign} {b:g}" for b, sign, _ in bounds)
     raise ConfigError(f"{name} must be a finite number{what}, got {value!r}")
+
+
+def check_edges(edges: Sequence[float]) -> list[float]:
+    """Similarity bucket edges (hardness): at least two increasing numbers; returned as floats."""
+    e = [float(v) for v in edges]
+    if len(e) < 2 or any(b <= a for a, b in zip(e, e[1:])):
+        raise ValueError(f"bucket edges must be at least two increasing numbers, got {list(edges)}")
+    return e
 
 
 def check_ks(ks: Sequence[int]) -> None:
@@ -139,14 +150,14 @@ def warn_trivial_ks(ks: Sequence[int], n_images: int, n_captions: int) -> None:
                        "--k", ", ".join(trivial))
 
 
-def check_eval(*, ks: Sequence[int], device: str, precision: str, output_dir: str | Path | None, search: str,
-               backend: str) -> None:
-    """The evaluation settings beyond their declared integer bounds, before anything is loaded."""
+def check_eval(*, ks: Sequence[int], device: str, output_dir: str | Path | None, backend: str = "auto") -> None:
+    """The evaluation settings beyond what their fields declare (bounds, choices), before anything is loaded."""
     check_ks(ks)
-    check_precision(precision)
-    if search not in SEARCHES:
-        raise ConfigError(f"--search must be 'exact' or 'approximate', got {search!r}")
-    if backend not in BACKENDS:
-        raise ConfigError(f"--backend must be auto, torch or faiss, got {backend!r}")
     check_device(device)
+    if backend in ("faiss", "faiss-gpu") and importlib.util.find_spec("faiss") is None:
+        raise ConfigError(f"--backend {backend} needs faiss, which is not installed (pip install faiss-cpu); "
+                          "use --backend torch or auto")
+    if backend == "faiss-gpu" and not device.startswith("cuda"):
+        raise ConfigError(f"--backend faiss-gpu searches on a CUDA device; with --device {device} use --backend "
+                          "faiss, torch or auto")
     check_output_dir(output_dir)

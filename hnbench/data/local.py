@@ -105,7 +105,8 @@ def load_imagefolder(directory: str | Path, **kwargs: Any) -> ImageTextDataset:
     directory = Path(directory)
     for meta in ("metadata.jsonl", "metadata.csv"):
         if (directory / meta).is_file():
-            kwargs.setdefault("name", directory.name)
+            if kwargs.get("name") is None:
+                kwargs["name"] = directory.name
             ds = load_manifest(directory / meta, **kwargs)
             ds.meta["format"] = "imagefolder"
             return ds

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from hnbench import encode
-from hnbench.data import load_dataset
+from hnbench.data import load_spec
 from hnbench.data.base import ImageTextDataset
 from hnbench.errors import ConfigError
 from hnbench.hardness.analyze import analyze
@@ -22,12 +22,11 @@ from hnbench.hardness.captions import CaptionSet, from_dataset, load_captions, t
 from hnbench.hardness.outputs import compare, write_outputs
 from hnbench.hardness.recall import load_per_query, recall_by_hardness
 from hnbench.hardness.schema import HardnessReport, write_report
-from hnbench.hardness.stats import check_edges
 from hnbench.io import check_output, record_output
 from hnbench.models import load_model
 from hnbench.registry import TEXT_ENCODERS
-from hnbench.settings import HardnessSettings, check_minimums, check_types, from_options, identity_fields
-from hnbench.validate import check_device, check_output_dir
+from hnbench.settings import HardnessSettings, from_options, identity_fields
+from hnbench.specs import DataSpec
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +45,7 @@ def _slug(s: str) -> str:
 
 
 def hardness(
-    data: str | ImageTextDataset | CaptionSet | Sequence[str],
+    data: str | DataSpec | ImageTextDataset | CaptionSet | Sequence[str],
     model: Any,
     *,
     pretrained: str | None = None,
@@ -61,7 +60,8 @@ def hardness(
 ) -> HardnessReport:
     """Measure how hard a caption set's negatives are for an encoder; write the report to ``output_dir``.
 
-    ``data``: a registered dataset name or a path :func:`hnbench.data.load_dataset` reads, a plain
+    ``data``: a registered dataset name or a path :func:`hnbench.data.load_dataset` reads (its other loader
+    options in ``dataset_options``: the fields of :class:`~hnbench.specs.DataSpec`), a DataSpec, a plain
     caption file (``.txt``, one caption a line), a loaded dataset, a :class:`CaptionSet` or a list of
     captions. ``model``: anything :func:`hnbench.models.load_model` loads (its text tower embeds the
     captions, its image tower the images unless ``images=False``), ``minilm`` for a text-only
@@ -72,13 +72,16 @@ def hardness(
     :mod:`hnbench.hardness.stats`.
     """
     s = from_options(HardnessSettings, settings, options)
-    _check_args(s, output_dir)
+    s.validate(output_dir)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     if isinstance(data, str) and Path(data).suffix == ".txt":
         data = load_captions(data, label_field=None if label_field == "auto" else label_field)
+    elif isinstance(data, DataSpec):
+        data = load_spec(data.override(data_root=data_root, protocol=protocol))
     elif isinstance(data, str):
-        data = load_dataset(data, data_root=data_root, protocol=protocol, **(dataset_options or {}))
+        spec, rest = DataSpec.of(data, dataset_options, data_root=data_root, protocol=protocol)
+        data = load_spec(spec, **rest)  # checked first: an option this kind of data does not read is refused
     elif not isinstance(data, (ImageTextDataset, CaptionSet)):
         captions = [str(c) for c in data]
         ids = [str(i) for i in range(len(captions))]
@@ -143,21 +146,6 @@ def hardness(
     return report
 
 
-def _check_args(s: HardnessSettings, output_dir: str | Path | None) -> None:
-    """The settings that can be checked before anything is loaded (one line each, see hnbench.validate)."""
-    check_types(s)
-    check_minimums(s)
-    try:
-        check_edges(s.edges)
-    except ValueError as e:
-        raise ConfigError(f"--edges: {e}") from None
-    for flag, value in (("--threshold", s.threshold), ("--image-threshold", s.image_threshold)):
-        if value is not None and not -1 <= value <= 1:
-            raise ConfigError(f"{flag} is a cosine similarity, between -1 and 1; got {value}")
-    check_device(s.device)
-    check_output_dir(output_dir)
-
-
 def _statistics(s: HardnessSettings) -> dict[str, Any]:
     """The settings a report's numbers depend on (what makes two reports of one model and data differ): the
     fields declared ``identity`` (:func:`hnbench.settings.identity_fields`), in declaration order."""
@@ -186,7 +174,7 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
     fields = {f.name for f in dataclasses.fields(HardnessSettings)}
     s = from_options(HardnessSettings, settings, {k: v for k, v in kwargs.items() if k in fields})
     kwargs = {k: v for k, v in kwargs.items() if k not in fields}
-    _check_args(s, output_dir)
+    s.validate(output_dir)
     pretrained = list(pretrained) if pretrained else [None] * len(models)
     if len(models) == 1 and len(pretrained) > 1:  # one architecture, several checkpoints
         models = list(models) * len(pretrained)
@@ -196,6 +184,10 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
     if len(pretrained) == 1:
         pretrained = pretrained * len(models)
     model_config = kwargs.pop("model_config", None)
+    for d in datasets:  # every data set's options, before the first is loaded
+        if isinstance(d, str) and Path(d).suffix != ".txt":
+            DataSpec.of(d, kwargs.get("dataset_options"), data_root=kwargs.get("data_root"),
+                        protocol=kwargs.get("protocol"))[0].validate()
     inputs = {"data": [d if isinstance(d, str) else getattr(d, "fingerprint", None) for d in datasets],
               "models": [m if isinstance(m, str) else m.info.fingerprint for m in models], "pretrained": pretrained,
               "model_config": model_config, "statistics": _statistics(s),

@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from hnbench.search import ieee_fp32_matmul  # the same full-fp32 matmul guard as the search backends
 from hnbench.settings import DEFAULT_EDGES  # declared with the other hardness settings
+from hnbench.validate import check_edges as check_edges  # HardnessSettings.validate checks them too
 
 Embeddings = npt.ArrayLike | torch.Tensor  # (n, d) rows, any float dtype; made unit length here
 
@@ -328,13 +329,6 @@ def bucket_labels(edges: Sequence[float]) -> list[str]:
 def bucket_index(values: np.ndarray, edges: Sequence[float]) -> np.ndarray:
     """Bucket of each value: k with e_k <= v < e_{k+1}, open below the first and above the last bucket."""
     return np.searchsorted(np.asarray(edges[1:-1], dtype=np.float64), np.asarray(values, np.float64), side="right")
-
-
-def check_edges(edges: Sequence[float]) -> list[float]:
-    e = [float(v) for v in edges]
-    if len(e) < 2 or any(b <= a for a, b in zip(e, e[1:])):
-        raise ValueError(f"bucket edges must be at least two increasing numbers, got {list(edges)}")
-    return e
 
 
 def batch_buckets(x: Embeddings, groups: npt.ArrayLike | None = None, *, batch_size: int = 128,

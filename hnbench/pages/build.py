@@ -12,13 +12,15 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from hnbench.comparison import check_comparable, model_label
-from hnbench.data import ImageTextDataset, load_dataset
+from hnbench.data import ImageTextDataset, load_spec
 from hnbench.errors import ConfigError
 from hnbench.io import atomic_write_bytes, check_output, record_output
 from hnbench.pages.html import render
 from hnbench.pages.page import Page, Row
 from hnbench.registry import DATASETS
 from hnbench.results import PER_QUERY_TOP, EvalResult, read_per_query, read_result
+from hnbench.settings import from_options
+from hnbench.specs import DataSpec
 
 # hnbench.hardness is imported only for a page that shows hardness: its statistics import torch, which a
 # page of an evaluation result does not otherwise need (and pandas, slow to import, only where frames are read).
@@ -29,17 +31,21 @@ THUMB_PX = 96
 
 
 def reload_dataset(result: EvalResult, dataset: str | None = None, *, data_root: str | None = None,
-                   split_file: Sequence[str] | None = None) -> ImageTextDataset:
-    """Load the dataset a result was scored on (as recorded, or from ``dataset``) and check its fingerprint."""
+                   split_file: Sequence[str] | None = None, **data: Any) -> ImageTextDataset:
+    """Load the dataset a result was scored on and check its fingerprint: the :class:`DataSpec` it recorded
+    (a result written before specs were recorded: its name or source, protocol, skip-invalid), with the
+    given DataSpec fields (``dataset``, ``data_root``, ``split_file``, ``caption_column``, ...) replacing it."""
     d = result.dataset
-    skip = any(int(v or 0) for v in (d.get("skipped") or {}).values())
-    options: dict[str, Any] = {"split_file": list(split_file)} if split_file else {}
-    name = dataset or (d["name"] if d.get("name") in DATASETS else d.get("source"))
+    flags = from_options(DataSpec, None, {"dataset": dataset, "data_root": data_root,
+                                          "split_file": tuple(split_file or ()), **data})
+    spec = DataSpec.from_record(d).override(**flags.set_fields())
+    name = spec.dataset
+    if name is not None:
+        spec.validate()  # types (a result's record may say anything) and the fields its kind reads
     if not name or (name not in DATASETS and not Path(name).exists() and not str(name).startswith("hf:")):
         raise ConfigError(f"{result.path}: its dataset {d.get('name')!r} (source {d.get('source')!r}) is not here; "
                           "pass --dataset (and --data-root) to say where it is")
-    ds = load_dataset(name, data_root=data_root, protocol=d.get("protocol") if name in DATASETS else None,
-                      skip_invalid=skip, **options)
+    ds = load_spec(spec)
     if ds.fingerprint() != d.get("fingerprint"):
         raise ConfigError(f"{result.path} was scored on dataset fingerprint {d.get('fingerprint')}, but {name} now "
                           f"has {ds.fingerprint()}; pass the dataset it was scored on")
@@ -186,10 +192,13 @@ def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | 
 def browse(result: str | Path, output_dir: str | Path, *, compare: str | Path | None = None,
            hardness: str | Path | None = None, dataset: str | None = None, data_root: str | None = None,
            split_file: Sequence[str] | None = None, limit: int = 200, top: int = 5, progress: bool = True,
-           overwrite: bool = False) -> Path:
+           overwrite: bool = False, **data: Any) -> Path:
     """Write ``output_dir/index.html``: summary, recall by hardness, worst queries, disagreements.
 
-    A page of other inputs already there is not replaced unless ``overwrite``."""
+    The result's data is reloaded from the spec it recorded; ``dataset``, ``data_root``, ``split_file`` and
+    the other :class:`~hnbench.specs.DataSpec` fields in ``data`` replace its fields (e.g. where the data is
+    now). A page of other inputs already there is not replaced unless ``overwrite``."""
+    from_options(DataSpec, None, data)  # an unknown keyword fails before anything is read
     if limit < 0:
         raise ConfigError(f"--limit must be >= 0 (0: all queries), got {limit}")
     if not 1 <= top <= PER_QUERY_TOP:
@@ -210,7 +219,7 @@ def browse(result: str | Path, output_dir: str | Path, *, compare: str | Path | 
     inputs = {"result": res.stem(), "compare": other and other.stem(),
               "hardness": hardness and str(Path(hardness).resolve()), "limit": limit, "top": top}
     check_output(out, "a page", inputs, overwrite=overwrite)
-    ds = reload_dataset(res, dataset, data_root=data_root, split_file=split_file)
+    ds = reload_dataset(res, dataset, data_root=data_root, split_file=split_file, **data)
     page = build_page(res, ds, other=other, hardness=str(hardness) if hardness else None, limit=limit, top=top,
                       progress=progress, frame=frame, hardness_report=report)
     record_output(out, inputs)

@@ -11,7 +11,8 @@ from typing import Any
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.io import read_text_utf8
 from hnbench.registry import LOSSES, RECIPES
-from hnbench.settings import check_minimums, check_types, option
+from hnbench.settings import EvalSettings, check_declared, check_types, option, same_as
+from hnbench.specs import DataSpec, ModelSpec
 from hnbench.validate import check_device_name
 
 
@@ -19,15 +20,16 @@ from hnbench.validate import check_device_name
 class TrainConfig:
     """Everything that decides a training run (a recipe file holds a subset of these fields)."""
 
-    model: str = option("hnbench-tiny", group="model", help="open_clip architecture or hf:ORG/NAME, as for eval")
-    pretrained: str | None = option(None, group="model", help="open_clip tag or a local checkpoint to start from")
-    model_config: str | None = option(None, group="model",
-                                      help="JSON file registering a custom open_clip architecture")
-    dataset: str = option("synthdense", group="data", help="registered name or a path, as for eval")
-    protocol: str | None = option("train", group="data", help="benchmark protocol / split")
-    data_root: str | None = option(None, group="data", help="where a registered benchmark's files are")
+    # the model and the data: ModelSpec's and DataSpec's fields (their other data fields: dataset_options)
+    model: str = same_as(ModelSpec, "model", "hnbench-tiny")
+    pretrained: str | None = same_as(ModelSpec, "pretrained")
+    model_config: str | None = same_as(ModelSpec, "model_config")
+    dataset: str = same_as(DataSpec, "dataset", "synthdense")
+    protocol: str | None = same_as(DataSpec, "protocol", "train")
+    data_root: str | None = same_as(DataSpec, "data_root")
     dataset_options: dict[str, Any] = option(default_factory=dict, cli=False,
-                                             help="options for the dataset's loader (recipe / --set only)")
+                                             help="the dataset's other DataSpec fields and loader options (flags "
+                                                  "--split-file, --caption-column, ...; recipe / --set)")
     loss: str = option("hn", group="objective", choices=tuple(LOSSES.names()), help="HN-CLIP or the CLIP InfoNCE loss")
     gamma: float = option(0.5, minimum=0, group="objective", help="HN margin weight γ (paper: 0.5)")
     epochs: int = option(1, group="optimisation", help="passes over the training images")
@@ -38,7 +40,7 @@ class TrainConfig:
     max_logit_scale: float = option(100.0, above=0, group="objective", help="clamp of the learned logit scale s")
     seed: int = option(0, group="optimisation", help="seed of the initialisation, data order and subsets")
     device: str = option("cpu", group="model", resume_free=True, help="cpu or cuda (default: cpu)")
-    context_length: int | None = option(None, minimum=1, group="model", help="text context length (default: the model's)")
+    context_length: int | None = same_as(EvalSettings, "context_length")
     num_workers: int | None = option(None, group="optimisation", resume_free=True, minimum=0,
                                      help="data loading workers (default: as for eval — one per core, at most 8; on "
                                           "the CPU only the cores torch's threads leave free, usually 0)")
@@ -134,10 +136,7 @@ class TrainConfig:
             check_types(self, with_key=True)
         except ConfigError as e:
             raise ConfigError(f"invalid training options: {e}") from None
-        # The choices are the fields' declared ones, compared exactly (the loss is dispatched on its exact name).
-        problems = [f"{f.name} must be one of {', '.join(map(repr, f.metadata['choices']))}, got {getattr(self, f.name)!r}"
-                    for f in fields(self) if f.metadata.get("choices") and getattr(self, f.name) not in f.metadata["choices"]
-                    and not (getattr(self, f.name) is None and f.default is None)]
+        problems: list[str] = []
         checks = [
             (bool(self.output.strip()), f"output must name a run directory, got {self.output!r} (an unset variable?)"),
             (not (self.lock_image and self.lock_text), "lock_image and lock_text together leave nothing to train"),
@@ -146,14 +145,28 @@ class TrainConfig:
             (self.batch_size >= 2, f"batch_size must be >= 2, got {self.batch_size}: with one pair per batch there "
                                    "are no in-batch negatives and the contrastive loss is constant"),
         ]
-        try:
+        try:  # declared bounds and choices (compared exactly: the loss is dispatched on its exact name)
+            check_declared(self, with_key=True)
             check_device_name(self.device)
-            check_minimums(self, with_key=True)
+            self.data_spec().validate()
+            if self.eval_dataset is not None:  # the evaluation data's options: the same rule
+                DataSpec.of(self.eval_dataset, self.eval_dataset_options, protocol=self.eval_protocol,
+                            data_root=self.eval_data_root)[0].validate()
         except ConfigError as e:
             problems.append(str(e))
         problems += [msg for ok, msg in checks if not ok]
         if problems:
             raise ConfigError("invalid training options: " + "; ".join(problems))
+
+
+    def data_spec(self) -> DataSpec:
+        """The run's training data as a :class:`DataSpec` (its fields here and in ``dataset_options``); the
+        default protocol ``train`` only for data that has protocols."""
+        protocol = self.protocol
+        kind = DataSpec(dataset=self.dataset).kind()
+        if protocol == "train" and kind not in DataSpec.reads("protocol"):
+            protocol = None
+        return DataSpec.of(self.dataset, self.dataset_options, protocol=protocol, data_root=self.data_root)[0]
 
 
 def load_recipe(name_or_path: str) -> dict[str, Any]:
