@@ -176,6 +176,8 @@ class ImageTextDataset:
     source: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, list[str]] = field(default_factory=dict)
+    # content_fingerprint(), computed once per loaded set (evaluate, the cache check and the record ask for it)
+    _content: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.caption_image = np.asarray(self.caption_image, dtype=np.int64)
@@ -224,13 +226,16 @@ class ImageTextDataset:
         """sha256 over the content alone: image ids with the digest of each image's bytes
         (:meth:`ImageSource.content_digests`: a warm run reads no image, the memo's stat suffices), caption
         ids, texts and the caption→image map. The same files under another name give the same value."""
+        if self._content is not None:
+            return self._content
         h = hashlib.sha256()
         digests = self.images.content_digests(range(self.n_images))
         for image_id, digest in zip(self.images.ids, digests):
             h.update(f"\0{image_id}\0{digest.hex() if digest is not None else 'unreadable'}".encode())
         for cid, text, img in zip(self.caption_ids, self.captions, self.caption_image.tolist()):
             h.update(f"\1{cid}\0{img}\0{text}".encode())
-        return h.hexdigest()
+        self._content = h.hexdigest()
+        return self._content
 
     def drop_images(self, bad: Sequence[int], reason: str = "unreadable image") -> ImageTextDataset:
         """A copy without the given image positions and their captions; the dropped ids are recorded."""
