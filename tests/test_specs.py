@@ -197,7 +197,7 @@ def test_issue21_defect7_data_and_model_flags_are_declared_once_with_their_help(
     from hnbench.specs import DataSpec, ModelSpec
 
     source = (PACKAGE / "cli.py").read_text()
-    own = {"hnbench leaderboard": {"--model", "--protocol"},  # filters of the board, not a model or data to load
+    own = {"hnbench leaderboard": {"--model", "--protocol", "--context-length"},  # filters of the board, not what to load
            "hnbench hardness": {"--dataset", "--model", "--pretrained"},  # repeatable, to compare several
            "hnbench cache clear": {"--model"}}  # cached models to remove
     for cls in (DataSpec, ModelSpec):
