@@ -290,15 +290,16 @@ def read_untrusted(path: str | Path, what: str, *, limit: int = MAX_JSON_BYTES,
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise error(f"{path}: {what} is unreadable ({e.strerror or e})") from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode)
-                    else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket"
-                    if stat.S_ISSOCK(st.st_mode) else "not a file")
-            raise error(f"{path}: {what} is {kind}, not a regular file; refused")
-        if st.st_size > limit:
+    st = os.fstat(fd)  # before fdopen, which refuses a directory with an exception of its own
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+        os.close(fd)
+        if stat.S_ISREG(st.st_mode):
             raise error(f"{path}: {what} is {st.st_size:,} bytes, more than the {limit:,} hnbench reads; refused")
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket"
+                if stat.S_ISSOCK(st.st_mode) else "not a file")
+        raise error(f"{path}: {what} is {kind}, not a regular file; refused")
+    with os.fdopen(fd, "rb") as f:
         data = f.read(limit + 1)  # the file may grow while it is read
     if len(data) > limit:
         raise error(f"{path}: {what} grew past the {limit:,} bytes hnbench reads; refused")

@@ -18,8 +18,9 @@ from safetensors.torch import save_file
 from hnbench import io as hnbench_io
 from hnbench import results
 from hnbench.cli import main
-from hnbench.errors import ConfigError
+from hnbench.errors import ConfigError, DataError
 from hnbench.evaluate import evaluate
+from hnbench.io import read_untrusted
 from hnbench.leaderboard import collect
 from hnbench.models import load_model
 from hnbench.results import EvalResult, ResultFormatError, read_per_query, read_result, write_result_pair
@@ -335,3 +336,13 @@ def test_issue20_result_names_over_255_bytes_are_shortened_and_normal_names_kept
     argv[argv.index(str(long_weights))] = str(other)
     assert main(argv) == 0
     assert len(list((tmp_path / "out").glob("*.json"))) == 2
+
+
+def test_issue20_item7_a_folder_named_like_a_result_is_one_line(tmp_path):
+    """A directory named ``x.json`` is refused as a directory by the one untrusted reader (it raised
+    IsADirectoryError from ``os.fdopen`` before its own check), and the leaderboard skips it by name."""
+    (tmp_path / "x.json").mkdir()
+    with pytest.raises(ResultFormatError, match="is a directory, not a regular file"):
+        read_result(tmp_path / "x.json")
+    with pytest.raises(DataError, match="is a directory, not a regular file"):
+        read_untrusted(tmp_path / "x.json", "a result")
