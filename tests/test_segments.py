@@ -18,6 +18,7 @@ from hnbench.errors import DataError
 from hnbench.sidecars.grid import candidate_boxes
 from hnbench.sidecars.options import SegmentsSettings
 from hnbench.sidecars.segments import (
+    crop_box,
     import_goal,
     parse_segments,
     read_segments,
@@ -188,6 +189,30 @@ def test_cli_segments_grid_clip_writes_a_checked_sidecar(manifest: Path, micro_c
     assert main([*args[:-4], "--grids", "3"]) == 2  # other parameters: another run's sidecar
     assert_one_line_error(capsys.readouterr().err, str(out), "--overwrite")
     assert snapshot(tmp_path) == before
+
+
+def test_crop_box_by_hand() -> None:
+    from PIL import Image
+
+    image = Image.new("L", (40, 20))
+    assert crop_box(image, (10.0, 5.0, 20.0, 15.0)).size == (10, 10)
+    assert crop_box(image, (10.5, 5.2, 19.5, 14.9)).size == (10, 10)  # whole pixels outward
+    assert crop_box(image, (10.0, 5.0, 20.0, 15.0), margin=0.1).size == (12, 12)
+    assert crop_box(image, (0.0, 0.0, 40.0, 20.0), margin=0.5).size == (40, 20)  # kept inside the image
+
+
+@pytest.mark.slow
+def test_cli_segments_on_synthdense_is_its_geometry(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "sd.json"
+    assert main(["-q", "segments", "--dataset", "synthdense", "--protocol", "test", "--output", str(out)]) == 0
+    ds = load_synthdense(protocol="test")
+    side = read_segments(out, ds)
+    assert side.writer == "synthdense" and side.parameters["image_size"] == 128
+    assert side.images == synthdense_segments(ds).images
+    capsys.readouterr()
+    assert main(["-q", "segments", "--dataset", "synthdense", "--protocol", "test", "--output", str(out),
+                 "--import-goal", str(out)]) == 2  # another writer: another run's sidecar (and not GOAL's format)
+    assert_one_line_error(capsys.readouterr().err, str(out))
 
 
 def test_candidate_boxes() -> None:

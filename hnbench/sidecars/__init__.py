@@ -13,7 +13,8 @@ naming what is missing and how to make it):
 - ``edges.require_edges(dataset, options.EdgeSettings(...))`` → :class:`~hnbench.sidecars.edges.EdgeImages`, an image
   source with the dataset's ids: ``open(i)`` the RGB edge map (for the towers' transform), ``tensor(i)`` a
   (1, H, W) float map, ``edge_map(i)`` the greyscale PIL image; ``settings.recorded()`` goes in the run.
-  Edge crops are the segment boxes applied to the edge map.
+  ``segments.crop_box(image_or_edge_map, segment.box, margin)`` cuts a segment's crop (edge crops: the same
+  boxes on the edge map).
 
 Modules: :mod:`~hnbench.sidecars.options` (the settings, light), :mod:`~hnbench.sidecars.segments` (schema,
 reader, writers, spans), :mod:`~hnbench.sidecars.grid` (``hnbench segments``), :mod:`~hnbench.sidecars.edges`.

@@ -48,6 +48,7 @@ def grid_segments(dataset: ImageTextDataset, encoder: Encoder, settings: Segment
         ImageSegments,
         Segment,
         SegmentSidecar,
+        crop_box,
         dataset_record,
         split_sentences,
     )
@@ -63,7 +64,7 @@ def grid_segments(dataset: ImageTextDataset, encoder: Encoder, settings: Segment
         boxes = candidate_boxes(*image.size, settings)
         segs: list[Segment] = []
         if spans:
-            crops = [encoder.image_transform(image.crop((round(b[0]), round(b[1]), round(b[2]), round(b[3])))) for b in boxes]
+            crops = [encoder.image_transform(crop_box(image, b)) for b in boxes]
             feats = torch.cat([encoder.encode_images(torch.stack(crops[j:j + settings.batch_size]))
                                for j in range(0, len(crops), settings.batch_size)])
             sentences = [caption[a:b] for a, b in spans]

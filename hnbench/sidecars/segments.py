@@ -42,6 +42,8 @@ from hnbench.errors import DataError
 from hnbench.io import atomic_write_bytes, read_json_untrusted
 
 if TYPE_CHECKING:
+    from PIL import Image
+
     from hnbench.data.base import ImageTextDataset
 
 FORMAT, VERSION = "hnbench-segments", 1
@@ -107,6 +109,16 @@ class SegmentSidecar:
 def dataset_record(dataset: ImageTextDataset) -> dict[str, Any]:
     """What a sidecar records of the data it was made for."""
     return {"name": dataset.name, "protocol": dataset.protocol, "fingerprint": dataset.fingerprint()}
+
+
+def crop_box(image: Image.Image, box: Box, margin: float = 0.0) -> Image.Image:
+    """The crop of ``image`` (a picture or its edge map) at ``box`` grown by ``margin`` of its size on each
+    side, whole pixels outward, kept inside the image: GOAL's segment crop is the box of the original."""
+    x1, y1, x2, y2 = box
+    dx, dy = margin * (x2 - x1), margin * (y2 - y1)
+    w, h = image.size
+    return image.crop((max(0, math.floor(x1 - dx)), max(0, math.floor(y1 - dy)), min(w, math.ceil(x2 + dx)),
+                       min(h, math.ceil(y2 + dy))))
 
 
 # --- sentences and token spans ------------------------------------------------------------------------
