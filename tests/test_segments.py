@@ -90,6 +90,13 @@ def test_token_span_is_the_sentence_tokens(synth) -> None:
     assert token_span(entry.caption, last.char_span, encode, context_length=a + 1) is None
     with pytest.raises(DataError, match="outside its"):
         token_span("short", (2, 9), encode)
+    # the trainer's view: per image position, (box, char span, token span), best first
+    side = synthdense_segments(synth)
+    spans = side.spans(synth, encode, context_length=77)
+    assert len(spans) == synth.n_images
+    assert [(box, cs) for box, cs, _ in spans[0]] == [(s.box, s.char_span) for s in entry.segments]
+    assert all(ts is None or 1 <= ts[0] < ts[1] <= 76 for per in spans for _, _, ts in per)
+    assert any(ts is None for per in spans for _, _, ts in per)  # 77 tokens cut some later sentences off
 
 
 def _doc(synth) -> dict:

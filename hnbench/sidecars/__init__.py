@@ -9,7 +9,9 @@ naming what is missing and how to make it):
   :class:`~hnbench.sidecars.segments.Segment` (``box`` (x1, y1, x2, y2) in image pixels, ``sentence``,
   ``char_span`` [start, end) in the caption, ``similarity``, synthdense's ``object``).
   ``token_span(caption, segment.char_span, encode, context_length=...)`` gives the sentence's token
-  positions for a tokenizer (per-word tokenisation; open_clip's SimpleTokenizer has no offsets).
+  positions for a tokenizer (per-word tokenisation; open_clip's SimpleTokenizer has no offsets), and
+  ``sidecar.spans(dataset, encode, context_length=...)`` all of it at once: per image position, its
+  segments as (box, char span, token span or None where truncated away).
 - ``edges.require_edges(dataset, options.EdgeSettings(...))`` → :class:`~hnbench.sidecars.edges.EdgeImages`, an image
   source with the dataset's ids: ``open(i)`` the RGB edge map (for the towers' transform), ``tensor(i)`` a
   (1, H, W) float map, ``edge_map(i)`` the greyscale PIL image; ``settings.recorded()`` goes in the run.

@@ -87,6 +87,14 @@ class SegmentSidecar:
         """For each image position of ``dataset``, its entry (None where the sidecar has none)."""
         return [self.images.get(i) for i in dataset.image_ids]
 
+    def spans(self, dataset: ImageTextDataset, encode: Callable[[str], Sequence[int]], *,
+              context_length: int | None = None) -> list[list[tuple[Box, tuple[int, int], tuple[int, int] | None]]]:
+        """For each image position of ``dataset``: its segments (best first) as (box, char span, token span)
+        for the tokenizer ``encode`` (:func:`token_span`; None where truncation cuts the sentence off)."""
+        return [[] if e is None else [(s.box, s.char_span, token_span(e.caption, s.char_span, encode,
+                                                                      context_length=context_length))
+                                      for s in e.segments] for e in self.per_image(dataset)]
+
     def to_json(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "writer": self.writer, "parameters": self.parameters,
                 "dataset": self.dataset, "images": [
