@@ -20,6 +20,7 @@ from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import human_bytes
 from hnbench.registry import RECIPES, TEXT_ENCODERS
 from hnbench.settings import BrowseSettings, CompareSettings, EvalSettings, HardnessSettings, field_types
+from hnbench.sidecars.options import SegmentsSettings
 from hnbench.specs import DataSpec, ModelSpec
 from hnbench.train.config import TrainConfig, load_recipe
 from hnbench.train.report import epoch_table, read_run, train_report
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train_report_parser(sub)
     _add_compare_parser(sub)
     _add_browse_parser(sub)
+    _add_segments_parser(sub)
     return parser
 
 
@@ -503,6 +505,27 @@ def _run_browse(args: argparse.Namespace) -> int:
     assert args.output is not None  # a required flag
     path = browse(args.result, args.output, compare=args.compare, hardness=args.hardness, limit=args.limit,
                   top=args.top, progress=not args.quiet, overwrite=args.overwrite, **data)
+    print(f"wrote {path}")
+    return 0
+
+
+# --- segments (a side input of GOAL-style objectives) ----------------------------------------------------
+def _add_segments_parser(sub: _Subparsers) -> None:
+    p = sub.add_parser("segments", help="a segment sidecar (image boxes paired with caption sentences) for GOAL-style "
+                                        "objectives: synthdense's exact geometry, GOAL's released JSON, or grid boxes "
+                                        "scored by a frozen CLIP (no SAM)")
+    _add_settings_args(p, ModelSpec)
+    _add_settings_args(p, DataSpec, required={"dataset"})
+    _add_settings_args(p, SegmentsSettings)
+    p.set_defaults(handler=_run_segments)
+
+
+def _run_segments(args: argparse.Namespace) -> int:
+    from hnbench.sidecars.grid import make_segments
+
+    settings = SegmentsSettings(**{f.name: getattr(args, f.name) for f in fields(SegmentsSettings)})
+    path = make_segments(spec_from_args(DataSpec, args), spec_from_args(ModelSpec, args), settings,
+                         progress=not args.quiet)
     print(f"wrote {path}")
     return 0
 

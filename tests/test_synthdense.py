@@ -212,3 +212,53 @@ def test_interrupted_generation_leaves_nothing(tmp_path: Path, monkeypatch: pyte
     assert list(tmp_path.iterdir()) == []
     monkeypatch.setattr(sd, "render_scene", real)
     assert (generate_synthdense(out, CFG) / "synthdense.json").is_file()
+
+
+# --- the caption's sentences and the render geometry (side inputs of GOAL/StructXLIP objectives) ------------
+# sha256 over (path, bytes) of every file CFG generates, taken with the generator before caption_sentences /
+# _placement were factored out of scene_caption / render_scene: the refactor changed no byte
+PRE_REFACTOR_DIGEST = "429125e768945050d8f7c56d427830473f931a22f975f17d4ee7411e2c27f0a2"
+
+
+def test_outputs_byte_identical_to_the_generator_before_the_refactor(bench: Path) -> None:
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in sorted(bench.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(bench)).encode() + b"\0" + p.read_bytes())
+    assert h.hexdigest() == PRE_REFACTOR_DIGEST
+
+
+def test_caption_sentences_carry_their_object_and_span(bench: Path) -> None:
+    for row in _rows(bench, "train")[:12]:
+        scene, caption = row["scene"], row["caption"]
+        sentences = sd.caption_sentences(scene)
+        assert " ".join(s.text for s in sentences) == caption == sd.scene_caption(scene)
+        assert all(caption[s.span[0]:s.span[1]] == s.text for s in sentences)
+        by_object = [s for s in sentences if s.object is not None]
+        assert sorted(s.object for s in by_object) == sorted(o["id"] for o in scene["objects"])
+        for s in by_object:  # the object's own sentence names its colour and shape
+            o = next(o for o in scene["objects"] if o["id"] == s.object)
+            assert f"{o['colour']} {o['shape']}" in s.text
+
+
+def test_object_box_holds_the_drawn_object_and_outline() -> None:
+    scene = sd._base_scene(sd._family_rng(0, "train", 7), CFG)
+    size = 96
+    for o in scene["objects"]:
+        alone = {**scene, "objects": [o]}
+        pixels = np.asarray(sd.render_scene(alone, size)).astype(int)
+        drawn = np.abs(pixels - np.array(sd.BACKGROUNDS[scene["background"]][0])).sum(axis=2) > 0
+        ys, xs = np.nonzero(drawn)
+        x1, y1, x2, y2 = sd.object_box(scene, o["id"], size)
+        assert 0 <= x1 < x2 <= size and 0 <= y1 < y2 <= size
+        assert xs.min() >= int(x1) and xs.max() < np.ceil(x2) and ys.min() >= int(y1) and ys.max() < np.ceil(y2)
+        # the box is tight: the object spans most of it (a circle or square reaches about every side)
+        assert xs.max() - xs.min() + 1 >= 0.6 * (x2 - x1)
+        edges = np.asarray(sd.render_outlines(alone, size)) > 0
+        ey, ex = np.nonzero(edges)
+        assert ex.min() >= int(x1) and ex.max() < np.ceil(x2) and ey.min() >= int(y1) and ey.max() < np.ceil(y2)
+        assert edges.sum() < drawn.sum() or o["fill"] == "outlined"  # an outline, not the filled shape
+    with pytest.raises(sd.SynthDenseError, match="obj9"):
+        sd.object_box(scene, "obj9", size)

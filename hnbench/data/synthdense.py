@@ -280,39 +280,60 @@ def _relation(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, str]:
     return " and ".join(parts), srel
 
 
-def scene_caption(scene: dict[str, Any]) -> str:
-    """Long English caption of a scene; a pure function of the scene (its ``style`` picks the templates)."""
+@dataclass(frozen=True)
+class CaptionSentence:
+    """One sentence of a scene's caption: its text, the object it describes (its id, e.g. ``"obj2"``; None for
+    a sentence about the whole scene: the opening, empty cells, relations, summary, fillers) and its
+    character span ``[start, end)`` in :func:`scene_caption`'s text."""
+
+    text: str
+    object: str | None
+    span: tuple[int, int]
+
+
+def caption_sentences(scene: dict[str, Any]) -> list[CaptionSentence]:
+    """The sentences of :func:`scene_caption`, in order, each with its object and character span (the caption is
+    them joined by single spaces); a pure function of the scene (its ``style`` picks the templates)."""
     crng = np.random.default_rng(scene["style"])
     t_open, t_empty, t_sum = (int(x) for x in crng.integers(0, 3, size=3))
     t_obj, t_rel = crng.integers(0, len(_OBJ), size=9), crng.integers(0, len(_REL), size=9)
     bg, objs = scene["background"], scene["objects"]
     ordered = sorted(objs, key=lambda o: CELLS.index(o["position"]))
     n = _NUM[len(objs)]
-    out = [_OPEN[t_open].format(n=n, bg=bg)]
+    out: list[tuple[str, str | None]] = [(_OPEN[t_open].format(n=n, bg=bg), None)]
     for i, o in enumerate(ordered):
-        out.append(_cap(_OBJ[t_obj[i]].format(
+        out.append((_cap(_OBJ[t_obj[i]].format(
             pos=_POS[o["position"]], a_size=_a(_SIZE_ADJ[o["size"]]), a_fill=_a(o["fill"]), size=o["size"],
             colour=o["colour"], shape=o["shape"], fill=o["fill"], fill_long=_FILL_LONG[o["fill"]],
-            ordinal=_ORD[i])))
+            ordinal=_ORD[i])), str(o["id"])))
     empty = [_CELL[c] for c in CELLS if c not in {o["position"] for o in objs}]
     if empty:
         one = len(empty) == 1
-        out.append(_EMPTY[t_empty].format(cells=_join(empty), cw="cell" if one else "cells", bg=bg,
-                                          verb="is" if one else "are", verb2="holds" if one else "hold"))
+        out.append((_EMPTY[t_empty].format(cells=_join(empty), cw="cell" if one else "cells", bg=bg,
+                                           verb="is" if one else "are", verb2="holds" if one else "hold"), None))
     # relations between objects in id order, so they stay put when an object moves in a variant
     n_pairs = min(len(objs) - 1, 3 if len(objs) <= 3 else 2)
     pairs = [(objs[i], objs[(i + 1) % len(objs)]) for i in range(n_pairs)]
     for i, (a, b) in enumerate(pairs):
         rel, srel = _relation(a, b)
-        out.append(_REL[t_rel[i]].format(a=f"{a['colour']} {a['shape']}", b=f"{b['colour']} {b['shape']}",
-                                         b_shape=b["shape"], rel=rel, srel=srel))
+        out.append((_REL[t_rel[i]].format(a=f"{a['colour']} {a['shape']}", b=f"{b['colour']} {b['shape']}",
+                                          b_shape=b["shape"], rel=rel, srel=srel), None))
     items = [_a(f"{o['colour']} {o['shape']}") for o in ordered]
-    out.append(_SUM[t_sum].format(items=_join(items), bg=bg, n=n))
+    out.append((_SUM[t_sum].format(items=_join(items), bg=bg, n=n), None))
     for filler in _FILLER:
-        if sum(len(s.split()) for s in out) >= 100:
+        if sum(len(text.split()) for text, _ in out) >= 100:
             break
-        out.append(filler)
-    return " ".join(out)
+        out.append((filler, None))
+    sentences, start = [], 0
+    for text, obj in out:
+        sentences.append(CaptionSentence(text, obj, (start, start + len(text))))
+        start += len(text) + 1
+    return sentences
+
+
+def scene_caption(scene: dict[str, Any]) -> str:
+    """Long English caption of a scene: :func:`caption_sentences` joined by single spaces."""
+    return " ".join(s.text for s in caption_sentences(scene))
 
 
 # -------------------------------------------------------------------------------------- rendering
@@ -340,25 +361,57 @@ def _polygon(shape: str, cx: float, cy: float, r: float) -> list[tuple[float, fl
     raise ValueError(f"unknown shape {shape!r}")
 
 
+def _placement(o: dict[str, Any], side: int) -> tuple[float, float, float]:
+    """Object ``o``'s centre and radius on a ``side`` x ``side`` canvas (the render geometry)."""
+    row, col = divmod(CELLS.index(o["position"]), 3)
+    cell = side / 3
+    diameter = SIZES[o["size"]] * side
+    room = 0.8 * (cell - diameter) / 2
+    return (col + 0.5) * cell + o["jitter"][0] * room, (row + 0.5) * cell + o["jitter"][1] * room, diameter / 2
+
+
+def _draw_shape(draw: ImageDraw.ImageDraw, o: dict[str, Any], side: int, fill: Any, outline: Any, width: int) -> None:
+    cx, cy, r = _placement(o, side)
+    if o["shape"] == "circle":
+        draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill, outline=outline, width=width)
+    else:
+        draw.polygon(_polygon(o["shape"], cx, cy, r), fill=fill, outline=outline, width=width)
+
+
 def render_scene(scene: dict[str, Any], image_size: int) -> Image.Image:
     """Render a scene as an RGB ``image_size`` x ``image_size`` image (drawn at 2x, then averaged down)."""
     side = 2 * image_size
     img = Image.new("RGB", (side, side), BACKGROUNDS[scene["background"]][0])
-    draw, cell = ImageDraw.Draw(img), side / 3
+    draw = ImageDraw.Draw(img)
     for o in scene["objects"]:
-        row, col = divmod(CELLS.index(o["position"]), 3)
-        diameter = SIZES[o["size"]] * side
-        room = 0.8 * (cell - diameter) / 2
-        cx, cy = (col + 0.5) * cell + o["jitter"][0] * room, (row + 0.5) * cell + o["jitter"][1] * room
-        r, rgb = diameter / 2, COLOURS[o["colour"]]
+        r, rgb = _placement(o, side)[2], COLOURS[o["colour"]]
         solid = o["fill"] == "solid"
         width = 1 if solid else round(max(0.32 * r, side / 32))
         fill, outline = (rgb, None) if solid else (None, rgb)
-        if o["shape"] == "circle":
-            draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill, outline=outline, width=width)
-        else:
-            draw.polygon(_polygon(o["shape"], cx, cy, r), fill=fill, outline=outline, width=width)
+        _draw_shape(draw, o, side, fill, outline, width)
     return img.reduce(2)  # 2x2 box-filter supersampling: cheap anti-aliasing
+
+
+def render_outlines(scene: dict[str, Any], image_size: int, line_width: int = 2) -> Image.Image:
+    """The scene's exact edge map: every object's outline (``line_width`` px at the 2x render scale, white on
+    black), drawn with the render geometry and averaged down as :func:`render_scene` is; a greyscale image."""
+    side = 2 * image_size
+    img = Image.new("L", (side, side), 0)
+    draw = ImageDraw.Draw(img)
+    for o in scene["objects"]:
+        _draw_shape(draw, o, side, None, 255, line_width)
+    return img.reduce(2)
+
+
+def object_box(scene: dict[str, Any], object_id: str, image_size: int) -> tuple[float, float, float, float]:
+    """Object ``object_id``'s box ``(x1, y1, x2, y2)`` in the pixels of the ``image_size`` image: its centre
+    plus and minus its radius (every shape lies inside that square), halved from the 2x render scale."""
+    o = next((o for o in scene["objects"] if o["id"] == object_id), None)
+    if o is None:
+        raise SynthDenseError(f"scene has no object {object_id!r}")
+    cx, cy, r = _placement(o, 2 * image_size)
+    return (max(0.0, (cx - r) / 2), max(0.0, (cy - r) / 2), min(float(image_size), (cx + r) / 2),
+            min(float(image_size), (cy + r) / 2))
 
 
 # ------------------------------------------------------------------------------------- generation
