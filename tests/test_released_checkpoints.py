@@ -161,6 +161,14 @@ def test_finelip_state_dict_loads_towers_and_says_it_drops_cross_net(micro_confi
     assert torch.equal(enc.encode_texts(tokens), micro.encode_texts(tokens))
     assert torch.equal(enc.encode_images(pixels), micro.encode_images(pixels))
 
+    data = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in make_pairs(tmp_path, n=6)])
+    out = tmp_path / "out"
+    assert main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--pretrained",
+                 str(path), "--dataset", str(data), "--output", str(out), "--num-workers", "0"]) == 0
+    result = json.loads(next(out.rglob("*.json")).read_text())
+    assert result["model"]["fingerprint"] == micro.info.fingerprint
+    assert result["metrics"]["t2i"]["R@10"] == 100.0 and 0 < result["metrics"]["t2i"]["MRR"] <= 1
+
 
 def test_finelip_state_dict_with_another_unknown_module_is_refused(micro_config, tmp_path):
     torch.manual_seed(0)
@@ -204,3 +212,22 @@ def test_layout_hint_names_the_openai_base_by_vision_shape():
     b16 = {"visual.conv1.weight": torch.zeros(768, 3, 16, 16), "positional_embedding": torch.zeros(248, 1)}
     assert "--model ViT-B-16-quickgelu --pretrained FILE --context-length 248" in layout_hint(b16)
     assert "neither" in layout_hint({"x": torch.zeros(1)})
+
+
+def test_release_of_another_size_names_its_vision_tower(hf_clip_dir, released, tmp_path):
+    import shutil
+
+    base = tmp_path / "wider-base"
+    shutil.copytree(hf_clip_dir, base)
+    for f in base.glob("*.safetensors"):
+        f.unlink()  # only the config, tokenizer and processor are read when weights are given
+    config = json.loads((base / "config.json").read_text())
+    config["vision_config"] = dict(config["vision_config"], hidden_size=48, patch_size=16)
+    (base / "config.json").write_text(json.dumps(config))
+    path = tmp_path / "goal-B.pth"
+    torch.save(_cpu_state_dict(released), path)
+    with pytest.raises(CheckpointError) as e:
+        load_model(str(base), str(path))
+    msg = str(e.value)
+    assert "shape mismatch" in msg and "vision_model.embeddings.patch_embedding.weight (32, 3, 8, 8)" in msg
+    assert "vision width 32, patch 8" in msg and f"--context-length {POSITIONS}" in msg
