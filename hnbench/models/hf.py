@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -157,7 +158,8 @@ def load_hf_clip(name: str, *, context_length: int | None = None, device: str = 
         else:
             config: Any = CLIPConfig.from_pretrained(path, **at)
             config.text_config.max_position_embeddings = int(sd[TEXT_POSITIONS].shape[0])
-            model = CLIPModel(config)  # its random init is overwritten whole by the strict load below
+            with _no_init():  # every weight is overwritten by the strict load below
+                model = CLIPModel(config)
         tokenizer = AutoTokenizer.from_pretrained(path, **at)
         processor = CLIPImageProcessor.from_pretrained(path, **at)
     except (OSError, ValueError) as e:
@@ -178,6 +180,20 @@ def load_hf_clip(name: str, *, context_length: int | None = None, device: str = 
                      embed_dim=int(model.config.projection_dim), framework=HFCLIPEncoder.framework,
                      extra={"precision": precision, **({"base": name} if sd is not None else {})})
     return HFCLIPEncoder(model.to(device), tokenizer, processor, info)
+
+
+def _no_init() -> contextlib.AbstractContextManager[None]:
+    """transformers' switch that skips weight initialisation (its module moved in 5.0), else nothing."""
+    import importlib
+
+    for module in ("transformers.initialization", "transformers.modeling_utils"):
+        try:
+            switch = getattr(importlib.import_module(module), "no_init_weights", None)
+        except ImportError:
+            continue
+        if switch is not None:
+            return cast(contextlib.AbstractContextManager[None], switch())
+    return contextlib.nullcontext()
 
 
 def _released_state_dict(weights: str) -> dict[str, torch.Tensor]:
