@@ -190,8 +190,9 @@ class ModelSpec:
     """Which model a run uses."""
 
     model: str | None = option(None, group="model", help=f"model name, by family: {MODELS.describe()}")
-    pretrained: str | None = option(None, group="model", help="open_clip tag (needs the internet) or a local checkpoint "
-                                                              "(.safetensors / .pt / .bin)")
+    pretrained: str | None = option(None, group="model", help="open_clip tag (needs the internet), an hf: model's hub "
+                                                              "revision, or a local checkpoint (.safetensors / .pt / "
+                                                              ".pth / .bin)")
     model_config: str | None = option(None, group="model", help="JSON file registering a custom open_clip architecture")
     context_length: int | None = same_as(EvalSettings, "context_length")
 

@@ -31,7 +31,8 @@ def load_model(
     (``hnbench-tiny`` / ``synthdense``) or a local checkpoint file (``.safetensors`` preferred;
     ``.pt``/``.bin`` are read with ``weights_only=True``), or a LoRA/DoRA adapter directory written by
     ``hnbench train`` (base weights named in it; merged on load). Released Long-CLIP checkpoints load
-    into the open_clip architecture with their 248 positions. An open_clip model without weights is
+    into the open_clip architecture with their 248 positions (a FineLIP run's ``cross_net`` dropped with a
+    warning); GOAL's / StructXLIP's ``.pth`` (HF ``CLIPModel`` keys) load into an ``hf:`` base. An open_clip model without weights is
     initialised from ``init_seed`` (``None``: torch's global RNG, as the trainer seeds it itself).
     """
     check_precision(precision)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
 import zipfile
 from collections.abc import Mapping
@@ -11,7 +12,21 @@ import torch
 
 from hnbench.errors import CheckpointError
 
+logger = logging.getLogger(__name__)
+
 _NESTED_KEYS = ("state_dict", "model", "model_state_dict", "module")
+# Key prefixes a released fine-tuning checkpoint adds to its CLIP weights, stripped from the keys that carry them
+# (StructXLIP's ``retrieval.py`` reads ``clip_model.``-prefixed files this way).
+_WRAPPER_PREFIXES = ("clip_model.",)
+
+# Modules a framework trains beside CLIP that plain-cosine evaluation never uses: dropped (with one WARNING line
+# naming them) when the model has no such keys. Any other unexpected key is refused by :func:`load_into`.
+TRAINING_ONLY = {
+    "cross_net.": "FineLIP's token aggregation module (its cross-modal late-interaction score, used only by "
+                  "FineLIP's fused --finegrain re-scoring); plain-cosine eval scores the towers alone",
+}
+# A buffer, not a weight: HF CLIP's arange of positions; whether it is saved depends on the transformers version.
+POSITION_IDS_SUFFIX = "embeddings.position_ids"
 
 
 def load_torch(path: str | Path) -> object:
@@ -55,11 +70,60 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: the checkpoint holds no tensors")
     if all(k.startswith("module.") for k in sd):
         sd = {k[len("module."):]: v for k, v in sd.items()}
+    for prefix in _WRAPPER_PREFIXES:
+        if any(k.startswith(prefix) for k in sd):
+            sd = {k.removeprefix(prefix): v for k, v in sd.items()}
     return sd
 
 
-def load_into(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], source: str) -> None:
-    """``load_state_dict(strict=True)`` with an error that names missing, unexpected and mis-shaped keys."""
+def drop_training_only(state_dict: dict[str, torch.Tensor], model_keys: set[str] | dict[str, torch.Tensor],
+                       source: str) -> dict[str, torch.Tensor]:
+    """``state_dict`` without the :data:`TRAINING_ONLY` modules the model lacks; one WARNING per module names the
+    dropped keys and why."""
+    out = dict(state_dict)
+    for prefix, why in TRAINING_ONLY.items():
+        dropped = sorted(k for k in out if k.startswith(prefix) and k not in model_keys)
+        if dropped:
+            for k in dropped:
+                del out[k]
+            logger.warning("%s: ignoring %d keys of %s (%s): %s", source, len(dropped), prefix.rstrip("."), why,
+                           _short(dropped))
+    return out
+
+
+def layout_hint(state_dict: dict[str, torch.Tensor]) -> str:
+    """What to pass for a checkpoint, read from its keys and shapes: the family (open_clip/OpenAI-CLIP or HF
+    ``CLIPModel`` layout), the vision tower (width, patch) and the text context."""
+    hf_patch = state_dict.get("vision_model.embeddings.patch_embedding.weight")
+    if hf_patch is not None:
+        width, patch = int(hf_patch.shape[0]), int(hf_patch.shape[-1])
+        pos = state_dict.get("text_model.embeddings.position_embedding.weight")
+        ctx = f" --context-length {int(pos.shape[0])}" if pos is not None else ""
+        base = _HF_BASES.get((width, patch))
+        model = f"hf:{base}" if base else "hf:ORG/NAME (a transformers CLIP with this vision tower)"
+        return (f"it holds Hugging Face CLIPModel keys (GOAL / StructXLIP layout; vision width {width}, patch {patch}): "
+                f"pass --model {model} --pretrained FILE{ctx}")
+    oa_patch = state_dict.get("visual.conv1.weight")
+    if oa_patch is not None:
+        width, patch = int(oa_patch.shape[0]), int(oa_patch.shape[-1])
+        arch = _OPENAI_ARCHS.get((width, patch), "an open_clip architecture with this vision tower")
+        pos = state_dict.get("positional_embedding")
+        ctx = f" --context-length {int(pos.shape[0])}" if pos is not None and pos.shape[0] != 77 else ""
+        return (f"it holds OpenAI-CLIP / open_clip keys (Long-CLIP / FineLIP layout; vision width {width}, patch "
+                f"{patch}): pass --model {arch} --pretrained FILE{ctx}")
+    return "its keys are neither open_clip / OpenAI-CLIP nor Hugging Face CLIPModel layout"
+
+
+# (vision width, patch size) -> the OpenAI base a released fine-tune starts from
+_HF_BASES = {(768, 32): "openai/clip-vit-base-patch32", (768, 16): "openai/clip-vit-base-patch16",
+             (1024, 14): "openai/clip-vit-large-patch14"}
+_OPENAI_ARCHS = {(768, 32): "ViT-B-32-quickgelu", (768, 16): "ViT-B-16-quickgelu", (1024, 14): "ViT-L-14-quickgelu"}
+
+
+def load_into(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], source: str, *,
+              hint: str | None = None) -> None:
+    """``load_state_dict(strict=True)`` with an error that names missing, unexpected and mis-shaped keys (and ends
+    with ``hint``, e.g. :func:`layout_hint`'s advice on what to pass)."""
     own = model.state_dict()
     missing = sorted(set(own) - set(state_dict))
     unexpected = sorted(set(state_dict) - set(own))
@@ -73,7 +137,8 @@ def load_into(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], sourc
         if shapes:
             parts.append("shape mismatch: " + _short(
                 [f"{k} {tuple(state_dict[k].shape)} vs model {tuple(own[k].shape)}" for k in shapes]))
-        raise CheckpointError(f"{source} does not match the architecture: " + "; ".join(parts))
+        raise CheckpointError(f"{source} does not match the architecture: " + "; ".join(parts)
+                              + (f"; {hint}" if hint else ""))
     model.load_state_dict(state_dict, strict=True)
 
 

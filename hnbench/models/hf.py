@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
 
 from hnbench.errors import CheckpointError, ConfigError
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
+from hnbench.models.checkpoint import (
+    POSITION_IDS_SUFFIX,
+    drop_training_only,
+    layout_hint,
+    load_into,
+    read_state_dict,
+)
 
 
 class _HFImageTransform:
@@ -101,41 +109,108 @@ class HFCLIPEncoder:
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+# A --pretrained value that names a weights file (else it is the hub revision).
+WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
+TEXT_POSITIONS = "text_model.embeddings.position_embedding.weight"
+
+
+def weights_file(pretrained: str | None) -> str | None:
+    """``pretrained`` when it names a weights file (an existing file, or a checkpoint suffix), else None."""
+    if pretrained and (Path(pretrained).is_file() or pretrained.endswith(WEIGHT_SUFFIXES)):
+        return pretrained
+    return None
+
+
 def load(model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
          context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
          init_seed: int | None = 0) -> HFCLIPEncoder:
-    """The model registry's loader signature: ``pretrained`` is the hub revision; no config or seed applies."""
-    return load_hf_clip(model, context_length=context_length, device=device, revision=pretrained, precision=precision)
+    """The model registry's loader signature: ``pretrained`` is a weights file (a released GOAL / StructXLIP
+    ``.pth``: HF ``CLIPModel`` keys, any text context) loaded into ``model``'s architecture, else the hub
+    revision; no config or seed applies."""
+    weights = weights_file(pretrained)
+    return load_hf_clip(model, context_length=context_length, device=device,
+                        revision=None if weights else pretrained, precision=precision, weights=weights)
 
 
 def load_hf_clip(name: str, *, context_length: int | None = None, device: str = "cpu",
-                 revision: str | None = None, precision: str = "fp32") -> HFCLIPEncoder:
-    """Load ``hf:ORG/NAME`` (hub, needs the internet) or a local ``save_pretrained`` directory."""
+                 revision: str | None = None, precision: str = "fp32", weights: str | None = None) -> HFCLIPEncoder:
+    """Load ``hf:ORG/NAME`` (hub, needs the internet) or a local ``save_pretrained`` directory.
+
+    ``weights``: a state-dict file with HF ``CLIPModel`` keys (``model_state_dict`` / ``clip_model.`` wrappers
+    unwrapped, read weights-only) replacing the base's weights; the text table's rows set the positions (GOAL's
+    and StructXLIP's 248). The base supplies the config, tokenizer and image processor."""
     try:
-        from transformers import AutoTokenizer, CLIPImageProcessor, CLIPModel
+        from transformers import AutoTokenizer, CLIPConfig, CLIPImageProcessor, CLIPModel
     except ImportError as e:
         raise ConfigError("HF CLIP models need transformers: pip install 'hnbench[hf]'") from e
     path = name.removeprefix("hf:")
     if not Path(path).is_dir() and name.startswith("hf:") is False:
         raise ConfigError(f"{name}: not a directory; write hub models as hf:ORG/NAME")
+    if precision not in _DTYPES:
+        raise ConfigError(f"--precision must be one of {', '.join(_DTYPES)}, got {precision!r}")
+    sd = _released_state_dict(weights) if weights else None
     at: dict[str, Any] = {} if revision is None else {"revision": revision}  # None: the hub's default branch
     try:
         # Any: transformers' decorated methods (to, get_*_features) are not typed usefully
-        model: Any = CLIPModel.from_pretrained(path, use_safetensors=None, **at)
+        model: Any
+        if sd is None:
+            model = CLIPModel.from_pretrained(path, use_safetensors=None, **at)
+        else:
+            config: Any = CLIPConfig.from_pretrained(path, **at)
+            config.text_config.max_position_embeddings = int(sd[TEXT_POSITIONS].shape[0])
+            with _no_init():  # every weight is overwritten by the strict load below
+                model = CLIPModel(config)
         tokenizer = AutoTokenizer.from_pretrained(path, **at)
         processor = CLIPImageProcessor.from_pretrained(path, **at)
     except (OSError, ValueError) as e:
         raise CheckpointError(f"could not load HF CLIP model {name}: {str(e).splitlines()[0]}") from e
-    if precision not in _DTYPES:
-        raise ConfigError(f"--precision must be one of {', '.join(_DTYPES)}, got {precision!r}")
+    if sd is not None:
+        _load_weights(model, sd, f"checkpoint {weights} into {name}")
     model = model.to(_DTYPES[precision])
     max_pos = int(model.config.text_config.max_position_embeddings)
     ctx = context_length or max_pos
     if ctx > max_pos:
         raise ConfigError(f"{name}: --context-length {ctx} exceeds the model's {max_pos} positions")
-    info = ModelInfo(arch=f"hf:{path}" if not name.startswith("hf:") else name, pretrained=revision or "main",
+    if sd is not None and int(tokenizer.model_max_length) < max_pos:
+        tokenizer.model_max_length = max_pos  # the base's 77: would warn on every caption the table now fits
+    info = ModelInfo(arch=f"hf:{path}" if not name.startswith("hf:") else name,
+                     pretrained=weights or revision or "main",
                      fingerprint=state_dict_fingerprint(model.state_dict()), context_length=ctx,
                      n_params=sum(p.numel() for p in model.parameters()),
                      embed_dim=int(model.config.projection_dim), framework=HFCLIPEncoder.framework,
-                     extra={"precision": precision})
+                     extra={"precision": precision, **({"base": name} if sd is not None else {})})
     return HFCLIPEncoder(model.to(device), tokenizer, processor, info)
+
+
+def _no_init() -> contextlib.AbstractContextManager[None]:
+    """transformers' switch that skips weight initialisation (its module moved in 5.0), else nothing."""
+    import importlib
+
+    for module in ("transformers.initialization", "transformers.modeling_utils"):
+        try:
+            switch = getattr(importlib.import_module(module), "no_init_weights", None)
+        except ImportError:
+            continue
+        if switch is not None:
+            return cast(contextlib.AbstractContextManager[None], switch())
+    return contextlib.nullcontext()
+
+
+def _released_state_dict(weights: str) -> dict[str, torch.Tensor]:
+    """A weights file's state dict, refused in one line unless it has HF ``CLIPModel`` keys (saying what to pass)."""
+    sd = read_state_dict(weights)
+    if TEXT_POSITIONS not in sd:
+        raise CheckpointError(f"{weights}: no {TEXT_POSITIONS} key, so not an HF CLIPModel state dict; "
+                              f"{layout_hint(sd)}")
+    return sd
+
+
+def _load_weights(model: Any, sd: dict[str, torch.Tensor], source: str) -> None:
+    """Strict load of ``sd`` into ``model``: position-id buffers follow the model (saved or not, by transformers
+    version), known training-only modules are dropped with a warning, anything else that does not fit is refused."""
+    own = model.state_dict()
+    sd = {k: v for k, v in sd.items() if not k.endswith(POSITION_IDS_SUFFIX)}
+    sd.update({k: v for k, v in own.items() if k.endswith(POSITION_IDS_SUFFIX)})
+    sd = drop_training_only(sd, own, source)
+    load_into(model, {k: v.to(own[k].dtype) if k in own else v for k, v in sd.items()}, source,
+              hint=layout_hint(sd))

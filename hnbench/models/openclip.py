@@ -18,7 +18,7 @@ import torch
 from hnbench.errors import CheckpointError, ConfigError, did_you_mean
 from hnbench.io import loads_json
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
-from hnbench.models.checkpoint import load_into, read_state_dict
+from hnbench.models.checkpoint import drop_training_only, layout_hint, load_into, read_state_dict
 from hnbench.models.longclip_tables import convert_longclip_state_dict
 from hnbench.validate import check_model_config_name
 
@@ -229,9 +229,11 @@ def load_openclip(
         sd = convert_state_dict(model, sd)
         if "logit_scale" in sd and sd["logit_scale"].ndim != model.logit_scale.ndim:
             sd["logit_scale"] = sd["logit_scale"].reshape(model.logit_scale.shape)
+        own = model.state_dict()
+        sd = drop_training_only(sd, own, f"checkpoint {local_file}")
         sd = _fit_positional_embedding(model, sd, str(local_file))
-        load_into(model, {k: v.to(model.state_dict()[k].dtype) if k in model.state_dict() else v
-                          for k, v in sd.items()}, f"checkpoint {local_file}")
+        load_into(model, {k: v.to(own[k].dtype) if k in own else v for k, v in sd.items()},
+                  f"checkpoint {local_file}", hint=layout_hint(sd))
     sd = model.state_dict()
     ctx = int(getattr(model, "context_length", 0) or context_length or 77)
     info = ModelInfo(

@@ -40,6 +40,7 @@ from hnbench.errors import CheckpointError
 from hnbench.io import atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
+from hnbench.models.hf import weights_file as hf_weights_file
 from hnbench.models.openclip import resolve_pretrained
 from hnbench.models.peft_loading import is_adapter_dir
 from hnbench.registry import model_family
@@ -96,7 +97,12 @@ def weight_files(model: str, pretrained: str | None, model_config: str | Path | 
     if is_adapter_dir(pretrained):
         return None
     if model_family(model) == "hf":
-        return _dir_files(Path(model)) if Path(model).is_dir() and not model.startswith("hf:") else None
+        if not Path(model).is_dir() or model.startswith("hf:"):
+            return None
+        weights = hf_weights_file(pretrained)
+        if weights and not Path(weights).is_file():
+            return None  # the loader says it is missing
+        return _dir_files(Path(model)) + ([str(Path(weights).resolve())] if weights else [])
     if model.startswith("hf-hub:"):
         return None
     if model.startswith("local-dir:"):
