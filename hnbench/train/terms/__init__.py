@@ -13,3 +13,30 @@ registers and weights them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from hnbench.distributed import DistContext
+
+__all__ = ["gather_all"]
+
+
+def gather_all(context: DistContext | None, *xs: Tensor, grad: Sequence[bool]) -> list[Tensor]:
+    """``xs`` (this rank's rows) gathered from every rank in rank order, with gradient where ``grad`` (bool
+    tensors travel as uint8); in one process, ``xs`` as they are.
+
+    Terms on a subset of the batch (items with a box, an edge map, a valid crop) are computed whole on every
+    rank from these: all-gather's backward sums the ranks' identical gradients for this rank's rows, and
+    DDP's average over ranks brings that back to the gradient of the global loss."""
+    if context is None or not context.enabled:
+        return list(xs)
+    out = []
+    for x, g in zip(xs, grad, strict=True):
+        if x.dtype == torch.bool:
+            out.append(context.gather(x.to(torch.uint8), with_grad=False).bool())
+        else:
+            out.append(context.gather(x, with_grad=g))
+    return out

@@ -32,6 +32,7 @@ from torch import Tensor
 from hnbench.distributed import DistContext
 from hnbench.settings import option
 from hnbench.train.losses import compute_dtype, hn_clip_loss
+from hnbench.train.terms import gather_all
 
 __all__ = ["GOAL_TERMS", "GoalOptions", "goal_global_loss", "goal_patch_loss", "goal_segment_loss",
            "goal_text_loss", "goal_total", "pool_tokens", "sentence_token_span", "span_mask"]
@@ -90,32 +91,40 @@ def pool_tokens(states: Tensor, mask: Tensor) -> Tensor:
     return (states * m[:, :, None]).sum(dim=1) / m.sum(dim=1).clamp(min=1)[:, None]
 
 
-def _pooled_cosine_loss(states: Tensor, mask: Tensor, head: Head, target: Tensor) -> Tensor:
-    """mean over rows with a non-empty mask of (cos(normalize(head(pool)), target) − 1)²."""
+def _pooled_cosine_loss(states: Tensor, mask: Tensor, head: Head, target: Tensor,
+                        context: DistContext | None) -> Tensor:
+    """mean over rows with a non-empty mask of (cos(normalize(head(pool)), target) − 1)²; data parallel, the
+    rows of every rank (gathered with gradient), the same global mean on each rank."""
     if target.ndim != 2 or target.shape[0] != states.shape[0]:
         raise ValueError(f"target must be (B, D) with B = {states.shape[0]}, got {tuple(target.shape)}")
-    keep = mask.any(dim=1).to(states.device)
-    if not bool(keep.any()):
-        return (states.sum() * 0).to(compute_dtype(states, target))
-    pooled = head(pool_tokens(states[keep], mask.to(states.device)[keep]))
+    mask = mask.to(states.device)
+    pooled = head(pool_tokens(states, mask))
     dtype = compute_dtype(pooled, target)
-    cos = (F.normalize(pooled.to(dtype), dim=-1) * F.normalize(target[keep].to(dtype), dim=-1)).sum(dim=-1)
-    return ((cos - 1) ** 2).mean()
+    cos = (F.normalize(pooled.to(dtype), dim=-1) * F.normalize(target.to(dtype), dim=-1)).sum(dim=-1)
+    keep = mask.any(dim=1)
+    cos, keep = gather_all(context, cos, keep, grad=(True, False))
+    if not bool(keep.any()):
+        return cos.sum() * 0
+    return ((cos[keep] - 1) ** 2).mean()
 
 
-def goal_patch_loss(image_states: Tensor, patch_mask: Tensor, image_head: Head, crop: Tensor) -> Tensor:
+def goal_patch_loss(image_states: Tensor, patch_mask: Tensor, image_head: Head, crop: Tensor, *,
+                    context: DistContext | None = None) -> Tensor:
     """L_patch (spec §2.1 item 3; ``goal_loss_finetuning.py``): ``image_states`` (B, 1+P, W) are the whole
     image's last-layer tokens *before* post-LayerNorm (CLS at 0), ``patch_mask`` (B, 1+P) the box's patches
     (:func:`hnbench.train.terms.geometry.box_patch_mask`), ``image_head`` post-LN + projection, ``crop``
-    (B, D) the crop's embedding. Items whose box touches no patch are left out of the mean."""
-    return _pooled_cosine_loss(image_states, patch_mask, image_head, crop)
+    (B, D) the crop's embedding. Items whose box touches no patch are left out of the mean. Data parallel
+    (``context``): the mean over the global batch on every rank (so DDP's average is its gradient)."""
+    return _pooled_cosine_loss(image_states, patch_mask, image_head, crop, context)
 
 
-def goal_text_loss(text_states: Tensor, span: Tensor, text_head: Head, sentence: Tensor) -> Tensor:
+def goal_text_loss(text_states: Tensor, span: Tensor, text_head: Head, sentence: Tensor, *,
+                   context: DistContext | None = None) -> Tensor:
     """L_text (spec §2.1 item 4; ``goal_loss_finetuning.py``): ``text_states`` (B, T, W) are the long
     caption's last-layer states *before* the final LayerNorm, ``span`` (B, T) the sentence's tokens
-    (:func:`span_mask`), ``text_head`` final LN + projection, ``sentence`` (B, D) the sentence's embedding."""
-    return _pooled_cosine_loss(text_states, span, text_head, sentence)
+    (:func:`span_mask`), ``text_head`` final LN + projection, ``sentence`` (B, D) the sentence's embedding;
+    data parallel as :func:`goal_patch_loss`."""
+    return _pooled_cosine_loss(text_states, span, text_head, sentence, context)
 
 
 def sentence_token_span(prefix: str, sentence: str, encode: Callable[[str], list[int]], *,

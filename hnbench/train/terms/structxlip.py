@@ -36,8 +36,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hnbench.distributed import DistContext
 from hnbench.settings import option
 from hnbench.train.losses import as_scale, compute_dtype, hn_clip_loss
+from hnbench.train.terms import gather_all
 
 __all__ = ["STRUCTXLIP_TERMS", "StructXLIPOptions", "chunk_spans", "clamp_logit_scale_", "chunk_embeddings",
            "local_structure_loss", "local_structure_term", "rgb_structure_loss", "schedule_factor", "structure_loss", "structxlip_global_loss",
@@ -97,12 +99,12 @@ class StructXLIPOptions:
 
 
 def structxlip_global_loss(image: Tensor, text: Tensor, logit_scale: Tensor | float, *, loss: str = "infonce",
-                           gamma: float = 0.5) -> Tensor:
+                           gamma: float = 0.5, context: DistContext | None = None) -> Tensor:
     """L_org (spec §3.1 item 1; ``structxlip/train.py``): symmetric InfoNCE of s·v tᵀ, no smoothing;
-    ``loss="hn"``: L_HN, Ḡ from the detached captions (§4)."""
+    ``loss="hn"``: L_HN, Ḡ from the detached captions (§4). Data parallel: hnbench's local-loss share."""
     if loss not in ("infonce", "hn"):
         raise ValueError(f"loss must be infonce or hn, got {loss!r}")
-    return hn_clip_loss(image, text, logit_scale, gamma if loss == "hn" else 0.0)
+    return hn_clip_loss(image, text, logit_scale, gamma if loss == "hn" else 0.0, context=context)
 
 
 def _has_edges(has_edge: Tensor, b: int) -> Tensor:
@@ -113,11 +115,13 @@ def _has_edges(has_edge: Tensor, b: int) -> Tensor:
 
 def structure_loss(edge: Tensor, filtered_text: Tensor, has_edge: Tensor, logit_scale: Tensor | float, *,
                    loss: str = "infonce", gamma: float = 0.5,
-                   options: StructXLIPOptions = StructXLIPOptions()) -> Tensor:
+                   options: StructXLIPOptions = StructXLIPOptions(), context: DistContext | None = None) -> Tensor:
     """L_SC (spec §3.1 item 2; ``compute_structure_centric_loss`` in ``structxlip/losses.py``): symmetric
     InfoNCE of s̄·e t̃ᵀ on the images with an edge map (``has_edge``), s̄ = s detached; 0 (still attached to the
-    graph) when none has one. L_HN (Ḡ from t̃) only with ``loss="hn"`` and ``structxlip_structure_hn``."""
+    graph) when none has one. L_HN (Ḡ from t̃) only with ``loss="hn"`` and ``structxlip_structure_hn``. Data
+    parallel: the global subset's loss on every rank (:func:`hnbench.train.terms.gather_all`)."""
     keep = _has_edges(has_edge, edge.shape[0]).to(edge.device)
+    edge, filtered_text, keep = gather_all(context, edge, filtered_text, keep, grad=(True, True, False))
     if not bool(keep.any()):
         return (edge.sum() * 0).to(compute_dtype(edge, filtered_text))
     s = logit_scale.detach() if isinstance(logit_scale, Tensor) else logit_scale
@@ -125,10 +129,11 @@ def structure_loss(edge: Tensor, filtered_text: Tensor, has_edge: Tensor, logit_
     return hn_clip_loss(edge[keep], filtered_text[keep], s, g)
 
 
-def rgb_structure_loss(image: Tensor, edge: Tensor, has_edge: Tensor) -> Tensor:
+def rgb_structure_loss(image: Tensor, edge: Tensor, has_edge: Tensor, *, context: DistContext | None = None) -> Tensor:
     """L_RGB (spec §3.1 item 3; ``compute_rgb_structure_consistency_loss``): mean over the images with an edge
-    map of 1 − cos(v, e); 0 (attached) when none has one."""
+    map of 1 − cos(v, e); 0 (attached) when none has one. Data parallel as :func:`structure_loss`."""
     keep = _has_edges(has_edge, image.shape[0]).to(image.device)
+    image, edge, keep = gather_all(context, image, edge, keep, grad=(True, True, False))
     dtype = compute_dtype(image, edge)
     if not bool(keep.any()):
         return (image.sum() * 0 + edge.sum() * 0).to(dtype)
@@ -208,7 +213,8 @@ def chunk_embeddings(states: Tensor, spans: Sequence[tuple[int, int]], text_ln: 
 
 
 def local_structure_loss(chunks: Sequence[Tensor], crops: Tensor, crop_valid: Tensor, logit_scale: Tensor | float,
-                         *, options: StructXLIPOptions = StructXLIPOptions()) -> Tensor:
+                         *, options: StructXLIPOptions = StructXLIPOptions(),
+                         context: DistContext | None = None) -> Tensor:
     """L_LSC (spec §3.1 item 4; ``compute_local_structure_centric_loss``): for image b's chunks c
     (``chunks[b]``, (C_b, D) normalised, possibly empty) and the edge crops ``crops`` (B, K, D) with
     ``crop_valid`` (B, K)::
@@ -216,11 +222,22 @@ def local_structure_loss(chunks: Sequence[Tensor], crops: Tensor, crop_valid: Te
         ℓ(c) = −log Σ_{k valid, own} exp(s_eff·cos(c, e_{b,k})) / Σ_{(b',k) valid} exp(s_eff·cos(c, e_{b',k}))
 
     s_eff = min(s/τ, 100) (gradient into s below the cap). Invalid crops are in neither sum. Mean over the
-    chunks, then over the images with chunks and a valid crop; 0 (attached) when there is none."""
+    chunks, then over the images with chunks and a valid crop; 0 (attached) when there is none. Data parallel:
+    every rank's chunks (padded to ``structxlip_max_chunks``) and crops gathered, the global loss on every rank."""
     b, k = crop_valid.shape
     if crops.ndim != 3 or crops.shape[:2] != (b, k) or len(chunks) != b:
         raise ValueError(f"need (B, K, D) crops matching a (B, K) mask and B chunk sets, got "
                          f"{tuple(crops.shape)}, {tuple(crop_valid.shape)} and {len(chunks)}")
+    if context is not None and context.enabled:
+        n = options.structxlip_max_chunks
+        counts = torch.tensor([c.shape[0] for c in chunks], device=crops.device)
+        if bool((counts > n).any()):
+            raise ValueError(f"an image has more than structxlip_max_chunks = {n} chunks")
+        padded = torch.stack([F.pad(c, (0, 0, 0, n - c.shape[0])) for c in chunks])
+        padded, counts, crops, crop_valid = gather_all(context, padded, counts, crops, crop_valid,
+                                                      grad=(True, False, True, False))
+        chunks = [padded[i, :int(counts[i])] for i in range(padded.shape[0])]
+        b = crop_valid.shape[0]
     dtype = compute_dtype(crops, *chunks)
     valid = crop_valid.bool().to(crops.device).reshape(-1)
     flat = F.normalize(crops.reshape(b * k, -1).to(dtype), dim=-1)
@@ -244,7 +261,8 @@ def local_structure_loss(chunks: Sequence[Tensor], crops: Tensor, crop_valid: Te
 def local_structure_term(caption_states: Tensor, filtered_states: Tensor, filtered_captions: Sequence[str],
                          encode: Callable[[str], list[int]], text_ln: nn.Module | Head, text_proj: Head, crops: Tensor,
                          crop_valid: Tensor, logit_scale: Tensor | float, *,
-                         options: StructXLIPOptions = StructXLIPOptions()) -> Tensor:
+                         options: StructXLIPOptions = StructXLIPOptions(),
+                         context: DistContext | None = None) -> Tensor:
     """L_LSC from the text tower's pre-final-LN states (spec §3.1 item 4, "Quirks"): chunks of each filtered
     caption (:func:`chunk_spans`) pooled from the filtered caption's own states ``filtered_states`` (B, T, W),
     or with ``structxlip_compat_span_shift`` from the unfiltered caption's ``caption_states`` (the authors'
@@ -256,8 +274,8 @@ def local_structure_term(caption_states: Tensor, filtered_states: Tensor, filter
         spans = chunk_spans(text, encode, window=o.structxlip_chunk_window, stride=o.structxlip_chunk_stride,
                             max_chunks=o.structxlip_max_chunks, context_length=states.shape[1])
         chunks.append(chunk_embeddings(states[i], spans, text_ln, text_proj, options=o) if spans
-                      else crops.new_zeros(0, crops.shape[-1]))
-    return local_structure_loss(chunks, crops, crop_valid, logit_scale, options=o)
+                      else crops.new_zeros(0, crops.shape[-1], dtype=compute_dtype(crops)))
+    return local_structure_loss(chunks, crops, crop_valid, logit_scale, options=o, context=context)
 
 
 def schedule_factor(epoch: int, floor: float, *, warm: int = 1, decay_start: int = 1, decay_end: int = 8) -> float:
