@@ -10,13 +10,14 @@ import torch.nn.functional as F
 from open_clip.tokenizer import SimpleTokenizer
 from torch import nn
 
+from hnbench.distributed import DistContext
 from hnbench.settings import check_declared
 from hnbench.train.losses import info_nce_loss
+from hnbench.train.terms import global_loss
 from hnbench.train.terms.geometry import box_patch_indices, box_patch_mask, to_input_box
 from hnbench.train.terms.goal import (
     GOAL_TERMS,
     GoalOptions,
-    goal_global_loss,
     goal_patch_loss,
     goal_segment_loss,
     goal_text_loss,
@@ -129,12 +130,12 @@ def _features(b: int = 4, d: int = 8, seed: int = 2) -> tuple[torch.Tensor, torc
 
 def test_hn_at_gamma_zero_equals_infonce_exactly() -> None:
     v, t = _features()
-    hn = goal_global_loss(v, t, 100.0, loss="hn", gamma=0.0)
-    nce = goal_global_loss(v, t, 100.0, loss="infonce")
+    hn = global_loss(v, t, 100.0, loss="hn", gamma=0.0)
+    nce = global_loss(v, t, 100.0, loss="infonce")
     assert torch.equal(hn, nce) and torch.equal(nce, info_nce_loss(v, t, 100.0))
     g_hn, g_nce = torch.autograd.grad(hn, (v, t)), torch.autograd.grad(nce, (v, t))
     assert all(torch.equal(a, b) for a, b in zip(g_hn, g_nce, strict=True))
-    assert not torch.equal(goal_global_loss(v, t, 100.0, loss="hn", gamma=0.5), nce)
+    assert not torch.equal(global_loss(v, t, 100.0, loss="hn", gamma=0.5), nce)
 
 
 def test_segment_term_takes_hn_only_when_switched_on() -> None:
@@ -144,7 +145,7 @@ def test_segment_term_takes_hn_only_when_switched_on() -> None:
     on = GoalOptions(goal_segment_hn=True)
     assert not torch.equal(goal_segment_loss(c, s, 100.0, loss="hn", gamma=0.5, options=on), nce)
     with pytest.raises(ValueError, match="infonce or hn"):
-        goal_global_loss(c, s, 100.0, loss="nce")
+        global_loss(c, s, 100.0, loss="nce")
 
 
 def test_options_are_declared_fields() -> None:
@@ -152,3 +153,102 @@ def test_options_are_declared_fields() -> None:
     assert all(f.metadata["help"] for f in dataclasses.fields(GoalOptions))
     with pytest.raises(dataclasses.FrozenInstanceError):
         GoalOptions().goal_compat = True  # type: ignore[misc]
+
+
+# ----------------------------------------------------------------------------- 2 gloo processes
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _term_inputs() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    b, d, w, n = 4, 5, 6, 7
+    def unit(*shape: int) -> torch.Tensor:
+        return F.normalize(torch.randn(*shape, generator=g, dtype=torch.float64), dim=-1)
+    return {"v": unit(b, d), "t": unit(b, d), "crop": unit(b, d), "sent": unit(b, d), "edge": unit(b, d),
+            "filt": unit(b, d), "states": torch.randn(b, n, w, generator=g, dtype=torch.float64),
+            "mask": torch.tensor([[0, 1, 1, 0, 0, 0, 0], [0, 0, 1, 1, 1, 0, 0], [0, 1, 0, 0, 0, 0, 1],
+                                  [0] * 7], dtype=torch.bool),  # rank 1 has one item without patches
+            "has_edge": torch.tensor([True, True, True, False]),
+            "chunks": unit(b, 3, d), "counts": torch.tensor([2, 0, 3, 1]),
+            "crops": unit(b, 2, d), "valid": torch.tensor([[True, False], [True, True], [False, False], [True, True]]),
+            "s": torch.tensor(20.0, dtype=torch.float64)}
+
+
+_DIFF = ("v", "t", "crop", "sent", "edge", "filt", "states", "chunks", "crops", "s")
+
+
+def _terms(x: dict[str, torch.Tensor], ctx: DistContext | None) -> dict[str, torch.Tensor]:
+    from hnbench.train.terms.structxlip import (
+        local_structure_loss,
+        rgb_structure_loss,
+        structure_loss,
+        )
+
+    torch.manual_seed(0)
+    head = nn.Linear(6, 5).double()
+    chunks = [x["chunks"][i, :int(x["counts"][i])] for i in range(x["chunks"].shape[0])]
+    return {
+        "goal_global": global_loss(x["v"], x["t"], x["s"], loss="hn", gamma=0.5, context=ctx),
+        "goal_segment": goal_segment_loss(x["crop"], x["sent"], x["s"], context=ctx),
+        "goal_patch": goal_patch_loss(x["states"], x["mask"], head, x["crop"], context=ctx),
+        "goal_text": goal_text_loss(x["states"], x["mask"], head, x["sent"], context=ctx),
+        "sx_global": global_loss(x["v"], x["t"], x["s"], loss="hn", gamma=0.5, context=ctx),
+        "sx_structure": structure_loss(x["edge"], x["filt"], x["has_edge"], x["s"], context=ctx),
+        "sx_rgb": rgb_structure_loss(x["v"], x["edge"], x["has_edge"], context=ctx),
+        "sx_local": local_structure_loss(chunks, x["crops"], x["valid"], x["s"], context=ctx),
+    }
+
+
+def _grads(x: dict[str, torch.Tensor], loss: torch.Tensor) -> dict[str, torch.Tensor]:
+    leaves = [k for k in _DIFF if x[k].requires_grad]
+    grads = torch.autograd.grad(loss, [x[k] for k in leaves], allow_unused=True)
+    return {k: torch.zeros_like(x[k]) if g is None else g for k, g in zip(leaves, grads, strict=True)}
+
+
+def _terms_worker(rank: int, world: int, port: int, root: str) -> None:
+    import os
+    from pathlib import Path
+
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+                       "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
+    torch.set_num_threads(1)
+    from hnbench.distributed import from_env
+
+    ctx = from_env("cpu")
+    full = _term_inputs()
+    b = full["v"].shape[0] // world
+    x = {k: (v if k == "s" else v[rank * b:(rank + 1) * b]).clone() for k, v in full.items()}
+    for k in _DIFF:
+        x[k].requires_grad_()
+    out = {name: (loss.detach(), _grads(x, loss)) for name, loss in _terms(x, ctx).items()}
+    torch.save(out, Path(root) / f"rank{rank}.pt")
+    ctx.close()
+
+
+@pytest.mark.slow
+def test_goal_and_structxlip_terms_on_two_gloo_ranks_equal_one_process(tmp_path) -> None:
+    """Mean over 2 gloo ranks of each term equals the term on the whole batch; each rank's gradient for its
+    rows is 2× the whole-batch gradient (all-gather's backward sums the ranks), the scale's is the mean."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_terms_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    full = _term_inputs()
+    for k in _DIFF:
+        full[k].requires_grad_()
+    for name, loss in _terms(full, None).items():
+        want = _grads(full, loss)
+        assert float(loss.detach()) > 0, name  # every term is live on this batch
+        assert torch.allclose((ranks[0][name][0] + ranks[1][name][0]) / 2, loss.detach(), atol=1e-12), name
+        for k, g in want.items():
+            if k == "s":
+                got = (ranks[0][name][1][k] + ranks[1][name][1][k]) / 2
+            else:
+                got = torch.cat([ranks[0][name][1][k], ranks[1][name][1][k]]) / 2
+            assert torch.allclose(got, g, atol=1e-10), (name, k)

@@ -13,6 +13,7 @@ from torch import nn
 
 from hnbench.settings import check_declared
 from hnbench.train.losses import info_nce_loss
+from hnbench.train.terms import global_loss
 from hnbench.train.terms.lexicon import FilterOptions, filter_caption
 from hnbench.train.terms.structxlip import (
     StructXLIPOptions,
@@ -24,7 +25,6 @@ from hnbench.train.terms.structxlip import (
     rgb_structure_loss,
     schedule_factor,
     structure_loss,
-    structxlip_global_loss,
     structxlip_weights,
 )
 
@@ -135,7 +135,7 @@ def test_schedule_factors_per_epoch() -> None:
 
 def test_hn_at_gamma_zero_equals_infonce() -> None:
     v, t = _unit(4, 6, 3).requires_grad_(), _unit(4, 6, 4).requires_grad_()
-    hn, nce = structxlip_global_loss(v, t, 33.0, loss="hn", gamma=0.0), structxlip_global_loss(v, t, 33.0)
+    hn, nce = global_loss(v, t, 33.0, loss="hn", gamma=0.0), global_loss(v, t, 33.0)
     assert torch.equal(hn, nce)
     assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(hn, (v, t)), torch.autograd.grad(nce, (v, t)),
                                                  strict=True))

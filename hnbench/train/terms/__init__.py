@@ -20,8 +20,22 @@ import torch
 from torch import Tensor
 
 from hnbench.distributed import DistContext
+from hnbench.train.losses import hn_clip_loss
 
-__all__ = ["gather_all"]
+__all__ = ["LOSS_CHOICES", "gather_all", "global_loss"]
+
+LOSS_CHOICES = ("infonce", "hn")
+
+
+def global_loss(image: Tensor, text: Tensor, logit_scale: Tensor | float, *, loss: str = "infonce",
+                gamma: float = 0.5, context: DistContext | None = None) -> Tensor:
+    """A framework's global term (``frameworks.md`` §4): symmetric InfoNCE of s·v tᵀ on the normalised global
+    image and text embeddings, no label smoothing, no mask (GOAL's and StructXLIP's L_org, GOAL's L_seg);
+    ``loss="hn"``: L_HN with Ḡ from the detached texts (:func:`hnbench.train.losses.hn_clip_loss`; γ = 0 is
+    that InfoNCE exactly). Data parallel: hnbench's local-loss form, this rank's share."""
+    if loss not in LOSS_CHOICES:
+        raise ValueError(f"loss must be infonce or hn, got {loss!r}")
+    return hn_clip_loss(image, text, logit_scale, gamma if loss == "hn" else 0.0, context=context)
 
 
 def gather_all(context: DistContext | None, *xs: Tensor, grad: Sequence[bool]) -> list[Tensor]:

@@ -6,7 +6,8 @@ sentence T_s::
 
     L = w_g·L_org + w_seg·L_seg + w_patch·L_patch + w_text·L_text      (weights 1 / 0.5 / 1 / 1)
 
-- L_org: symmetric InfoNCE of (image, long caption) — the term L_HN replaces (``loss="hn"``);
+- L_org: symmetric InfoNCE of (image, long caption) — the term L_HN replaces (``loss="hn"``):
+  :func:`hnbench.train.terms.global_loss` (spec §2.1 item 1, ``goal_loss_finetuning.py``);
 - L_seg: the same on (crop, sentence) pairs; optionally L_HN too, Ḡ from the sentence embeddings;
 - L_patch: mean_i (cos(pool_i, crop_i) − 1)², pool_i = the image's last-layer patch tokens inside the box,
   averaged *before* the vision tower's post-LayerNorm, then post-LN + projection;
@@ -31,10 +32,10 @@ from torch import Tensor
 
 from hnbench.distributed import DistContext
 from hnbench.settings import option
-from hnbench.train.losses import compute_dtype, hn_clip_loss
-from hnbench.train.terms import gather_all
+from hnbench.train.losses import compute_dtype
+from hnbench.train.terms import gather_all, global_loss
 
-__all__ = ["GOAL_TERMS", "GoalOptions", "goal_global_loss", "goal_patch_loss", "goal_segment_loss",
+__all__ = ["GOAL_TERMS", "GoalOptions", "goal_patch_loss", "goal_segment_loss",
            "goal_text_loss", "goal_total", "pool_tokens", "sentence_token_span", "span_mask"]
 
 GOAL_TERMS = ("global", "segment", "patch", "text")
@@ -62,23 +63,13 @@ class GoalOptions:
                                     "scale, sentence span one token late); default: exact mapping")
 
 
-def goal_global_loss(image: Tensor, text: Tensor, logit_scale: Tensor | float, *, loss: str = "infonce",
-                     gamma: float = 0.5, context: DistContext | None = None) -> Tensor:
-    """L_org (spec §2.1 item 1; ``goal_loss_finetuning.py``): symmetric InfoNCE on the normalised global image
-    and long-caption embeddings, no smoothing, no mask; ``loss="hn"`` is L_HN with Ḡ from the detached
-    captions (§4). Data parallel: hnbench's local-loss form (§2.7 item 4), this rank's share."""
-    if loss not in ("infonce", "hn"):
-        raise ValueError(f"loss must be infonce or hn, got {loss!r}")
-    return hn_clip_loss(image, text, logit_scale, gamma if loss == "hn" else 0.0, context=context)
-
-
 def goal_segment_loss(crop: Tensor, sentence: Tensor, logit_scale: Tensor | float, *, loss: str = "infonce",
                       gamma: float = 0.5, options: GoalOptions = GoalOptions(),
                       context: DistContext | None = None) -> Tensor:
     """L_seg (spec §2.1 item 2): InfoNCE on (crop, sentence) embeddings, sentences of other images the
     negatives; L_HN (Ḡ from the sentences) only with ``loss="hn"`` and ``options.goal_segment_hn``."""
     swap = loss == "hn" and options.goal_segment_hn
-    return goal_global_loss(crop, sentence, logit_scale, loss="hn" if swap else "infonce", gamma=gamma,
+    return global_loss(crop, sentence, logit_scale, loss="hn" if swap else "infonce", gamma=gamma,
                             context=context)
 
 

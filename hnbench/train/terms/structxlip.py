@@ -7,7 +7,8 @@ t the caption and t̃ the lexicon-filtered caption (:mod:`hnbench.train.terms.le
 
     L = λ_g·L_org + λ_SC(e)·L_SC + λ_RGB(e)·L_RGB + λ_LSC(e)·L_LSC
 
-- L_org: symmetric InfoNCE of (v, t) — the term L_HN replaces (``loss="hn"``);
+- L_org: symmetric InfoNCE of (v, t) — the term L_HN replaces (``loss="hn"``):
+  :func:`hnbench.train.terms.global_loss` (spec §3.1 item 1, ``structxlip/train.py``);
 - L_SC: symmetric InfoNCE of (e, t̃) over the images with an edge map, the scale detached;
 - L_RGB: mean over those images of 1 − cos(v, e);
 - L_LSC: multi-positive InfoNCE of caption chunks against all valid edge crops of the batch, scale
@@ -42,7 +43,7 @@ from hnbench.train.losses import as_scale, compute_dtype, hn_clip_loss
 from hnbench.train.terms import gather_all
 
 __all__ = ["STRUCTXLIP_TERMS", "StructXLIPOptions", "chunk_spans", "clamp_logit_scale_", "chunk_embeddings",
-           "local_structure_loss", "local_structure_term", "rgb_structure_loss", "schedule_factor", "structure_loss", "structxlip_global_loss",
+           "local_structure_loss", "local_structure_term", "rgb_structure_loss", "schedule_factor", "structure_loss",
            "structxlip_weights"]
 
 STRUCTXLIP_TERMS = ("global", "structure", "rgb_structure", "local_structure")
@@ -96,15 +97,6 @@ class StructXLIPOptions:
     structxlip_compat_span_shift: bool = option(False, group="objective",
                                                 help="StructXLIP: reproduce the authors' chunk spans of the "
                                                      "filtered caption indexing the unfiltered caption's states")
-
-
-def structxlip_global_loss(image: Tensor, text: Tensor, logit_scale: Tensor | float, *, loss: str = "infonce",
-                           gamma: float = 0.5, context: DistContext | None = None) -> Tensor:
-    """L_org (spec §3.1 item 1; ``structxlip/train.py``): symmetric InfoNCE of s·v tᵀ, no smoothing;
-    ``loss="hn"``: L_HN, Ḡ from the detached captions (§4). Data parallel: hnbench's local-loss share."""
-    if loss not in ("infonce", "hn"):
-        raise ValueError(f"loss must be infonce or hn, got {loss!r}")
-    return hn_clip_loss(image, text, logit_scale, gamma if loss == "hn" else 0.0, context=context)
 
 
 def _has_edges(has_edge: Tensor, b: int) -> Tensor:
