@@ -252,3 +252,42 @@ def test_goal_and_structxlip_terms_on_two_gloo_ranks_equal_one_process(tmp_path)
             else:
                 got = torch.cat([ranks[0][name][1][k], ranks[1][name][1][k]]) / 2
             assert torch.allclose(got, g, atol=1e-10), (name, k)
+
+
+def test_pooling_terms_on_a_real_micro_open_clip(micro_config) -> None:
+    """The terms on a real (tiny) open_clip CLIP: its pre-ln_post patch tokens pooled over a box of its real
+    8 px patches, its ln_post + proj as the head; the caption's pre-ln_final states over the sentence's span."""
+    from hnbench.models import load_model
+
+    model = load_model("hnb-micro", model_config=str(micro_config)).model.train()
+    visual = model.visual
+    torch.manual_seed(3)
+    pixels = torch.randn(2, 3, 32, 32)
+    states = visual.transformer(visual._embeds(pixels))  # (2, 1 + 16, 32), before ln_post
+    boxes = [(0.0, 0.0, 16.0, 16.0), (8.0, 8.0, 32.0, 20.0)]
+    mask = box_patch_mask(boxes, [(32, 32)] * 2, input_size=32, patch_size=8, num_tokens=states.shape[1])
+    assert mask[0].nonzero().flatten().tolist() == [1, 2, 5, 6]  # rows 0–1, cols 0–1 of the 4×4 grid
+
+    def image_head(h: torch.Tensor) -> torch.Tensor:
+        return visual.ln_post(h) @ visual.proj
+    crop = F.normalize(torch.randn(2, 32), dim=-1)
+    loss = goal_patch_loss(states, mask, image_head, crop)
+    pooled = torch.stack([states[i, mask[i]].mean(dim=0) for i in range(2)])
+    cos = F.cosine_similarity(image_head(pooled), crop, dim=-1)
+    assert float(loss.detach()) == pytest.approx(float(((cos - 1) ** 2).mean().detach()), rel=1e-5)
+    loss.backward()
+    assert visual.proj.grad is not None and float(visual.proj.grad.abs().sum()) > 0
+
+    tok = SimpleTokenizer()
+    prefix, sentence = "a grey room. ", "a red ball."
+    ids = torch.tensor([[tok.encoder["<start_of_text>"], *tok.encode(prefix + sentence), tok.encoder["<end_of_text>"]]
+                        + [0] * 20])
+    x = model.token_embedding(ids) + model.positional_embedding[: ids.shape[1]]
+    text_states = model.transformer(x, attn_mask=model.attn_mask[: ids.shape[1], : ids.shape[1]])  # before ln_final
+    start, end = sentence_token_span(prefix, sentence, tok.encode)
+    assert ids[0, start:end].tolist() == tok.encode(sentence)
+
+    def text_head(h: torch.Tensor) -> torch.Tensor:
+        return model.ln_final(h) @ model.text_projection
+    target = text_head(text_states[0, start:end].mean(dim=0, keepdim=True)).detach()
+    assert float(goal_text_loss(text_states, span_mask([(start, end)], ids.shape[1]), text_head, target).detach()) < 1e-10
