@@ -199,6 +199,7 @@ def test_lexicon_filter() -> None:
                                                                               filter_materials=True)) == \
         "A wooden ball,next to."  # whole words only ("wooden" is not "wood"); no space is added after punctuation
     assert filter_caption("red and blue.") == "red and blue."  # too few content words remain: kept
+    assert filter_caption("A red , blue, ball and a  cat!!") == "A, ball and a cat!"  # punctuation repaired
 
 
 def test_options_are_declared_fields() -> None:

@@ -75,12 +75,12 @@ def _pattern(name: str) -> re.Pattern[str]:
 
 
 def _tidy(text: str) -> str:
-    """Collapse whitespace, drop space before punctuation, repeated punctuation and empty comma runs."""
-    text = re.sub(r"\s+", " ", text)
-    text = re.sub(r"\s+([,.;:!?])", r"\1", text)
+    """One space between words, none before a punctuation mark, a repeated mark (or a run of commas left by
+    removed words) once, no space at the ends."""
+    text = " ".join(text.split())
+    text = re.sub(r" (?=[,.;:!?])", "", text)
     text = re.sub(r"([,.;:!?])\1+", r"\1", text)
-    text = re.sub(r"(,\s*)+,", ",", text)
-    return text.strip()
+    return re.sub(r",(?: ?,)+", ",", text).strip()
 
 
 def filter_caption(caption: str, options: FilterOptions = FilterOptions()) -> str:

@@ -150,7 +150,9 @@ def chunk_spans(caption: str, encode: Callable[[str], list[int]], *, window: int
     :func:`_window` words every ``stride`` words (a clause shorter than its window gives none). The authors
     map characters to tokens with a fast tokenizer's offsets; open_clip's BPE has none, so a position is
     1 + the token count of the caption up to it (``encode``: BPE without SOT/EOT; it tokenises each word on
-    its own, spec §3.7 item 2). Spans past ``context_length`` − 1 (the EOT) are dropped."""
+    its own, spec §3.7 item 2). Spans past ``context_length`` − 1 (the EOT) are dropped. As read, not pinned:
+    a window that starts at the word after an apostrophe ("don't" → "don", "t") starts one token late, as
+    BPE keeps "'t" whole (the "t" has no token of its own)."""
     words = list(re.finditer(r"\b\w+\b", caption))
     if not caption.strip() or not words:
         return []
