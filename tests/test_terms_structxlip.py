@@ -16,6 +16,7 @@ from hnbench.train.losses import info_nce_loss
 from hnbench.train.terms import global_loss
 from hnbench.train.terms.lexicon import FilterOptions, filter_caption
 from hnbench.train.terms.structxlip import (
+    STRUCTXLIP_TERMS,
     StructXLIPOptions,
     chunk_embeddings,
     chunk_spans,
@@ -25,6 +26,7 @@ from hnbench.train.terms.structxlip import (
     rgb_structure_loss,
     schedule_factor,
     structure_loss,
+    structxlip_total,
     structxlip_weights,
 )
 
@@ -130,6 +132,10 @@ def test_schedule_factors_per_epoch() -> None:
     assert w == pytest.approx({"global": 1.0, "structure": 0.5 * 0.7, "rgb_structure": 0.05 * 0.5,
                                "local_structure": 0.1 * 0.4})
     assert structxlip_weights(0, StructXLIPOptions(structxlip_sketch_epochs=1))["global"] == 0.0
+    terms = dict(zip(STRUCTXLIP_TERMS, torch.tensor([2.0, 4.0, 8.0, 16.0], dtype=torch.float64).unbind(), strict=True))
+    assert float(structxlip_total(terms, 8)) == pytest.approx(2 + 4 * 0.35 + 8 * 0.025 + 16 * 0.04, abs=1e-12)
+    with pytest.raises(ValueError, match="the terms are"):
+        structxlip_total({"global": terms["global"]}, 0)
     assert schedule_factor(0, 0.5, warm=2, decay_start=2) == 0.5  # linear warm-up (e+1)/warm
 
 

@@ -22,7 +22,7 @@ from torch import Tensor
 from hnbench.distributed import DistContext
 from hnbench.train.losses import hn_clip_loss
 
-__all__ = ["LOSS_CHOICES", "gather_all", "global_loss"]
+__all__ = ["LOSS_CHOICES", "gather_all", "global_loss", "weighted_total"]
 
 LOSS_CHOICES = ("infonce", "hn")
 
@@ -54,3 +54,14 @@ def gather_all(context: DistContext | None, *xs: Tensor, grad: Sequence[bool]) -
         else:
             out.append(context.gather(x, with_grad=g))
     return out
+
+
+def weighted_total(terms: dict[str, Tensor], weights: dict[str, float]) -> Tensor:
+    """Σ_k weights[k]·terms[k], in the order of ``weights``; the two must name the same terms."""
+    if set(terms) != set(weights):
+        raise ValueError(f"the terms are {', '.join(weights)}, got {', '.join(sorted(terms))}")
+    first = next(iter(weights))
+    total = weights[first] * terms[first]
+    for name in list(weights)[1:]:
+        total = total + weights[name] * terms[name]
+    return total

@@ -33,7 +33,7 @@ from torch import Tensor
 from hnbench.distributed import DistContext
 from hnbench.settings import option
 from hnbench.train.losses import compute_dtype
-from hnbench.train.terms import gather_all, global_loss
+from hnbench.train.terms import gather_all, global_loss, weighted_total
 
 __all__ = ["GOAL_TERMS", "GoalOptions", "goal_patch_loss", "goal_segment_loss",
            "goal_text_loss", "goal_total", "pool_tokens", "sentence_token_span", "span_mask"]
@@ -147,10 +147,6 @@ def span_mask(spans: Sequence[tuple[int, int]], num_tokens: int) -> Tensor:
 def goal_total(terms: dict[str, Tensor], options: GoalOptions = GoalOptions()) -> Tensor:
     """w_g·L_org + w_seg·L_seg + w_patch·L_patch + w_text·L_text over ``terms`` keyed by :data:`GOAL_TERMS`
     (spec §2.1 "Total", defaults 1 / 0.5 / 1 / 1)."""
-    if set(terms) != set(GOAL_TERMS):
-        raise ValueError(f"GOAL terms are {', '.join(GOAL_TERMS)}, got {', '.join(sorted(terms))}")
     weights = {"global": options.goal_global_weight, "segment": options.goal_segment_weight,
                "patch": options.goal_patch_weight, "text": options.goal_text_weight}
-    total: Tensor = sum((weights[k] * terms[k] for k in GOAL_TERMS), torch.zeros((), dtype=terms["global"].dtype,
-                                                                                  device=terms["global"].device))
-    return total
+    return weighted_total(terms, weights)

@@ -40,11 +40,11 @@ from torch import Tensor, nn
 from hnbench.distributed import DistContext
 from hnbench.settings import option
 from hnbench.train.losses import as_scale, compute_dtype, hn_clip_loss
-from hnbench.train.terms import gather_all
+from hnbench.train.terms import gather_all, weighted_total
 
 __all__ = ["STRUCTXLIP_TERMS", "StructXLIPOptions", "chunk_spans", "clamp_logit_scale_", "chunk_embeddings",
            "local_structure_loss", "local_structure_term", "rgb_structure_loss", "schedule_factor", "structure_loss",
-           "structxlip_weights"]
+           "structxlip_total", "structxlip_weights"]
 
 STRUCTXLIP_TERMS = ("global", "structure", "rgb_structure", "local_structure")
 
@@ -297,6 +297,12 @@ def structxlip_weights(epoch: int, options: StructXLIPOptions = StructXLIPOption
             "structure": o.structxlip_structure_weight * factor(o.structxlip_structure_floor),
             "rgb_structure": o.structxlip_rgb_weight * factor(o.structxlip_rgb_floor),
             "local_structure": o.structxlip_local_weight * factor(o.structxlip_local_floor)}
+
+
+def structxlip_total(terms: dict[str, Tensor], epoch: int, options: StructXLIPOptions = StructXLIPOptions()) -> Tensor:
+    """λ_g·L_org + λ_SC(e)·L_SC + λ_RGB(e)·L_RGB + λ_LSC(e)·L_LSC over ``terms`` keyed by
+    :data:`STRUCTXLIP_TERMS` at ``epoch`` (spec §3.1 "Total")."""
+    return weighted_total(terms, structxlip_weights(epoch, options))
 
 
 def clamp_logit_scale_(log_scale: Tensor, options: StructXLIPOptions = StructXLIPOptions()) -> Tensor:
