@@ -212,3 +212,14 @@ def test_options_are_declared_fields() -> None:
     for cls in (StructXLIPOptions, FilterOptions):
         check_declared(cls())
         assert all(f.metadata["help"] for f in dataclasses.fields(cls))
+
+
+def test_half_precision_inputs_compute_in_fp32() -> None:
+    chunks, crops, valid = _lsc_batch()
+    ref = local_structure_loss([c.float() for c in chunks], crops.float(), valid, 3.0)
+    got = local_structure_loss([c.bfloat16() for c in chunks], crops.bfloat16(), valid, 3.0)
+    assert got.dtype == torch.float32 and float(got) == pytest.approx(float(ref), rel=0.05)
+    v, e = _unit(3, 4, 0).bfloat16(), _unit(3, 4, 1).bfloat16()
+    has = torch.tensor([True, False, True])
+    assert rgb_structure_loss(v, e, has).dtype == torch.float32
+    assert structure_loss(e, v, has, 30.0).dtype == torch.float32
