@@ -82,10 +82,10 @@ def render_table(runs: Sequence[dict[str, Any]]) -> str:
     for run in runs:
         for row in epoch_table(run):
             lines.append(f"| {run['name']} | " + " | ".join(_fmt(row.get(k)) for k, _ in COLUMNS) + " |")
-    rows = [(run["name"], row) for run in runs for row in term_table(run)]
+    rows = [(Path(run["dir"]).name, row) for run in runs for row in term_table(run)]  # its folder: short
     names = sorted({k for _, row in rows for k in row if k != "epoch"})
     if names:
-        lines += ["", "| run | epoch | " + " | ".join(f"term {n}" for n in names) + " |",
+        lines += ["", "| run folder | epoch | " + " | ".join(f"term {n}" for n in names) + " |",
                   "|---" * (len(names) + 2) + "|"]
         lines += [f"| {name} | {row['epoch']} | " + " | ".join(_fmt(row.get(n)) for n in names) + " |"
                   for name, row in rows]

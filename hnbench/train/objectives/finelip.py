@@ -122,8 +122,8 @@ def _hinge_term(atrm: ExtraModule, margin: float, gamma: float, max_violation: b
 def build(config: Any) -> list[Term]:
     """FineLIP's terms for a TrainConfig: the hinge (α-ramped) and, for ``add-global``, the global term."""
     if config.token_loss_weight > 0:
-        raise ConfigError("--token-loss-weight is the clip objective's token-level term; FineLIP's own token "
-                          "term is its hinge (drop --token-loss-weight, or use --objective clip)")
+        raise ConfigError("--objective finelip: --token-loss-weight is the clip objective's token-level term; FineLIP's own "
+                          "token term is its hinge (drop --token-loss-weight, or use --objective clip)")
     k = finelip_k(config.finelip_num_patches)
     atrm = ExtraModule("finelip", lambda dim: ATRM(dim, k), lr=config.finelip_lr,
                        weight_decay=config.finelip_weight_decay)
