@@ -152,3 +152,38 @@ def test_tiny_finelip_recipe_trains_logs_terms_and_eval_scores_it(tmp_path, caps
     assert main(["eval", "--model", "hnbench-tiny", "--pretrained", str(run / "checkpoint.safetensors"),
                  "--dataset", "synthdense", "--output", str(tmp_path / "eval")]) == 0
     assert "R@1" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_module_resumes_bit_for_bit_and_trains_at_its_own_rate(micro_config, tmp_path):
+    from conftest import make_pairs, write_jsonl
+    from safetensors.torch import load_file
+
+    from hnbench.train.trainer import train
+
+    pairs = make_pairs(tmp_path, n=8)
+    data = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])
+
+    def cfg(out, **kw):
+        return TrainConfig(model="hnb-micro", model_config=str(micro_config), dataset=str(data), objective="finelip",
+                           finelip_num_patches=20, loss="hn", epochs=2, batch_size=4, num_workers=0, log_every=1,
+                           warmup_steps=1, output=str(tmp_path / out), **kw)
+
+    train(cfg("whole"), progress=False)
+    train(cfg("cut", stop_at_step=1), progress=False)
+    train(cfg("cut", resume=str(tmp_path / "cut")), progress=False)
+    whole = load_file(str(tmp_path / "whole" / "objective_modules.safetensors"))
+    cut = load_file(str(tmp_path / "cut" / "objective_modules.safetensors"))
+    assert whole.keys() == cut.keys() and all(torch.equal(whole[k], cut[k]) for k in whole)
+    assert load_file(str(tmp_path / "whole" / "checkpoint.safetensors")).keys() == \
+        load_file(str(tmp_path / "cut" / "checkpoint.safetensors")).keys()
+    log = [json.loads(line) for line in (tmp_path / "whole" / "log.jsonl").read_text().splitlines()]
+    assert [r["terms"]["hinge"] > 0 for r in log] == [True] * 4
+    assert log[0]["loss"] == pytest.approx(log[0]["terms"]["global"])  # α = 0 on the first batch
+    from hnbench.models.checkpoint import load_torch
+
+    groups = load_torch(tmp_path / "whole" / "last" / "trainer_state.pt")["optimizer"]["param_groups"]
+    own = [g for g in groups if "base_lr" in g]
+    assert len(own) == 2 and all(g["base_lr"] == 2e-4 and g["weight_decay"] in (0.1, 0.0) for g in own)
+    base = [g for g in groups if "base_lr" not in g]
+    assert all(g["lr"] == pytest.approx(base[0]["lr"] * 2e-4 / 5e-4) for g in own)  # the same schedule, its peak
