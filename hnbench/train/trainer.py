@@ -136,9 +136,9 @@ class _Run:
                                    c.token_loss_weight, dist, terms=terms)
         check_inputs(self.objective.needs, _RUN_INPUTS | ({"g_text"} if c.g_source == "frozen_init" else set()),
                      c.objective)
-        if self.objective.modules and dist.world_size > 1:
-            raise ConfigError(f"objective {c.objective!r} trains an extra module: one process only for now "
-                              "(run without torchrun)")
+        if self.objective.modules and dist.world_size > 1 and c.accum_mode == "cached":
+            raise ConfigError(f"objective {c.objective!r} trains an extra module: under torchrun use "
+                              "--accum-mode loss (cached features are one process only for it)")
         self.out_dir = Path(c.output)
         encoder = load_model(c.model, c.pretrained, model_config=c.model_config,
                              context_length=c.context_length, device=device, init_seed=None)  # seeded above
@@ -203,6 +203,10 @@ class _Run:
         self._setup_amp(device)
         self.ddp: torch.nn.Module = self.towers
         if dist.world_size > 1:
+            # the objective's own modules run in the loss, outside the towers' forward: DDP leaves them alone
+            # and their gradients are averaged over the ranks after the backward (_average_extra_grads)
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(  # type: ignore[no-untyped-call]
+                self.towers, [n for n, _ in self.towers.named_parameters() if n.startswith("extra.")])
             self.ddp = DistributedDataParallel(
                 self.towers, device_ids=[dist.local_rank] if device.startswith("cuda") else None)
         self.eval_ds: ImageTextDataset | None = None
@@ -312,6 +316,7 @@ class _Run:
             self.opt.zero_grad(set_to_none=True)
             loss = run_step(self.ddp, self.towers, group, self.objective, mode=c.accum_mode,
                             autocast=self._autocast, backward=self._backward)
+            self._average_extra_grads()
             loss = dist.mean(loss)  # rank losses are local shares: their mean is the global loss
             terms = {name: dist.mean(v) for name, v in self.objective.last_terms.items()}
             if self.scaler is not None:
@@ -343,6 +348,15 @@ class _Run:
             if c.save_every and state.step % c.save_every == 0 and mid_epoch:
                 self._save(state, start)
         return stop
+
+    def _average_extra_grads(self) -> None:
+        """The mean over ranks of the objective modules' gradients (what DDP does for the towers' own)."""
+        if self.dist.world_size == 1:
+            return
+        for p in self.towers.extra.parameters():
+            if p.grad is not None:
+                torch.distributed.all_reduce(p.grad)  # the default group: tensor collectives (as DDP)
+                p.grad /= self.dist.world_size
 
     def _diagnose(self, mb: Any, state: Any) -> None:
         rec = measure(self.towers, mb.pixels, mb.tokens, gamma=self.config.gamma,

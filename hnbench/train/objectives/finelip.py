@@ -113,8 +113,9 @@ def _hinge_term(atrm: ExtraModule, margin: float, gamma: float, max_violation: b
                 m = margin + gamma * g_bar
             loss = vse_hinge(scores, same, m, max_violation=max_violation)
         # every rank computes the whole global-batch hinge (their mean is it; the gathers' backward sums the
-        # ranks' gradients, so the data-parallel mean is its gradient)
-        return loss
+        # ranks' gradients, so the data-parallel mean is its gradient). The hinge never reads the logit scale:
+        # + 0·s gives it an exact zero gradient, so data parallelism finds every parameter in the loss
+        return loss + 0.0 * out["scale"]
 
     return Term("hinge", fn, needs=ALWAYS | {"token_features_cls"}, schedule=ramp_first_epoch, module=atrm)
 
