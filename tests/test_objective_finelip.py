@@ -116,9 +116,7 @@ def test_hn_at_gamma_zero_equals_infonce_and_the_ramp(micro_config, swap):
         results.append((value.detach(), grads, obj.last_terms))
     (l0, g0, t0), (l1, g1, t1) = results
     assert set(t0) == ({"hinge", "global"} if swap == "add-global" else {"hinge"})
-    assert torch.allclose(l0, l1, rtol=0, atol=1e-6) and all(torch.allclose(a, b, atol=1e-7) for a, b in zip(g0, g1))
-    if swap == "margin-hinge":
-        assert torch.equal(l0, l1) and all(torch.equal(a, b) for a, b in zip(g0, g1))  # bit for bit
+    assert torch.equal(l0, l1) and all(torch.equal(a, b) for a, b in zip(g0, g1))  # bit for bit
     assert float(l0) == pytest.approx(0.5 * t0["hinge"] + t0.get("global", 0.0), rel=1e-6)  # α = 0.5 mid-epoch 0
 
 
