@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # for the entries' types only: importing them here would load
     from hnbench.data.benchmarks.spec import BenchmarkSpec
     from hnbench.models.base import Encoder
 
-__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "RECIPES", "RECIPE_DIR", "TEXT_ENCODERS", "Registry",
+__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "OBJECTIVES", "RECIPES", "RECIPE_DIR", "TEXT_ENCODERS", "Registry",
            "Target", "model_family"]
 
 RECIPE_DIR = Path(__file__).parent / "train" / "recipes"
@@ -151,6 +151,13 @@ TEXT_ENCODERS.register("minilm", "hnbench.models.sentence:load_minilm",
 LOSSES: Registry[Callable[..., Tensor]] = Registry("loss")
 LOSSES.register("infonce", "hnbench.train.losses:info_nce_loss", help="symmetric InfoNCE, CLIP's loss")
 LOSSES.register("hn", "hnbench.train.losses:hn_clip_loss", help="HN-CLIP: InfoNCE plus the γ-weighted margin term")
+
+# --- training objectives (frameworks): name → build(config) -> list of hnbench.train.objectives.Term ------
+OBJECTIVES: Registry[Callable[..., Any]] = Registry("objective")
+OBJECTIVES.register("clip", "hnbench.train.objectives.clip:build",
+                    help="the global term (--loss) plus --token-loss-weight × the token-level term")
+OBJECTIVES.register("finelip", "hnbench.train.objectives.finelip:build",
+                    help="FineLIP: token aggregation + late-interaction margin hinge; L_HN per --finelip-swap")
 
 # --- built-in training recipes: every TOML/YAML file in hnbench/train/recipes/ (target: its path) ----
 RECIPES: Registry[Path] = Registry("recipe")

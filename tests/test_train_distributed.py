@@ -172,6 +172,8 @@ def _train_worker(rank: int, world: int, port: int, cfg: dict) -> None:
 @pytest.mark.parametrize("accum_mode,extra", [
     ("loss", {}),
     ("cached", {"token_loss_weight": 0.5, "mask_duplicates": True, "g_source": "frozen_init"}),
+    ("loss", {"objective": "finelip", "finelip_num_patches": 20}),
+    ("loss", {"objective": "finelip", "finelip_num_patches": 20, "finelip_swap": "margin-hinge"}),
 ])
 def test_trainer_two_processes_equals_one_process(micro_config, tmp_path, accum_mode, extra):
     from safetensors.torch import load_file
@@ -200,6 +202,14 @@ def test_trainer_two_processes_equals_one_process(micro_config, tmp_path, accum_
     assert float((diff > 5e-6).float().mean()) < 2e-3, float((diff > 5e-6).float().mean())
     meta = json.loads((tmp_path / "two" / "train_config.json").read_text())
     assert meta["world_size"] == 2 and meta["steps"] == 2
+    if extra.get("objective") == "finelip":  # every term by name, and the module trained alike
+        for a, b in zip(log1, log2):
+            assert a["terms"].keys() == b["terms"].keys() and all(
+                a["terms"][k] == pytest.approx(b["terms"][k], abs=1e-4) for k in a["terms"])
+        m1 = load_file(str(tmp_path / "one" / "objective_modules.safetensors"))
+        m2 = load_file(str(tmp_path / "two" / "objective_modules.safetensors"))
+        assert m1.keys() == m2.keys()
+        assert max(float((m1[k] - m2[k]).abs().max()) for k in m1) <= 2 * 2e-4 * 2 + 1e-6
 
 
 # ----------------------------------------------------------------------------- waiting for rank 0 (timeout policy)

@@ -10,7 +10,7 @@ from typing import Any
 
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.io import read_text_utf8
-from hnbench.registry import LOSSES, RECIPES
+from hnbench.registry import LOSSES, OBJECTIVES, RECIPES
 from hnbench.settings import EvalSettings, check_declared, check_types, option, same_as
 from hnbench.specs import DataSpec, ModelSpec
 from hnbench.validate import check_device_name
@@ -30,7 +30,10 @@ class TrainConfig:
     dataset_options: dict[str, Any] = option(default_factory=dict, cli=False,
                                              help="the dataset's other DataSpec fields and loader options (flags "
                                                   "--split-file, --caption-column, ...; recipe / --set)")
-    loss: str = option("hn", group="objective", choices=tuple(LOSSES.names()), help="HN-CLIP or the CLIP InfoNCE loss")
+    objective: str = option("clip", group="objective", choices=tuple(OBJECTIVES.names()),
+                            help="the fine-tuning framework whose terms are trained (its global term: --loss)")
+    loss: str = option("hn", group="objective", choices=tuple(LOSSES.names()),
+                       help="the objective's global term: HN-CLIP or the CLIP InfoNCE loss")
     gamma: float = option(0.5, minimum=0, group="objective", help="HN margin weight γ (paper: 0.5)")
     epochs: int = option(1, group="optimisation", help="passes over the training images")
     batch_size: int = option(64, group="optimisation", help="global micro-batch (split over processes)")
@@ -57,6 +60,19 @@ class TrainConfig:
                            help="Ḡ from the text encoder being trained (default) or a frozen copy of the initial one")
     token_loss_weight: float = option(0.0, minimum=0, group="objective",
                                       help="λ of the FILIP token-level term (open_clip)")
+    # FineLIP (--objective finelip)
+    finelip_swap: str = option("add-global", group="objective", choices=("add-global", "margin-hinge"),
+                               help="FineLIP's L_HN swap: add-global (the hinge plus --loss on the CLS/EOT "
+                                    "features) or margin-hinge (margin m + γḠ in the hinge; --loss infonce: m)")
+    finelip_margin: float = option(0.2, minimum=0, group="objective", help="FineLIP's hinge margin m")
+    finelip_max_violation: bool = option(False, group="objective",
+                                         help="FineLIP's hinge on each row's and column's hardest negative only")
+    finelip_num_patches: int = option(196, minimum=1, group="objective",
+                                      help="FineLIP's num_patches: K = ⌊0.2 · it⌋ aggregated tokens (authors: 196)")
+    finelip_lr: float = option(2e-4, above=0, group="objective",
+                               help="peak learning rate of FineLIP's aggregation module (same schedule)")
+    finelip_weight_decay: float | None = option(None, minimum=0, group="objective",
+                                                help="weight decay of FineLIP's module (default: --weight-decay)")
     # optimisation
     accum_steps: int = option(1, group="optimisation", minimum=1, help="micro-batches per optimizer step")
     accum_mode: str = option("loss", group="optimisation", choices=("loss", "cached"),

@@ -43,17 +43,21 @@ def _base_record(encoder: TrainableEncoder, config: Any) -> dict[str, Any]:
             "revision": pretrained if encoder.info.framework == "transformers" else None}
 
 
-def _save_open_clip(model: nn.Module, config: Any, out_dir: Path) -> Path:
-    ckpt = out_dir / "checkpoint.safetensors"
-    tmp = out_dir / ".checkpoint.safetensors.tmp"
+def _save_module(module: nn.Module, path: Path, metadata: dict[str, str] | None = None) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp),
-                  metadata={"arch": config.model, "hnbench": "train", "loss": config.loss})
-        tmp.replace(ckpt)
+        save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}, str(tmp),
+                  metadata=metadata)
+        tmp.replace(path)
     except BaseException:  # a full disk: no partial file left behind
         tmp.unlink(missing_ok=True)
         raise
-    return ckpt
+    return path
+
+
+def _save_open_clip(model: nn.Module, config: Any, out_dir: Path) -> Path:
+    return _save_module(model, out_dir / "checkpoint.safetensors",
+                        {"arch": config.model, "hnbench": "train", "loss": config.loss, "objective": config.objective})
 
 
 def _save_hf(model: nn.Module, encoder: TrainableEncoder, out_dir: Path) -> Path:
@@ -66,10 +70,19 @@ def _save_hf(model: nn.Module, encoder: TrainableEncoder, out_dir: Path) -> Path
     return target
 
 
+def export_modules(extra: nn.Module, out_dir: Path) -> Path:
+    """The objective's extra modules (e.g. FineLIP's aggregation) beside the towers: ``objective_modules.safetensors``,
+    keys ``NAME.PARAM`` (plain-cosine eval does not read it)."""
+    return _save_module(extra, out_dir / "objective_modules.safetensors", {"hnbench": "train"})
+
+
 def export_checkpoints(model: nn.Module, encoder: TrainableEncoder, config: Any,
-                       out_dir: Path) -> dict[str, Path]:
-    """Write the run's checkpoints; returns ``{"checkpoint": …, "adapter": …}`` (adapter under PEFT only)."""
+                       out_dir: Path, *, extra: nn.Module | None = None) -> dict[str, Path]:
+    """Write the run's checkpoints; returns ``{"checkpoint": …, "adapter": …, "objective_modules": …}`` (adapter
+    under PEFT only; objective modules when the objective has any)."""
     outputs: dict[str, Path] = {}
+    if extra is not None and len(list(extra.parameters())):
+        outputs["objective_modules"] = export_modules(extra, out_dir)
     hf = encoder.info.framework == "transformers"
     if config.peft:
         base = _base_record(encoder, config)

@@ -14,7 +14,7 @@ from typing import Any
 from hnbench.errors import ConfigError
 from hnbench.io import read_rows
 
-__all__ = ["epoch_table", "read_run", "render_table", "train_report"]
+__all__ = ["epoch_table", "read_run", "render_table", "term_table", "train_report"]
 
 COLUMNS = [("epoch", "epoch"), ("share_active_infonce", "active InfoNCE"), ("share_active_hn", "active HN"),
            ("share_active_train", "active (train loss)"), ("share_infonce_grad_zero", "InfoNCE grad = 0"),
@@ -35,7 +35,8 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
     diag = _jsonl(d / "diagnostics.jsonl")
     meta = json.loads((d / "train_config.json").read_text()) if (d / "train_config.json").is_file() else {}
     cfg = meta.get("config", {})
-    name = f"{d.name} ({cfg.get('loss', '?')}{', γ=' + str(cfg.get('gamma')) if cfg.get('loss') == 'hn' else ''})"
+    framework = f"{cfg['objective']}, " if cfg.get("objective", "clip") != "clip" else ""
+    name = f"{d.name} ({framework}{cfg.get('loss', '?')}{', γ=' + str(cfg.get('gamma')) if cfg.get('loss') == 'hn' else ''})"
     return {"name": name, "dir": str(d), "log": _jsonl(d / "log.jsonl"), "meta": meta,
             "steps": [r for r in diag if r.get("kind") == "step"],
             "epochs": [r for r in diag if r.get("kind") == "epoch"],
@@ -65,12 +66,29 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def term_table(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per epoch: the mean over the logged steps of each objective term (``log.jsonl``'s ``terms``)."""
+    by_epoch: dict[int, dict[str, list[float]]] = {}
+    for r in run["log"]:
+        for name, value in (r.get("terms") or {}).items():
+            by_epoch.setdefault(int(r["epoch"]), {}).setdefault(name, []).append(float(value))
+    return [{"epoch": e + 1, **{n: sum(v) / len(v) for n, v in terms.items()}} for e, terms in sorted(by_epoch.items())]
+
+
 def render_table(runs: Sequence[dict[str, Any]]) -> str:
-    """Markdown: per run, one row per epoch (epoch n = after n epochs; 0 = the starting model)."""
+    """Markdown: per run, one row per epoch (epoch n = after n epochs; 0 = the starting model); then, for runs
+    that logged them, each objective term's mean per epoch."""
     lines = ["| run | " + " | ".join(h for _, h in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for run in runs:
         for row in epoch_table(run):
             lines.append(f"| {run['name']} | " + " | ".join(_fmt(row.get(k)) for k, _ in COLUMNS) + " |")
+    rows = [(Path(run["dir"]).name, row) for run in runs for row in term_table(run)]  # its folder: short
+    names = sorted({k for _, row in rows for k in row if k != "epoch"})
+    if names:
+        lines += ["", "| run folder | epoch | " + " | ".join(f"term {n}" for n in names) + " |",
+                  "|---" * (len(names) + 2) + "|"]
+        lines += [f"| {name} | {row['epoch']} | " + " | ".join(_fmt(row.get(n)) for n in names) + " |"
+                  for name, row in rows]
     return "\n".join(lines) + "\n"
 
 

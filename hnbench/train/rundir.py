@@ -25,7 +25,7 @@ __all__ = ["LOCK", "MANIFEST", "RUN_OUTPUTS", "check_run_dir", "claim", "clear_r
 
 # What a run writes into its output directory (the only names its manifest may list).
 RUN_OUTPUTS = ("last", "eval", "adapter", "hf_model", "checkpoint.safetensors", "log.jsonl", "diagnostics.jsonl",
-               "train_config.json")
+               "train_config.json", "objective_modules.safetensors")
 MANIFEST = ".hnbench-run.json"
 LOCK = ".hnbench-run.lock"
 

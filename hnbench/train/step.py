@@ -22,8 +22,10 @@ import torch
 from torch import Tensor
 
 from hnbench.distributed import DistContext
+from hnbench.errors import ConfigError
 from hnbench.train.losses import duplicate_mask
-from hnbench.train.token_loss import token_loss
+from hnbench.train.objectives.base import ExtraModule, Term, TermInputs, global_term
+from hnbench.train.objectives.clip import token_term
 
 __all__ = ["MicroBatch", "Objective", "run_step"]
 
@@ -41,23 +43,57 @@ class MicroBatch:
 
 @dataclass
 class Objective:
-    """The training loss: HN-CLIP or InfoNCE (+ λ·token loss), global-batch semantics on any world size.
+    """The training objective: named, weighted terms (:mod:`hnbench.train.objectives`), global-batch
+    semantics on any world size.
 
-    ``base_fn`` is the registered loss function, called with this run's ``context`` (world size 1: exactly
-    as the minimal trainer did; several ranks: each rank's share of the global-batch loss).
+    Built from ``terms``; without them, the ``clip`` objective of the legacy fields: ``base_fn`` (the
+    registered loss of ``loss``) with ``gamma`` and ``label_smoothing``, plus ``token_weight``·L_tok. Each call
+    leaves the terms' values in ``last_terms``; ``progress`` (epoch + fraction) drives the weight schedules.
     """
 
-    base_fn: Callable[..., Tensor]
-    loss: str
-    gamma: float
+    base_fn: Callable[..., Tensor] | None = None
+    loss: str = "hn"
+    gamma: float = 0.5
     label_smoothing: float = 0.0
     mask_duplicates: bool = False
     token_weight: float = 0.0
     context: DistContext = field(default_factory=DistContext)
+    terms: list[Term] = field(default_factory=list)
+    progress: float = 0.0
+    last_terms: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.terms:
+            assert self.base_fn is not None, "an Objective needs terms or a base loss function"
+            self.terms = [global_term(self.base_fn, self.loss, self.gamma, self.label_smoothing)]
+            if self.token_weight > 0:
+                self.terms.append(token_term(self.token_weight))
+
+    @property
+    def needs(self) -> frozenset[str]:
+        return frozenset().union(*(t.needs for t in self.terms))
 
     @property
     def with_tokens(self) -> bool:
-        return self.token_weight > 0
+        return bool(self.needs & {"token_features", "token_features_cls"})
+
+    @property
+    def token_mode(self) -> bool | str:
+        """What the towers compute beside the pooled features: False, True (patches, tokens) or "cls"."""
+        if "token_features_cls" in self.needs:
+            if "token_features" in self.needs:
+                raise ConfigError("an objective cannot mix token features with and without CLS")
+            return "cls"
+        return "token_features" in self.needs
+
+    @property
+    def modules(self) -> list[ExtraModule]:
+        """The terms' extra trainable modules (each once)."""
+        seen: list[ExtraModule] = []
+        for t in self.terms:
+            if t.module is not None and all(t.module is not m for m in seen):
+                seen.append(t.module)
+        return seen
 
     def mask(self, image_ids: list[int], caption_texts: list[str]) -> Tensor | None:
         if not self.mask_duplicates:
@@ -66,17 +102,21 @@ class Objective:
         return m if bool(m.any()) else None
 
     def __call__(self, out: dict[str, Tensor], *, mask: Tensor | None, g_text: Tensor | None,
-                 text_mask: Tensor | None) -> Tensor:
-        v, t, s = out["image"], out["text"], out["scale"]
-        if mask is not None:
-            mask = mask.to(v.device)
-        hn = {"gamma": self.gamma, "text_features_for_g": g_text} if self.loss == "hn" else {}
-        loss = self.base_fn(v, t, s, mask=mask, label_smoothing=self.label_smoothing, context=self.context, **hn)
-        if self.token_weight > 0:
-            assert text_mask is not None, "the token-level loss needs the text token mask"
-            loss = loss + self.token_weight * token_loss(out["image_tokens"], out["text_tokens"], text_mask, s,
-                                                         context=self.context)
-        return loss
+                 text_mask: Tensor | None, tokens: Tensor | None = None,
+                 image_ids: list[int] | None = None) -> Tensor:
+        x = TermInputs(out, tokens if tokens is not None else out["text"], image_ids or [], mask=mask,
+                       g_text=g_text, text_mask=text_mask, context=self.context)
+        total: Tensor | None = None
+        values: dict[str, float] = {}
+        for term in self.terms:
+            value = term.fn(x)
+            values[term.name] = float(value.detach())
+            w = term.weight_at(self.progress)
+            part = value if w == 1.0 else w * value  # x·1 is exact: weight 1 is the term itself, bit for bit
+            total = part if total is None else total + part
+        assert total is not None, "an objective has at least one term"
+        self.last_terms = values
+        return total
 
 
 def _rng_snapshot(device: torch.device) -> tuple[Tensor, Any]:
@@ -111,14 +151,19 @@ def run_step(model: torch.nn.Module, towers: Any, micro: list[MicroBatch], objec
         return _cached_step(model, towers, micro, objective, autocast, backward)
     k = len(micro)
     total = 0.0
+    terms: dict[str, float] = {}
     for m, mb in enumerate(micro):
         with _sync(model, m == k - 1):
             with autocast():
-                out = model(mb.pixels, mb.tokens, objective.with_tokens)
+                out = model(mb.pixels, mb.tokens, objective.token_mode)
             loss = objective(out, mask=objective.mask(mb.image_ids, mb.caption_texts), g_text=mb.g_text,
-                             text_mask=towers.text_token_mask(mb.tokens) if objective.with_tokens else None)
+                             text_mask=towers.text_token_mask(mb.tokens) if objective.with_tokens else None,
+                             tokens=mb.tokens, image_ids=mb.image_ids)
             backward(loss if k == 1 else loss / k)
         total += float(loss.detach())
+        for name, value in objective.last_terms.items():
+            terms[name] = terms.get(name, 0.0) + value
+    objective.last_terms = {name: value / k for name, value in terms.items()}  # the step's: micro-batch means
     return total / k
 
 
@@ -129,7 +174,7 @@ def _cached_step(model: torch.nn.Module, towers: Any, micro: list[MicroBatch], o
     for mb in micro:  # 1) features without a graph
         snaps.append(_rng_snapshot(device))
         with torch.no_grad(), autocast():
-            outs.append(towers(mb.pixels, mb.tokens, objective.with_tokens))
+            outs.append(towers(mb.pixels, mb.tokens, objective.token_mode))
     keys = [k for k in outs[0] if k != "scale"]
     leaves = {k: torch.cat([o[k] for o in outs]).detach().requires_grad_() for k in keys}
     leaves["scale"] = outs[0]["scale"].detach().requires_grad_()
@@ -142,7 +187,8 @@ def _cached_step(model: torch.nn.Module, towers: Any, micro: list[MicroBatch], o
     g_text = torch.cat(g_texts) if g_texts else None
     tokens = torch.cat([mb.tokens for mb in micro])
     loss = objective(leaves, mask=objective.mask(sum(ids, []), sum(caps, [])), g_text=g_text,
-                     text_mask=towers.text_token_mask(tokens) if objective.with_tokens else None)
+                     text_mask=towers.text_token_mask(tokens) if objective.with_tokens else None,
+                     tokens=tokens, image_ids=sum(ids, []))
     backward(loss)  # 2) gradient w.r.t. the cached features (and the scale)
     grads = {k: leaves[k].grad for k in leaves}
     scale_grad = grads["scale"]
@@ -152,7 +198,7 @@ def _cached_step(model: torch.nn.Module, towers: Any, micro: list[MicroBatch], o
         with _sync(model, m == k_micro - 1):
             _rng_restore(snap, device)
             with autocast():
-                out = model(mb.pixels, mb.tokens, objective.with_tokens)
+                out = model(mb.pixels, mb.tokens, objective.token_mode)
             sl = slice(m * b, (m + 1) * b)
             surrogate = out["scale"] * (scale_grad / k_micro)
             for key in keys:

@@ -27,7 +27,8 @@ class CLIPTowers(nn.Module):
     ``forward(pixels, tokens, with_tokens=False)`` returns a dict: ``image`` and ``text`` (B, D)
     L2-normalised features, ``scale`` = exp(logit_scale) clamped at ``max_logit_scale``; with
     ``with_tokens`` also ``image_tokens`` (B, P, D) and ``text_tokens`` (B, T, D) projected into the
-    joint space (open_clip only).
+    joint space (open_clip only); ``with_tokens="cls"``: ``image_tokens`` (B, 1+P, D) with the CLS token
+    first (every token after ln_post and the projection), as FineLIP reads them.
     """
 
     def __init__(self, model: nn.Module, framework: str, *, max_logit_scale: float = 100.0,
@@ -40,6 +41,7 @@ class CLIPTowers(nn.Module):
         self.framework = framework
         self.max_logit_scale = float(max_logit_scale)
         self.eos_token_id = eos_token_id
+        self.extra = nn.ModuleDict()  # an objective's trainable modules (FineLIP's aggregation), set by the trainer
 
     # -- features -----------------------------------------------------------------------------
     def encode_image(self, pixels: Tensor) -> Tensor:
@@ -63,9 +65,9 @@ class CLIPTowers(nn.Module):
         scale: Tensor = self.model.logit_scale.exp().clamp(max=self.max_logit_scale)
         return scale
 
-    def forward(self, pixels: Tensor, tokens: Tensor, with_tokens: bool = False) -> dict[str, Tensor]:
+    def forward(self, pixels: Tensor, tokens: Tensor, with_tokens: bool | str = False) -> dict[str, Tensor]:
         if with_tokens:
-            image, image_tokens = self._image_with_tokens(pixels)
+            image, image_tokens = self._image_with_tokens(pixels, cls=with_tokens == "cls")
             text, text_tokens = self._text_with_tokens(tokens)
             return {"image": image, "text": text, "scale": self.scale(),
                     "image_tokens": image_tokens, "text_tokens": text_tokens}
@@ -77,7 +79,7 @@ class CLIPTowers(nn.Module):
             self.model.logit_scale.clamp_(0, math.log(self.max_logit_scale))
 
     # -- token-level features (FILIP term) ----------------------------------------------------
-    def _image_with_tokens(self, pixels: Tensor) -> tuple[Tensor, Tensor]:
+    def _image_with_tokens(self, pixels: Tensor, cls: bool = False) -> tuple[Tensor, Tensor]:
         if self.framework != "open_clip":
             raise ConfigError("the token-level loss needs per-patch features: open_clip models only for now")
         visual = self.model.visual
@@ -86,6 +88,10 @@ class CLIPTowers(nn.Module):
                               f"{type(visual).__name__}")
         x = visual.transformer(visual._embeds(pixels))
         pooled, patches = visual._pool(x)
+        if cls:
+            if getattr(visual, "pool_type", "tok") != "tok":
+                raise ConfigError("token features with CLS need a ViT that pools its CLS token (pool_type 'tok')")
+            patches = torch.cat([pooled[:, None], patches], dim=1)
         if visual.proj is not None:
             pooled, patches = pooled @ visual.proj, patches @ visual.proj
         return F.normalize(pooled, dim=-1), patches

@@ -40,12 +40,13 @@ from hnbench.io import atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
 from hnbench.models.longclip import stretch_openclip
-from hnbench.registry import LOSSES
+from hnbench.registry import LOSSES, OBJECTIVES
 from hnbench.train.adapters import apply_peft
 from hnbench.train.batches import GlobalBatchSampler, PairItems, group_positions, subset_fraction
 from hnbench.train.config import TrainConfig, load_recipe  # noqa: F401  (load_recipe: re-exported)
 from hnbench.train.diagnostics import measure, summarize_epoch
 from hnbench.train.export import export_checkpoints
+from hnbench.train.objectives import check_inputs
 from hnbench.train.rundir import MANIFEST, check_run_dir, claim, clear_recorded, locked
 from hnbench.train.state import (
     STATE_DIR,
@@ -62,6 +63,9 @@ from hnbench.train.towers import CLIPTowers, param_groups
 from hnbench.validate import check_device
 
 logger = logging.getLogger(__name__)
+
+# the batch inputs this trainer produces when an objective's terms declare them (objectives.INPUTS)
+_RUN_INPUTS = frozenset({"pixels", "tokens", "global_features", "image_ids", "token_features", "token_features_cls"})
 
 
 def seed_everything(seed: int) -> None:
@@ -127,8 +131,14 @@ class _Run:
         self.config, self.dist, self.progress = config, dist, progress
         c, device = config, dist.device
         seed_everything(c.seed)
+        terms = OBJECTIVES.get(c.objective)(c)
         self.objective = Objective(LOSSES.get(c.loss), c.loss, c.gamma, c.label_smoothing, c.mask_duplicates,
-                                   c.token_loss_weight, dist)
+                                   c.token_loss_weight, dist, terms=terms)
+        check_inputs(self.objective.needs, _RUN_INPUTS | ({"g_text"} if c.g_source == "frozen_init" else set()),
+                     c.objective)
+        if self.objective.modules and dist.world_size > 1 and c.accum_mode == "cached":
+            raise ConfigError(f"objective {c.objective!r} trains an extra module: under torchrun use "
+                              "--accum-mode loss (cached features are one process only for it)")
         self.out_dir = Path(c.output)
         encoder = load_model(c.model, c.pretrained, model_config=c.model_config,
                              context_length=c.context_length, device=device, init_seed=None)  # seeded above
@@ -153,6 +163,9 @@ class _Run:
             self.encoder.model = model
         self.towers = CLIPTowers(model, framework, max_logit_scale=c.max_logit_scale, eos_token_id=eos).train()
         self.towers.lock(image=c.lock_image, text=c.lock_text, logit_scale=not c.train_logit_scale)
+        # the terms' trainable modules live beside the towers: checkpointed, resumed and exported with them
+        self.towers.extra = torch.nn.ModuleDict({m.name: m.build(self.encoder.info.embed_dim).to(device).train()
+                                                 for m in self.objective.modules})
         ds = load_dataset(c.dataset, data_root=c.data_root, protocol=c.protocol, **c.dataset_options)
         self.ds = subset_fraction(ds, c.data_fraction, c.seed)
         if len(self.ds.images) < 2:  # batch_size >= 2 is checked up front; this is the same rule on the data
@@ -178,11 +191,22 @@ class _Run:
         self.total = self.steps_per_epoch * c.epochs
         named = [(n_, p) for n_, p in self.towers.model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
-        self.opt = torch.optim.AdamW(param_groups(named, c.weight_decay), lr=c.lr)
+        opt_groups = param_groups(named, c.weight_decay)
+        for m in self.objective.modules:  # each extra module: its own learning rate and weight decay
+            assert m.module is not None  # built above
+            extra = param_groups(list(m.module.named_parameters()),
+                                 c.weight_decay if m.weight_decay is None else m.weight_decay)
+            self.params += [p for g in extra for p in g["params"]]
+            opt_groups += [{**g, "base_lr": c.lr if m.lr is None else m.lr} for g in extra]
+        self.opt = torch.optim.AdamW(opt_groups, lr=c.lr)
         self.rng = np.random.default_rng(c.seed)
         self._setup_amp(device)
         self.ddp: torch.nn.Module = self.towers
         if dist.world_size > 1:
+            # the objective's own modules run in the loss, outside the towers' forward: DDP leaves them alone
+            # and their gradients are averaged over the ranks after the backward (_average_extra_grads)
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(  # type: ignore[no-untyped-call]
+                self.towers, [n for n, _ in self.towers.named_parameters() if n.startswith("extra.")])
             self.ddp = DistributedDataParallel(
                 self.towers, device_ids=[dist.local_rank] if device.startswith("cuda") else None)
         self.eval_ds: ImageTextDataset | None = None
@@ -234,7 +258,7 @@ class _Run:
             self._evaluate(0, 0)
         stopped = False
         resumed_epoch = state.epoch if c.resume else None
-        with tqdm(total=self.total, initial=state.step, desc=f"train ({c.loss})",
+        with tqdm(total=self.total, initial=state.step, desc=f"train ({'' if c.objective == 'clip' else c.objective + ', '}{c.loss})",
                   disable=not self.progress or not dist.is_main) as bar:
             for epoch in range(state.epoch, c.epochs):
                 if epoch == resumed_epoch:  # continue exactly where the saved state stopped
@@ -282,16 +306,19 @@ class _Run:
             if len(group) < c.accum_steps and state.batch_in_epoch < self.micro_per_epoch:
                 continue
             step = state.step
+            self.objective.progress = state.epoch + (state.batch_in_epoch - len(group)) / self.micro_per_epoch
             lr = cosine_lr(step, self.total, c.lr, c.warmup_steps)
-            for g in self.opt.param_groups:
-                g["lr"] = lr
+            for g in self.opt.param_groups:  # the same warm-up and cosine for every group, from its own peak
+                g["lr"] = lr if "base_lr" not in g else cosine_lr(step, self.total, g["base_lr"], c.warmup_steps)
             if c.diag_every and step % c.diag_every == 0 and dist.is_main:
                 self._diagnose(group[0], state)
             scale = float(self.towers.scale().detach())
             self.opt.zero_grad(set_to_none=True)
             loss = run_step(self.ddp, self.towers, group, self.objective, mode=c.accum_mode,
                             autocast=self._autocast, backward=self._backward)
+            self._average_extra_grads()
             loss = dist.mean(loss)  # rank losses are local shares: their mean is the global loss
+            terms = {name: dist.mean(v) for name, v in self.objective.last_terms.items()}
             if self.scaler is not None:
                 self.scaler.unscale_(self.opt)
             if c.grad_clip:
@@ -306,7 +333,7 @@ class _Run:
             state.epoch_losses.append(loss)
             if dist.is_main and (step % c.log_every == 0 or step == self.total - 1):
                 rec = {"step": step, "epoch": state.epoch, "loss": loss, "lr": lr, "logit_scale": scale,
-                       "seconds": round(time.perf_counter() - start, 3)}
+                       "terms": terms, "seconds": round(time.perf_counter() - start, 3)}
                 with open(self.log_path, "a") as f:
                     f.write(json.dumps(rec) + "\n")
                 bar.set_postfix(loss=f"{loss:.4f}")
@@ -321,6 +348,15 @@ class _Run:
             if c.save_every and state.step % c.save_every == 0 and mid_epoch:
                 self._save(state, start)
         return stop
+
+    def _average_extra_grads(self) -> None:
+        """The mean over ranks of the objective modules' gradients (what DDP does for the towers' own)."""
+        if self.dist.world_size == 1:
+            return
+        for p in self.towers.extra.parameters():
+            if p.grad is not None:
+                torch.distributed.all_reduce(p.grad)  # the default group: tensor collectives (as DDP)
+                p.grad /= self.dist.world_size
 
     def _diagnose(self, mb: Any, state: Any) -> None:
         rec = measure(self.towers, mb.pixels, mb.tokens, gamma=self.config.gamma,
@@ -398,7 +434,8 @@ class _Run:
         path = self.out_dir / "checkpoint.safetensors"
         if self.dist.is_main:
             try:
-                outputs = export_checkpoints(self.towers.model, self.encoder, c, self.out_dir)
+                outputs = export_checkpoints(self.towers.model, self.encoder, c, self.out_dir,
+                                             extra=self.towers.extra)
             except WRITE_ERRORS as e:
                 raise write_failed(f"the checkpoint in {self.out_dir}", e, shutil.disk_usage(self.out_dir).free,
                                    f"the run's final state is kept in {self.out_dir / STATE_DIR}") from e
