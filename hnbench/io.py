@@ -310,8 +310,8 @@ def read_json_untrusted(path: str | Path, what: str, *, error: type[HnbenchError
     """A JSON document read with :func:`read_untrusted`; bytes that are not JSON are one line naming ``what``."""
     data = read_untrusted(path, what, error=error)
     try:
-        return json.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        return loads_json(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise error(f"{path}: not a readable {what} ({e})") from None
 
 

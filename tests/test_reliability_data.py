@@ -301,3 +301,16 @@ def test_item3_the_content_fingerprint_is_separable_from_the_name(tmp_path):
     # issue 21: the data fingerprint is the content alone (the name is a label)
     assert renamed.name != a.name and renamed.fingerprint() == a.fingerprint()
     assert renamed.content_fingerprint() == a.content_fingerprint()
+
+
+def test_hardness_caption_files_use_the_same_blank_rule_and_line_split(tmp_path):
+    """``hardness --captions``: a line that tokenizes to nothing is dropped like an empty one (the rule
+    ``is_blank_caption`` gives every loader), and U+2028 inside a caption does not split it."""
+    from hnbench.hardness.captions import load_captions
+
+    txt = tmp_path / "c.txt"
+    txt.write_text("a red square\n&nbsp;\n\ufeff\nleft\u2028right circle\n", encoding="utf-8")
+    cs = load_captions(txt)
+    assert cs.captions == ["a red square", "left\u2028right circle"] and cs.caption_ids == ["line1", "line4"]
+    jl = write_jsonl(tmp_path / "c.jsonl", [{"caption": "a blue star"}, {"caption": "&nbsp;"}])
+    assert load_captions(jl).captions == ["a blue star"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hnbench.data.base import ImageSource, ImageTextDataset
+from hnbench.data.base import ImageSource, ImageTextDataset, is_blank_caption
 from hnbench.data.local import CAPTION_COLUMNS
 from hnbench.errors import DataError
 from hnbench.io import read_rows, read_text_utf8
@@ -52,8 +52,9 @@ def load_captions(path: str | Path, *, column: str | None = None, label_field: s
     if not path.is_file():
         raise DataError(f"caption file not found: {path}")
     if path.suffix not in (".csv", ".tsv", ".jsonl"):
-        lines = [(n, ln.strip()) for n, ln in enumerate(read_text_utf8(path).splitlines(), 1)]
-        kept = [(n, c) for n, c in lines if c]
+        # split on "\n" only (U+2028 may be inside a caption, as in JSONL); blank = the tokenizer sees no word
+        lines = [(n, ln.strip()) for n, ln in enumerate(read_text_utf8(path).split("\n"), 1)]
+        kept = [(n, c) for n, c in lines if c and not is_blank_caption(c)]
         if not kept:
             raise DataError(f"{path}: no captions")
         ids = [f"line{n}" for n, _ in kept]
@@ -72,7 +73,7 @@ def load_captions(path: str | Path, *, column: str | None = None, label_field: s
     for n, row in enumerate(rows):
         value = row.get(col)  # a JSONL row may lack the column: nothing to keep from it
         texts = value if isinstance(value, list) else [value]
-        texts = [t for t in texts if isinstance(t, str) and t.strip()]
+        texts = [t for t in texts if isinstance(t, str) and t.strip() and not is_blank_caption(t)]
         if not texts:
             continue
         item = str(row["id"]) if row.get("id") not in (None, "") else f"row{n + 1}"

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from hnbench.errors import DataError
-from hnbench.io import atomic_write_bytes, read_json_untrusted
+from hnbench.io import atomic_write_bytes, read_json_untrusted, read_rows
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -340,18 +340,14 @@ def synthdense_segments(dataset: ImageTextDataset) -> SegmentSidecar:
 
 def synthdense_scenes(dataset: ImageTextDataset) -> tuple[dict[str, dict[str, Any]], int]:
     """The scene of each image of a synthdense split (read from its metadata.jsonl) and the image side."""
-    import json
-
     from hnbench.data.synthdense import MANIFEST
 
     root, protocol = dataset.meta.get("root"), dataset.protocol
     if dataset.name != "synthdense" or not root or not protocol:
         raise DataError(f"{dataset.name!r} is not a synthdense split: its geometry is unknown")
     manifest = read_json_untrusted(Path(root) / MANIFEST, "synthdense manifest")
-    scenes = {}
-    for line in (Path(root) / protocol / "metadata.jsonl").read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        scenes[row["id"]] = row["scene"]
+    rows, _ = read_rows(Path(root) / protocol / "metadata.jsonl")
+    scenes = {row["id"]: row["scene"] for row in rows}
     return scenes, int(manifest["config"]["image_size"])
 
 
