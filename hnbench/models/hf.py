@@ -1,9 +1,16 @@
-"""Hugging Face ``transformers`` CLIP models (``hf:ORG/NAME`` or a local directory); needs the ``hf`` extra."""
+"""Hugging Face ``transformers`` image–text models (``hf:ORG/NAME`` or a local ``save_pretrained`` directory); needs
+the ``hf`` extra.
+
+Any model ``AutoModel`` builds with ``get_image_features`` / ``get_text_features`` loads (CLIP, SigLIP, SigLIP 2,
+Meta CLIP 2, …). Its captions are tokenised by the policy :data:`TEXT_POLICIES` declares for its ``model_type``
+(padding, max length, case, attention mask), its images by the checkpoint's own image processor.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -21,15 +28,69 @@ from hnbench.models.checkpoint import (
 )
 
 
+@dataclass(frozen=True)
+class TextPolicy:
+    """How one transformers ``model_type`` turns captions into its text tower's input (declared in
+    :data:`TEXT_POLICIES`).
+
+    ``padding``: ``"longest"`` (pad a batch to its longest caption: only for causal towers that pool at the end
+    token, where padding never changes a caption's features) or ``"max_length"`` (every caption padded to the
+    context: towers that pool the last position, SigLIP's). ``max_length``: the context the model was trained
+    with (None: the text tower's positions). ``lowercase``: captions are lower-cased first (SigLIP's training
+    text). ``attention_mask``: ``"eos"`` attends up to and including the first end token (CLIP: its pad token may
+    equal the end token), ``"tokenizer"`` is the mask the tokenizer returns, rebuilt from the padded ids."""
+
+    padding: Literal["longest", "max_length"]
+    max_length: int | None = None
+    lowercase: bool = False
+    attention_mask: Literal["eos", "tokenizer"] = "tokenizer"
+
+
+# Per model_type; a type not listed gets DEFAULT_POLICY (pad to the context, the tokenizer's mask, text as given).
+TEXT_POLICIES: dict[str, TextPolicy] = {
+    "clip": TextPolicy("longest", attention_mask="eos"),
+    # big_vision's training text: max-length 64 and lower-case; the tower pools the LAST position, so padding=True
+    # would pool a different token per caption (mteb PR#1424, big_vision#166/#186/#187)
+    "siglip": TextPolicy("max_length", 64, lowercase=True),
+    "siglip2": TextPolicy("max_length", 64, lowercase=True),
+    "metaclip_2": TextPolicy("longest"),  # causal, pools at the end token; XLM-V's pad token is not the end token
+}
+DEFAULT_POLICY = TextPolicy("max_length")
+# Image processors whose output is more than ``pixel_values`` (SigLIP 2 NaFlex: patches, their mask, the grid).
+_NAFLEX_KEYS = ("pixel_attention_mask", "spatial_shapes")
+
+
+def text_policy(model_type: str) -> TextPolicy:
+    """The declared text policy of a transformers ``model_type`` (:data:`DEFAULT_POLICY` if none is)."""
+    return TEXT_POLICIES.get(model_type, DEFAULT_POLICY)
+
+
 class _HFImageTransform:
-    """PIL image → pixel tensor with the checkpoint's own image processor (picklable for workers)."""
+    """PIL image → pixel tensor with the checkpoint's own image processor (picklable for workers).
+
+    A NaFlex processor (SigLIP 2) returns patches (P, D), their mask (P) and the patch grid (2): packed into one
+    (P + 1, D + 1) tensor (row 0: the grid; last column: the mask) so that images batch like any other;
+    :func:`unpack_naflex` undoes it."""
 
     def __init__(self, processor: Any):
         self.processor = processor
 
     def __call__(self, image: Any) -> torch.Tensor:
-        pixels: torch.Tensor = self.processor(images=image, return_tensors="pt")["pixel_values"][0]
-        return pixels
+        out = self.processor(images=image, return_tensors="pt")
+        pixels: torch.Tensor = out["pixel_values"][0]
+        if not all(k in out for k in _NAFLEX_KEYS):
+            return pixels
+        packed = torch.zeros(pixels.shape[0] + 1, pixels.shape[1] + 1, dtype=torch.float32)
+        packed[1:, :-1] = pixels
+        packed[1:, -1] = out["pixel_attention_mask"][0].float()
+        packed[0, :2] = out["spatial_shapes"][0].float()
+        return packed
+
+
+def unpack_naflex(packed: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The ``get_image_features`` inputs of a batch of :class:`_HFImageTransform`'s packed NaFlex tensors."""
+    return {"pixel_values": packed[:, 1:, :-1], "pixel_attention_mask": packed[:, 1:, -1].round().int(),
+            "spatial_shapes": packed[:, 0, :2].round().long()}
 
 
 def feature_tensor(out: Any) -> torch.Tensor:
@@ -55,22 +116,36 @@ def eos_attention_mask(tokens: torch.Tensor, eos_token_id: int | None) -> torch.
     return torch.le(positions[None, :], first_eos[:, None]).long()
 
 
-class HFCLIPEncoder:
-    """A ``transformers.CLIPModel`` behind the :class:`~hnbench.models.base.TrainableEncoder` protocol.
+def tokenizer_attention_mask(tokens: torch.Tensor, pad_token_id: int | None, eos_token_id: int | None) -> torch.Tensor:
+    """The attention mask the tokenizer returned with ``tokens``, rebuilt from the ids: every non-pad position
+    (a pad token that is also the end token: up to and including the first one, as the tokenizer marks it)."""
+    if pad_token_id is None:
+        return torch.ones_like(tokens)
+    if pad_token_id == eos_token_id:
+        return eos_attention_mask(tokens, eos_token_id)
+    return torch.ne(tokens, pad_token_id).long()
 
-    Batches are padded to their longest caption, not the context (``dynamic_padding``): the
-    attention mask ends at the end token and attention is causal, so padding never changes a
-    caption's features, only the work spent on it.
-    """
 
-    dynamic_padding = True
+class HFEncoder:
+    """A transformers image–text model (``AutoModel`` with ``get_image_features`` / ``get_text_features``) behind
+    the :class:`~hnbench.models.base.TrainableEncoder` protocol; its text follows ``policy``.
+
+    A ``"longest"`` policy pads batches to their longest caption, not the context (``dynamic_padding``): the
+    attention mask ends at the end token and attention is causal, so padding never changes a caption's
+    features, only the work spent on it."""
+
     framework: Literal["open_clip", "transformers"] = "transformers"
+    transform_description: str | None = None  # the cache describes the processor itself
+    has_images = True
 
-    def __init__(self, model: Any, tokenizer: Any, processor: Any, info: ModelInfo):
-        self.model: Any = model.eval()  # a transformers CLIPModel (or its PEFT-merged form)
+    def __init__(self, model: Any, tokenizer: Any, processor: Any, info: ModelInfo, policy: TextPolicy | None = None):
+        self.model: Any = model.eval()  # a transformers PreTrainedModel (or its PEFT-merged form)
         self.tokenizer = tokenizer
         self.image_transform = _HFImageTransform(processor)
         self.info = info
+        self.policy = policy or TEXT_POLICIES["clip"]
+        self.dynamic_padding = self.policy.padding == "longest"
+        self.naflex = str(getattr(model.config, "model_type", "")) == "siglip2"
         self.device = next(model.parameters()).device
 
     @property
@@ -79,29 +154,41 @@ class HFCLIPEncoder:
         eos = self.tokenizer.eos_token_id
         return None if eos is None else int(eos)
 
-    def to(self, device: str | torch.device) -> HFCLIPEncoder:
+    def text_attention_mask(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The text tower's attention mask for padded ``tokens``, by the policy."""
+        if self.policy.attention_mask == "eos":
+            return eos_attention_mask(tokens, self.eos_token_id)
+        pad = self.tokenizer.pad_token_id
+        return tokenizer_attention_mask(tokens, None if pad is None else int(pad), self.eos_token_id)
+
+    def to(self, device: str | torch.device) -> HFEncoder:
         self.model.to(device)
         self.device = torch.device(device)
         return self
 
+    def prepare_texts(self, texts: Sequence[str]) -> list[str]:
+        """Captions as the policy feeds them to the tokenizer (lower-cased for SigLIP)."""
+        return [t.lower() for t in texts] if self.policy.lowercase else list(texts)
+
     def tokenize(self, texts: Sequence[str]) -> TokenizedTexts:
         ctx = self.info.context_length
-        enc = self.tokenizer(list(texts), padding="longest", truncation=True, max_length=ctx,
-                             return_tensors="pt")
-        lengths = np.array([len(x) for x in self.tokenizer(list(texts), truncation=False)["input_ids"]],
-                           dtype=np.int64)
+        texts = self.prepare_texts(texts)
+        enc = self.tokenizer(texts, padding=self.policy.padding, truncation=True, max_length=ctx, return_tensors="pt")
+        lengths = np.array([len(x) for x in self.tokenizer(texts, truncation=False)["input_ids"]], dtype=np.int64)
         return TokenizedTexts(enc["input_ids"], lengths)
 
     @torch.inference_mode()
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
-        pixels = pixels.to(device=self.device, dtype=self.model.dtype, non_blocking=True)  # fp16/bf16 weights
-        f = feature_tensor(self.model.get_image_features(pixel_values=pixels))
+        pixels = pixels.to(device=self.device, non_blocking=True)
+        inputs = unpack_naflex(pixels) if self.naflex else {"pixel_values": pixels}
+        inputs["pixel_values"] = inputs["pixel_values"].to(self.model.dtype)  # fp16/bf16 weights
+        f = feature_tensor(self.model.get_image_features(**inputs))
         return torch.nn.functional.normalize(f.float(), dim=-1)
 
     @torch.inference_mode()
     def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.to(self.device, non_blocking=True)
-        mask = eos_attention_mask(tokens, self.eos_token_id)
+        mask = self.text_attention_mask(tokens)
         f = feature_tensor(self.model.get_text_features(input_ids=tokens, attention_mask=mask))
         return torch.nn.functional.normalize(f.float(), dim=-1)
 
@@ -123,7 +210,7 @@ def weights_file(pretrained: str | None) -> str | None:
 
 def load(model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
          context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
-         init_seed: int | None = 0) -> HFCLIPEncoder:
+         init_seed: int | None = 0) -> HFEncoder:
     """The model registry's loader signature: ``pretrained`` is a weights file (a released GOAL / StructXLIP
     ``.pth``: HF ``CLIPModel`` keys, any text context) loaded into ``model``'s architecture, else the hub
     revision; no config or seed applies."""
@@ -133,16 +220,16 @@ def load(model: str, pretrained: str | None = None, *, model_config: str | Path 
 
 
 def load_hf_clip(name: str, *, context_length: int | None = None, device: str = "cpu",
-                 revision: str | None = None, precision: str = "fp32", weights: str | None = None) -> HFCLIPEncoder:
-    """Load ``hf:ORG/NAME`` (hub, needs the internet) or a local ``save_pretrained`` directory.
+                 revision: str | None = None, precision: str = "fp32", weights: str | None = None) -> HFEncoder:
+    """Load ``hf:ORG/NAME`` (hub, needs the internet) or a local ``save_pretrained`` directory with ``AutoModel``.
 
     ``weights``: a state-dict file with HF ``CLIPModel`` keys (``model_state_dict`` / ``clip_model.`` wrappers
     unwrapped, read weights-only) replacing the base's weights; the text table's rows set the positions (GOAL's
     and StructXLIP's 248). The base supplies the config, tokenizer and image processor."""
     try:
-        from transformers import AutoTokenizer, CLIPConfig, CLIPImageProcessor, CLIPModel
+        from transformers import AutoConfig, AutoImageProcessor, AutoModel, AutoTokenizer
     except ImportError as e:
-        raise ConfigError("HF CLIP models need transformers: pip install 'hnbench[hf]'") from e
+        raise ConfigError("HF models need transformers: pip install 'hnbench[hf]'") from e
     path = name.removeprefix("hf:")
     if not Path(path).is_dir() and name.startswith("hf:") is False:
         raise ConfigError(f"{name}: not a directory; write hub models as hf:ORG/NAME")
@@ -151,35 +238,53 @@ def load_hf_clip(name: str, *, context_length: int | None = None, device: str = 
     sd = _released_state_dict(weights) if weights else None
     at: dict[str, Any] = {} if revision is None else {"revision": revision}  # None: the hub's default branch
     try:
+        config: Any = AutoConfig.from_pretrained(path, **at)
+        _check_image_text(name, config)
         # Any: transformers' decorated methods (to, get_*_features) are not typed usefully
         model: Any
         if sd is None:
-            model = CLIPModel.from_pretrained(path, use_safetensors=None, **at)
+            model = AutoModel.from_pretrained(path, use_safetensors=None, **at)
         else:
-            config: Any = CLIPConfig.from_pretrained(path, **at)
             config.text_config.max_position_embeddings = int(sd[TEXT_POSITIONS].shape[0])
             with _no_init():  # every weight is overwritten by the strict load below
-                model = CLIPModel(config)
+                model = cast(Any, AutoModel).from_config(config)
         tokenizer = AutoTokenizer.from_pretrained(path, **at)
-        processor = CLIPImageProcessor.from_pretrained(path, **at)
+        processor = cast(Any, AutoImageProcessor).from_pretrained(path, **at)
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"could not load HF CLIP model {name}: {str(e).splitlines()[0]}") from e
+        raise CheckpointError(f"could not load HF model {name}: {str(e).splitlines()[0]}") from e
     if sd is not None:
         _load_weights(model, sd, f"checkpoint {weights} into {name}")
     model = model.to(_DTYPES[precision])
-    max_pos = int(model.config.text_config.max_position_embeddings)
-    ctx = context_length or max_pos
+    policy = text_policy(str(model.config.model_type))
+    text_config = model.config.text_config
+    max_pos = int(text_config.max_position_embeddings)
+    ctx = context_length or min(policy.max_length or max_pos, max_pos)
     if ctx > max_pos:
         raise ConfigError(f"{name}: --context-length {ctx} exceeds the model's {max_pos} positions")
     if sd is not None and int(tokenizer.model_max_length) < max_pos:
         tokenizer.model_max_length = max_pos  # the base's 77: would warn on every caption the table now fits
+    embed_dim = (getattr(model.config, "projection_dim", None) or getattr(text_config, "projection_size", None)
+                 or text_config.hidden_size)
     info = ModelInfo(arch=f"hf:{path}" if not name.startswith("hf:") else name,
                      pretrained=weights or revision or "main",
                      fingerprint=state_dict_fingerprint(model.state_dict()), context_length=ctx,
                      n_params=sum(p.numel() for p in model.parameters()),
-                     embed_dim=int(model.config.projection_dim), framework=HFCLIPEncoder.framework,
-                     extra={"precision": precision, **({"base": name} if sd is not None else {})})
-    return HFCLIPEncoder(model.to(device), tokenizer, processor, info)
+                     embed_dim=int(embed_dim), framework=HFEncoder.framework,
+                     extra={"precision": precision, **({"base": name} if sd is not None else {}),
+                            **({"model_type": str(model.config.model_type)}
+                               if model.config.model_type != "clip" else {})})
+    return HFEncoder(model.to(device), tokenizer, processor, info, policy)
+
+
+def _check_image_text(name: str, config: Any) -> None:
+    """One line unless ``config`` is a transformers image–text model (both towers' feature methods)."""
+    from transformers import MODEL_MAPPING
+
+    model_class = MODEL_MAPPING.get(type(config), None) if type(config) in MODEL_MAPPING else None
+    if model_class is None or not all(hasattr(model_class, m) for m in ("get_image_features", "get_text_features")):
+        kind = getattr(config, "model_type", type(config).__name__)
+        raise ConfigError(f"{name}: a transformers {kind!r} model is not an image-text model (AutoModel gives no "
+                          "get_image_features / get_text_features)")
 
 
 def _no_init() -> contextlib.AbstractContextManager[None]:
