@@ -337,8 +337,8 @@ class EmbeddingCache:
 
             autocast = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
         # A RememberedEncoder knows its transform's description without building the model.
-        described = getattr(encoder, "transform_description", None)
-        spec = model_spec(encoder.info, None if described is not None else getattr(encoder, "image_transform", None),
+        described = encoder.transform_description
+        spec = model_spec(encoder.info, None if described is not None else encoder.image_transform,
                           autocast=autocast, preprocess=described)
         return cls(Path(root) if root is not None else default_root(), spec, pretrained=encoder.info.pretrained,
                    **kwargs)

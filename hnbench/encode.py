@@ -202,7 +202,7 @@ def _strict_fp32() -> Iterator[None]:
 
 def _pads_to_longest(encoder: Encoder) -> bool:
     """Whether the encoder pads a batch to its longest caption (``dynamic_padding``), not to a fixed context."""
-    return bool(getattr(encoder, "dynamic_padding", False))
+    return bool(encoder.dynamic_padding)
 
 
 def _open_cache(encoder: Encoder, cache: EmbeddingCache | bool | None, amp: bool) -> EmbeddingCache | None:

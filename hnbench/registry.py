@@ -128,11 +128,14 @@ for _name, _module in (("docci", "docci"), ("dci", "dci"), ("long-dci", "long_dc
     DATASETS.register(_name, "hnbench.data.benchmarks:load", name=_name)
 
 # --- model families, picked by name prefix (a local save_pretrained directory is HF's too) -----------
+# Each target is the family's adapter (hnbench.models.family.ModelFamily, callable as its loader); a plain loader
+# function registered here is a family that is never remembered.
 MODELS: Registry[Callable[..., Encoder]] = Registry("model family", default="open_clip")
-MODELS.register("open_clip", "hnbench.models.openclip:load_openclip", prefixes=("hf-hub:", "local-dir:"),
+MODELS.register("open_clip", "hnbench.models.openclip:OPEN_CLIP", prefixes=("hf-hub:", "local-dir:"),
                 help="open_clip architecture: ViT-B-32, hnbench-tiny, hf-hub:ORG/NAME, local-dir:DIR")
-MODELS.register("hf", "hnbench.models.hf:load", prefixes=("hf:",),
-                help="transformers CLIP: hf:ORG/NAME or a save_pretrained directory")
+MODELS.register("hf", "hnbench.models.hf:HF", prefixes=("hf:",),
+                help="transformers image-text model (CLIP, SigLIP, SigLIP 2, Meta CLIP 2, ...): hf:ORG/NAME or a "
+                     "save_pretrained directory")
 
 
 def model_family(model: str) -> str:

@@ -147,6 +147,10 @@ def test_issue24_siglip_policy_equals_max_length_pipeline_not_padding_true(fixtu
     assert torch.allclose(image, _reference_images(model_dir, _images()), atol=1e-5)
     assert enc.info.embed_dim == text.shape[1] == image.shape[1]
     assert enc.info.extra["model_type"] == enc.model.config.model_type
+    from hnbench.models.family import family_of
+
+    pre = family_of(str(model_dir)).text_preprocessing(enc)  # what the hf adapter declares for this type
+    assert (pre.padding, pre.context_length, pre.lowercase) == ("max_length", 64, True)
 
 
 def test_issue24_metaclip2_equals_transformers_pipeline(metaclip2_dir):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from hnbench import registry
@@ -44,7 +42,6 @@ def text_only_family(monkeypatch):
     models.register("open_clip", "hnbench.models.openclip:load_openclip")
     models.register("text-only", lambda model, pretrained=None, **kw: enc, prefixes=("text-only:",))
     monkeypatch.setattr(registry, "MODELS", models)
-    monkeypatch.setattr(sys.modules["hnbench.models"], "MODELS", models)
     return enc
 
 

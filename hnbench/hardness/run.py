@@ -105,7 +105,7 @@ def hardness(
                               cache=bool(s.use_cache))
     timings["encode_texts"] = txt.seconds
     image_vectors, img = None, None
-    if s.images and cs.images is not None and getattr(encoder, "has_images", True):
+    if s.images and cs.images is not None and encoder.has_images:
         img = encode.encode_images(encoder, cs.images, batch_size=s.encode_batch_size, num_workers=s.num_workers,
                                    progress=s.progress, cache=bool(s.use_cache))
         image_vectors = img.vectors

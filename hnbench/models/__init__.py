@@ -7,8 +7,8 @@ from pathlib import Path
 
 from hnbench.errors import CheckpointError
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
+from hnbench.models.family import family_of
 from hnbench.models.peft_loading import is_adapter_dir, load_with_adapter
-from hnbench.registry import MODELS, model_family
 from hnbench.validate import check_precision
 
 __all__ = ["Encoder", "ModelInfo", "TokenizedTexts", "load_model"]
@@ -25,7 +25,8 @@ def load_model(
     init_seed: int | None = 0,
 ) -> Encoder:
     """Load a model by open_clip name (``ViT-B-32``, ``hf-hub:…``, ``local-dir:…``) or HF CLIP (``hf:ORG/NAME``);
-    the family is picked by name prefix in :data:`hnbench.registry.MODELS`.
+    the family is picked by name prefix in :data:`hnbench.registry.MODELS` and its adapter
+    (:class:`hnbench.models.family.ModelFamily`) loads it.
 
     ``pretrained`` is an open_clip tag (downloads; needs the internet), hnbench's built-in tag
     (``hnbench-tiny`` / ``synthdense``) or a local checkpoint file (``.safetensors`` preferred;
@@ -57,5 +58,5 @@ def _load(model: str, pretrained: str | None, *, model_config: str | Path | None
         encoder: Encoder = load_with_adapter(model, pretrained, model_config=model_config,
                                              context_length=context_length, device=device, precision=precision)
         return encoder
-    return MODELS.get(model_family(model))(model, pretrained, model_config=model_config, context_length=context_length,
-                                           device=device, precision=precision, init_seed=init_seed)
+    return family_of(model).load(model, pretrained, model_config=model_config, context_length=context_length,
+                                 device=device, precision=precision, init_seed=init_seed)

@@ -48,12 +48,23 @@ class TokenizedTexts:
 class Encoder(Protocol):
     """Encode images and texts into one L2-normalised embedding space.
 
-    Optional: ``dynamic_padding = True`` when ``tokenize`` pads a batch only to its longest text
-    (then :func:`hnbench.encode.encode_texts` groups captions of similar length).
+    Every member is read by a caller (none by ``getattr``): ``dynamic_padding`` is True when ``tokenize`` pads a
+    batch only to its longest text (then :func:`hnbench.encode.encode_texts` groups captions of similar length);
+    ``transform_description`` is the cache's description of ``image_transform`` when the encoder knows it without
+    building the transform (a remembered model), else None; ``has_images`` is False for a text-only encoder.
     """
 
     info: ModelInfo
     device: torch.device
+
+    @property
+    def dynamic_padding(self) -> bool: ...  # read-only: a remembered encoder asks the model it builds
+
+    @property
+    def transform_description(self) -> str | None: ...
+
+    @property
+    def has_images(self) -> bool: ...
 
     @property
     def image_transform(self) -> Callable[[Any], torch.Tensor]: ...  # read-only: a lazy encoder builds it

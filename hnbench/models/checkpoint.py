@@ -142,6 +142,21 @@ def load_into(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], sourc
     model.load_state_dict(state_dict, strict=True)
 
 
+def save_state_dict(module: torch.nn.Module, path: Path, metadata: dict[str, str] | None = None) -> Path:
+    """``module``'s state dict as safetensors at ``path``, atomically (a full disk leaves no partial file)."""
+    from safetensors.torch import save_file
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}, str(tmp),
+                  metadata=metadata)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def _short(items: list[str], n: int = 5) -> str:
     more = f", … (+{len(items) - n} more)" if len(items) > n else ""
     return ", ".join(items[:n]) + more

@@ -26,6 +26,7 @@ from hnbench.models.checkpoint import (
     load_into,
     read_state_dict,
 )
+from hnbench.models.family import ModelFamily, TextPreprocessing
 
 
 @dataclass(frozen=True)
@@ -319,3 +320,53 @@ def _load_weights(model: Any, sd: dict[str, torch.Tensor], source: str) -> None:
     sd = drop_training_only(sd, own, source)
     load_into(model, {k: v.to(own[k].dtype) if k in own else v for k, v in sd.items()}, source,
               hint=layout_hint(sd))
+
+
+class HFFamily(ModelFamily):
+    """transformers image–text models: ``hf:ORG/NAME`` (hub) or a ``save_pretrained`` directory; a weights file as
+    ``--pretrained`` (GOAL / StructXLIP) loads into the base's architecture, anything else names the revision."""
+
+    name = "hf"
+
+    def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
+             context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
+             init_seed: int | None = 0) -> HFEncoder:
+        return load(model, pretrained, model_config=model_config, context_length=context_length, device=device,
+                    precision=precision, init_seed=init_seed)
+
+    def weight_files(self, model: str, pretrained: str | None, model_config: str | Path | None) -> list[str] | None:
+        if not Path(model).is_dir() or model.startswith("hf:"):
+            return None  # a hub id: its files are the hub's
+        weights = weights_file(pretrained)
+        if weights and not Path(weights).is_file():
+            return None  # the loader says it is missing
+        files = sorted(str(p.resolve()) for p in Path(model).rglob("*") if p.is_file())
+        return files + ([str(Path(weights).resolve())] if weights else [])
+
+    def text_preprocessing(self, encoder: Any) -> TextPreprocessing:
+        policy: TextPolicy = encoder.policy
+        return TextPreprocessing(tokenizer=type(encoder.tokenizer).__name__,
+                                 context_length=int(encoder.info.context_length), padding=policy.padding,
+                                 lowercase=policy.lowercase)
+
+    def tower_of(self, param_name: str) -> str:
+        if "logit_scale" in param_name or "logit_bias" in param_name:
+            return "shared"
+        return "image" if param_name.startswith(("vision_model.", "visual_projection")) else "text"
+
+    def lora_targets(self) -> list[str]:
+        return ["q_proj", "k_proj", "v_proj", "out_proj"]
+
+    def export(self, module: Any, encoder: Any, out_dir: Path, metadata: dict[str, str]) -> Path:
+        target = out_dir / "hf_model"
+        module.save_pretrained(str(target), safe_serialization=True)
+        encoder.tokenizer.save_pretrained(str(target))
+        encoder.image_transform.processor.save_pretrained(str(target))
+        return target
+
+    def reload(self, exported: Path, encoder: Any, *, device: str = "cpu") -> HFEncoder:
+        return load_hf_clip(str(exported), context_length=int(encoder.info.context_length), device=device,
+                            precision=encoder.info.extra.get("precision", "fp32"))
+
+
+HF = HFFamily()

@@ -18,7 +18,14 @@ import torch
 from hnbench.errors import CheckpointError, ConfigError, did_you_mean
 from hnbench.io import loads_json
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
-from hnbench.models.checkpoint import drop_training_only, layout_hint, load_into, read_state_dict
+from hnbench.models.checkpoint import (
+    drop_training_only,
+    layout_hint,
+    load_into,
+    read_state_dict,
+    save_state_dict,
+)
+from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing
 from hnbench.models.longclip_tables import convert_longclip_state_dict
 from hnbench.validate import check_model_config_name
 
@@ -84,6 +91,9 @@ class OpenCLIPEncoder:
 
     framework: Literal["open_clip", "transformers"] = "open_clip"
     eos_token_id: int | None = None  # open_clip's text towers find the end token themselves
+    dynamic_padding = False  # every caption padded to the context
+    transform_description: str | None = None  # the cache describes the transform itself
+    has_images = True
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, image_transform: Callable[[Any], torch.Tensor],
                  info: ModelInfo):
@@ -266,3 +276,71 @@ def _embed_dim(arch: str, model: torch.nn.Module) -> int:
     if "embed_dim" in cfg:
         return int(cfg["embed_dim"])
     return int(getattr(model.visual, "output_dim", 0) or cast(torch.Tensor, model.text_projection).shape[-1])
+
+
+def _dir_files(path: Path) -> list[str]:
+    return sorted(str(p.resolve()) for p in path.rglob("*") if p.is_file())
+
+
+class OpenCLIPFamily(ModelFamily):
+    """open_clip architectures (by name, ``hf-hub:``, ``local-dir:``; hnbench's own configs), weights by tag, local
+    file (a released Long-CLIP checkpoint folded in, :mod:`hnbench.models.longclip`) or a seeded random init."""
+
+    name = "open_clip"
+
+    def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
+             context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
+             init_seed: int | None = 0) -> OpenCLIPEncoder:
+        return load_openclip(model, pretrained, model_config=model_config, context_length=context_length,
+                             device=device, precision=precision, init_seed=init_seed)
+
+    def weight_files(self, model: str, pretrained: str | None, model_config: str | Path | None) -> list[str] | None:
+        if model.startswith("hf-hub:"):
+            return None
+        if model.startswith("local-dir:"):
+            d = Path(model.split(":", 1)[1])
+            return _dir_files(d) if d.is_dir() else None
+        try:
+            local, tag = resolve_pretrained(model, pretrained)
+        except CheckpointError:
+            return None
+        if local:
+            return [str(Path(local).resolve())]
+        if tag:
+            from hnbench.models.remembered import _tag_file  # a downloaded tag's file (open_clip + HF cache)
+
+            found = _tag_file(model, tag)
+            return [str(Path(found).resolve())] if found else None
+        return [RANDOM_INIT]
+
+    def text_preprocessing(self, encoder: Any) -> TextPreprocessing:
+        return TextPreprocessing(tokenizer=type(encoder.tokenizer).__name__,
+                                 context_length=int(encoder.info.context_length), padding="context")
+
+    def tower_of(self, param_name: str) -> str:
+        if "logit_scale" in param_name or "logit_bias" in param_name:
+            return "shared"
+        return "image" if param_name.startswith("visual.") else "text"
+
+    def lora_targets(self) -> list[str]:
+        # nn.MultiheadAttention takes LoRA only as a whole ("attn") and no DoRA: the MLP layers work for both
+        return ["c_fc", "c_proj"]
+
+    def stretch(self, encoder: Any, context_length: int) -> OpenCLIPEncoder:
+        from hnbench.models.longclip import (
+            stretch_openclip,  # Long-CLIP's table arithmetic (imports this module)
+        )
+
+        stretched: OpenCLIPEncoder = stretch_openclip(encoder, context_length)
+        return stretched
+
+    def export(self, module: Any, encoder: Any, out_dir: Path, metadata: dict[str, str]) -> Path:
+        return save_state_dict(module, out_dir / "checkpoint.safetensors", metadata)
+
+    def reload(self, exported: Path, encoder: Any, *, device: str = "cpu") -> OpenCLIPEncoder:
+        info = encoder.info
+        return load_openclip(info.arch, str(exported), context_length=int(info.context_length), device=device,
+                             precision=info.extra.get("precision", "fp32"))
+
+
+OPEN_CLIP = OpenCLIPFamily()

@@ -15,9 +15,7 @@ from typing import Any
 
 from hnbench.errors import CheckpointError, ConfigError
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
-from hnbench.models.hf import load_hf_clip
-from hnbench.models.longclip import stretch_openclip
-from hnbench.models.openclip import load_openclip
+from hnbench.models.family import RANDOM_INIT, family_of
 
 logger = logging.getLogger(__name__)
 
@@ -56,17 +54,15 @@ def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_confi
         raise ConfigError(f"{adapter}: no {BASE_FILE}; pass --model with the base architecture")
     if base.get("model") and model and model != base["model"]:
         raise ConfigError(f"{adapter} was trained on {base['model']!r}, not {model!r}")
-    encoder: TrainableEncoder
-    if base.get("framework") == "transformers" or arch.startswith("hf:") or Path(arch).is_dir():
-        encoder = load_hf_clip(arch, context_length=context_length or base.get("context_length"), device="cpu",
-                               revision=base.get("revision"), precision=precision)
-    else:
-        encoder = load_openclip(arch, base.get("pretrained"), model_config=model_config or base.get("model_config"),
-                                context_length=base.get("context_length") if context_length is None
-                                else context_length, precision=precision, device="cpu")
-        if base.get("stretch_context") and encoder.info.context_length != base["stretch_context"]:
-            encoder = require_trainable(stretch_openclip(encoder, base["stretch_context"]), "a PEFT adapter")
-    if base.get("model") and not base.get("pretrained") and base.get("framework") != "transformers":
+    family = family_of(arch)  # the base's family loads it: its weights (open_clip) or revision (hf) are "pretrained"
+    pretrained = base.get("pretrained")
+    encoder = require_trainable(family.load(arch, pretrained, model_config=model_config or base.get("model_config"),
+                                            context_length=base.get("context_length") if context_length is None
+                                            else context_length, precision=precision, device="cpu"),
+                                "a PEFT adapter")
+    if base.get("stretch_context") and encoder.info.context_length != base["stretch_context"]:
+        encoder = require_trainable(family.stretch(encoder, base["stretch_context"]), "a PEFT adapter")
+    if base.get("model") and family.weight_files(arch, pretrained, model_config) == [RANDOM_INIT]:
         logger.warning("%s: the base model was randomly initialised; the merged weights will not match training",
                        adapter)
     try:

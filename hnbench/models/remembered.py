@@ -40,17 +40,15 @@ from hnbench.errors import CheckpointError
 from hnbench.io import atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
-from hnbench.models.hf import weights_file as hf_weights_file
-from hnbench.models.openclip import resolve_pretrained
+from hnbench.models.family import RANDOM_INIT, family_of
 from hnbench.models.peft_loading import is_adapter_dir
-from hnbench.registry import model_family
 
 __all__ = ["RememberedEncoder", "load_remembered"]
 
 logger = logging.getLogger(__name__)
 
 RECORD_DIR = ".fingerprints"
-_RNG = "<cpu rng state>"  # stands in for the weights file of a random-init model
+_RNG = RANDOM_INIT  # stands in for the weights file of a random-init model
 
 
 def _digest_file(path: str) -> str:
@@ -64,10 +62,6 @@ def _digest_file(path: str) -> str:
 def _stat(path: str) -> dict[str, int]:
     st = os.stat(path)
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
-
-
-def _dir_files(path: Path) -> list[str]:
-    return sorted(str(p.resolve()) for p in path.rglob("*") if p.is_file())
 
 
 def _tag_file(arch: str, tag: str) -> str | None:
@@ -93,31 +87,11 @@ def _tag_file(arch: str, tag: str) -> str | None:
 
 def weight_files(model: str, pretrained: str | None, model_config: str | Path | None) -> list[str] | None:
     """The local files that define the weights ``load_model`` would build (``[_RNG]`` for random init),
-    or None when they cannot be pinned down locally."""
+    or None when they cannot be pinned down locally: the family's adapter says
+    (:meth:`~hnbench.models.family.ModelFamily.weight_files`); an adapter directory is never pinned."""
     if is_adapter_dir(pretrained):
         return None
-    if model_family(model) == "hf":
-        if not Path(model).is_dir() or model.startswith("hf:"):
-            return None
-        weights = hf_weights_file(pretrained)
-        if weights and not Path(weights).is_file():
-            return None  # the loader says it is missing
-        return _dir_files(Path(model)) + ([str(Path(weights).resolve())] if weights else [])
-    if model.startswith("hf-hub:"):
-        return None
-    if model.startswith("local-dir:"):
-        d = Path(model.split(":", 1)[1])
-        return _dir_files(d) if d.is_dir() else None
-    try:
-        local, tag = resolve_pretrained(model, pretrained)
-    except CheckpointError:
-        return None
-    if local:
-        return [str(Path(local).resolve())]
-    if tag:
-        found = _tag_file(model, tag)
-        return [str(Path(found).resolve())] if found else None
-    return [_RNG]
+    return family_of(model).weight_files(model, pretrained, model_config)
 
 
 def _rng_digest() -> str:
@@ -132,7 +106,7 @@ def _load_key(model: str, pretrained: str | None, model_config: str | Path | Non
     rng = (f"seed {init_seed}" if init_seed is not None else _rng_digest()) if random_init else None
     blob = {"model": model, "pretrained": pretrained, "model_config": config, "context_length": context_length,
             "precision": precision, "rng": rng, "files": list(files), "hnbench": __version__,
-            **{p: package_version(p) for p in ("torch", "torchvision", "open_clip_torch", "transformers", "timm")}}
+            **{p: package_version(p) for p in family_of(model).library_versions}}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -188,8 +162,9 @@ class RememberedEncoder:
     """
 
     def __init__(self, info: ModelInfo, transform_description: str, build: Callable[[str], Encoder],
-                 device: str, on_mismatch: Callable[[], None]):
-        self.info, self.transform_description = info, transform_description
+                 device: str, on_mismatch: Callable[[], None], has_images: bool = True):
+        self.info, self.has_images = info, has_images
+        self.transform_description: str | None = transform_description
         self.device = torch.device(device)
         self._build, self._on_mismatch = build, on_mismatch
         self._encoder: Encoder | None = None
@@ -211,7 +186,7 @@ class RememberedEncoder:
 
     @property
     def dynamic_padding(self) -> bool:
-        return bool(getattr(self._real(), "dynamic_padding", False))
+        return self._real().dynamic_padding
 
     @property
     def image_transform(self) -> Any:
@@ -257,11 +232,13 @@ def load_remembered(model: str, pretrained: str | None, *, root: str | Path, mod
             _write(path, record)
         logger.debug("model %s: fingerprint %s remembered in %s", model, record["info"]["fingerprint"], path)
         return RememberedEncoder(ModelInfo(**record["info"]), record["preprocess"], req.build, device,
-                                 on_mismatch=lambda: path.unlink(missing_ok=True))
+                                 on_mismatch=lambda: path.unlink(missing_ok=True),
+                                 has_images=bool(record.get("has_images", True)))
     before = _file_states(files)  # stat and digest before the build: a change during it is not remembered
     encoder = req.build()
     if [_stat(e["path"]) for e in before] == [{k: e[k] for k in ("size", "mtime_ns", "inode")} for e in before]:
         _write(path, {"load": {"model": model, "pretrained": pretrained, "context_length": context_length,
                                "precision": precision}, "files": before, "info": encoder.info.to_dict(),
-                      "preprocess": model_spec(encoder.info, encoder.image_transform)["preprocess"]})
+                      "preprocess": model_spec(encoder.info, encoder.image_transform)["preprocess"],
+                      "has_images": encoder.has_images})
     return encoder

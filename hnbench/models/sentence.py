@@ -26,6 +26,7 @@ class SentenceEncoder:
     has_images = False
     image_transform = None
     dynamic_padding = True  # pads a batch to its longest caption: encode_texts sorts by length
+    transform_description: str | None = None
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, info: ModelInfo, max_length: int):
         self.model, self.tokenizer, self.info, self.max_length = model.eval(), tokenizer, info, max_length

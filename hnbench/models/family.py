@@ -1,0 +1,126 @@
+"""The model-family adapter contract: everything hnbench needs to know about one family, declared in one module.
+
+A family is a :class:`ModelFamily` instance registered in :data:`hnbench.registry.MODELS` (one line, with the
+name prefixes it claims). It answers:
+
+- **load**: ``family(model, pretrained, model_config=…, context_length=…, device=…, precision=…, init_seed=…)``
+  (the registry's loader signature) → an :class:`~hnbench.models.base.Encoder`;
+- **fingerprint memo**: :meth:`ModelFamily.weight_files` (the local files that define the weights, or
+  :data:`RANDOM_INIT`, or None: never remembered, always built) and :attr:`ModelFamily.library_versions`
+  (the packages whose versions enter the memo's key), read by :mod:`hnbench.models.remembered`;
+- **text preprocessing**: :meth:`ModelFamily.text_preprocessing` of a loaded encoder (tokenizer, padding,
+  case, context length, prompts per direction), recorded with the model;
+- **training**: :meth:`ModelFamily.tower_of` (a parameter's tower), :meth:`ModelFamily.lora_targets` (default
+  peft targets), :meth:`ModelFamily.stretch` (Long-CLIP's text-position stretch), :meth:`ModelFamily.export` (a finished model in a form hnbench loads again) and
+  :meth:`ModelFamily.reload` (load that export).
+
+A plain callable registered as a family (a loader function) is wrapped by :func:`family_of` in a
+:class:`ModelFamily` that loads with it and is never remembered: an unknown family is always built, never
+taken for a random init.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hnbench.models.base import Encoder
+
+__all__ = ["LIBRARY_VERSIONS", "RANDOM_INIT", "ModelFamily", "TextPreprocessing", "family_of"]
+
+# Stands in for the weights file of a random-init model: its weights are a function of the init seed.
+RANDOM_INIT = "<cpu rng state>"
+# The packages whose versions key a remembered fingerprint unless a family says otherwise.
+LIBRARY_VERSIONS = ("torch", "torchvision", "open_clip_torch", "transformers", "timm")
+
+
+@dataclass(frozen=True)
+class TextPreprocessing:
+    """How a family's captions reach its text tower (what ``tokenize`` does), as recorded data.
+
+    ``prompts``: a prefix per retrieval direction's text (``"query"``: text→image queries, ``"candidate"``:
+    image→text candidates); empty when the text is used as given. ``lowercase``: hnbench lower-cases the captions
+    before the tokenizer (a tokenizer that lower-cases by itself, CLIP's BPE, is the tokenizer's business)."""
+
+    tokenizer: str
+    context_length: int
+    padding: str  # "context" | "longest" | "max_length"
+    lowercase: bool = False
+    prompts: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tokenizer": self.tokenizer, "context_length": self.context_length, "padding": self.padding,
+                "lowercase": self.lowercase, "prompts": dict(self.prompts)}
+
+
+class ModelFamily:
+    """One model family's adapter (subclass it in the family's module; register an instance in ``MODELS``).
+
+    The defaults describe a family hnbench knows nothing about: it loads through ``loader`` and is never
+    remembered; it has no training support until it declares its towers and targets."""
+
+    name = "model family"
+    library_versions: tuple[str, ...] = LIBRARY_VERSIONS
+
+    def __init__(self, loader: Callable[..., Encoder] | None = None):
+        self._loader = loader
+
+    def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
+             context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
+             init_seed: int | None = 0) -> Encoder:
+        """Build the encoder (the registry's loader signature)."""
+        if self._loader is None:
+            raise NotImplementedError(f"{type(self).__name__} declares no loader")
+        return self._loader(model, pretrained, model_config=model_config, context_length=context_length,
+                            device=device, precision=precision, init_seed=init_seed)
+
+    def __call__(self, model: str, pretrained: str | None = None, **kwargs: Any) -> Encoder:
+        return self.load(model, pretrained, **kwargs)
+
+    def weight_files(self, model: str, pretrained: str | None, model_config: str | Path | None) -> list[str] | None:
+        """The local files that define the weights :meth:`load` would build (``[RANDOM_INIT]`` for a seeded random
+        init), or None when they cannot be pinned down locally (then the model is always built)."""
+        return None
+
+    def text_preprocessing(self, encoder: Any) -> TextPreprocessing:
+        """What ``encoder.tokenize`` does (a loaded encoder of this family)."""
+        return TextPreprocessing(tokenizer=f"{type(encoder).__name__}.tokenize",
+                                 context_length=int(encoder.info.context_length),
+                                 padding="longest" if encoder.dynamic_padding else "context")
+
+    def tower_of(self, param_name: str) -> str:
+        """``"image"``, ``"text"`` or ``"shared"`` for a parameter name of the family's CLIP module."""
+        raise NotImplementedError(f"{self.name}: no tower split declared, so it cannot be trained")
+
+    def lora_targets(self) -> list[str]:
+        """The module-name suffixes peft adapts by default."""
+        raise NotImplementedError(f"{self.name}: no LoRA targets declared")
+
+    def stretch(self, encoder: Any, context_length: int) -> Encoder:
+        """``encoder`` with its text positions stretched to ``context_length`` (Long-CLIP's knob-and-stretch)."""
+        from hnbench.errors import ConfigError
+
+        raise ConfigError(f"{self.name}: its text positions cannot be stretched (stretch_context is open_clip's)")
+
+    def export(self, module: Any, encoder: Any, out_dir: Path, metadata: dict[str, str]) -> Path:
+        """Write ``module`` (the family's CLIP module, trained) under ``out_dir`` in a form :meth:`reload` loads."""
+        raise NotImplementedError(f"{self.name}: no export declared")
+
+    def reload(self, exported: Path, encoder: Any, *, device: str = "cpu") -> Encoder:
+        """Load what :meth:`export` wrote (``encoder``: the encoder it was trained from)."""
+        raise NotImplementedError(f"{self.name}: no reload declared")
+
+
+def family_of(model: str) -> ModelFamily:
+    """The adapter of the family that loads ``model`` (a registered plain loader: wrapped, never remembered)."""
+    from hnbench.registry import MODELS, model_family
+
+    name = model_family(model)
+    found: Any = MODELS.get(name)
+    if isinstance(found, ModelFamily):
+        return found
+    family = ModelFamily(found)
+    family.name = name
+    return family
