@@ -135,3 +135,13 @@ def build_urban1k(root: Path, n: int = 11, blank_first: tuple[int, ...] = (5,)) 
         text = urban_caption(k) + ("\n" if k % 2 else "")
         (base / "caption" / f"{k}.txt").write_text(("\n" if k in blank_first else "") + text)
     return base
+
+
+def use_counts(monkeypatch, name: str, counts: dict[str, tuple[int, int]]) -> None:
+    """Swap benchmark ``name``'s spec for one whose protocols named in ``counts`` expect (images, captions)."""
+    from hnbench.data.benchmarks import BENCHMARKS
+
+    spec = BENCHMARKS[name]
+    protos = tuple(replace(p, n_images=counts[p.name][0], n_captions=counts[p.name][1]) if p.name in counts else p
+                   for p in spec.protocols)
+    monkeypatch.setitem(BENCHMARKS, name, replace(spec, protocols=protos))

@@ -55,10 +55,15 @@ def _short_extra(ann: dict[str, Any]) -> str:
     return f"{ann['short_caption']}\n{ann['extra_caption']}"
 
 
+def rejoin_sentences(text: str) -> str:
+    """``text`` split on newlines / "</s>" / "." and re-joined with ". ", empty pieces dropped (LoTLIP, FLAIR)."""
+    parts = re.split(r"\n|</s>|[.]", text)
+    return ". ".join(p.strip() for p in parts if p.strip())
+
+
 def _sentences(ann: dict[str, Any]) -> str:
     """DCI short + "\\n" + extra, split on newlines / "</s>" / "." and re-joined with ". " (LoTLIP, FLAIR)."""
-    parts = re.split(r"\n|</s>|[.]", _short_extra(ann))
-    return ". ".join(p.strip() for p in parts if p.strip())
+    return rejoin_sentences(_short_extra(ann))
 
 
 def _extra(ann: dict[str, Any]) -> str:
@@ -67,10 +72,22 @@ def _extra(ann: dict[str, Any]) -> str:
     return text
 
 
+def _raw(text: str) -> str:
+    """The caption string exactly as the release has it (no cleaning)."""
+    return text
+
+
+def _newline_space(text: str) -> str:
+    """Every "\\n" replaced by a space, nothing else changed (Long-CLIP's ``caption.replace("\\n", " ")``)."""
+    return text.replace("\n", " ")
+
+
 CAPTION_RULES: dict[str, Callable[[Any], str]] = {
     "description": _description, "first-nonempty-line": _first_nonempty_line,
     "longclip-first-line": _longclip_first_line, "short+extra": _short_extra, "short+extra-sentences": _sentences,
     "extra": _extra,
+    # rules on a caption string (the suite's benchmarks: COCO, Flickr30k, ShareGPT4V, IIW)
+    "raw": _raw, "newline-space": _newline_space, "sentences": rejoin_sentences,
 }
 
 
