@@ -124,7 +124,7 @@ BENCHMARK_SPECS: Registry[BenchmarkSpec] = Registry("benchmark")  # name → its
 DATASETS.register("synthdense", "hnbench.data.synthdense_loader:load_synthdense",
                   help="hnbench's generated dense-caption set (protocols test, train)")
 for _name, _module in (("docci", "docci"), ("dci", "dci"), ("long-dci", "long_dci"), ("urban1k", "urban1k"),
-                       ("coco", "coco"), ("flickr30k", "flickr30k"), ("sharegpt4v", "sharegpt4v")):
+                       ("coco", "coco"), ("flickr30k", "flickr30k"), ("sharegpt4v", "sharegpt4v"), ("iiw", "iiw")):
     BENCHMARK_SPECS.register(_name, f"hnbench.data.benchmarks.{_module}:SPEC")
     DATASETS.register(_name, "hnbench.data.benchmarks:load", name=_name)
 

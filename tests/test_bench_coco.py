@@ -145,3 +145,14 @@ def test_issue23_coco_eval_end_to_end(micro_config, tmp_path, use_sized):
     assert d["meta"]["count_check"]["status"] == "ok" and d["meta"]["captions_not_used"] == 3
     assert (res["metrics"]["t2i"]["n_queries"], res["metrics"]["i2t"]["n_queries"]) == (15, 3)  # multi-positive
 
+
+def test_issue23_readme_table_matches_the_suite_specs():
+    """README's benchmark table: each new benchmark's row names every protocol, its counts and the default."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for name in ("coco", "flickr30k", "sharegpt4v", "iiw"):
+        row = next(line for line in readme.splitlines() if line.startswith(f"| {name} |"))
+        spec, cells = get_benchmark(name), row.split(" | ")
+        for p in spec.protocols:
+            assert f"`{p.name}`" in cells[1] and f"{p.n_images:,} / {p.n_captions:,}" in cells[1], (name, p.name)
+        default = spec.protocol(None)
+        assert cells[2].startswith(f"`{default.name}` (`{default.caption}`)"), row
