@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from benchmark_fixtures import jpeg, use_counts
+from benchmark_fixtures import eval_argv, jpeg, use_counts
 from conftest import assert_one_line_error, snapshot
 
 from hnbench.cli import main
@@ -58,11 +58,6 @@ def build_karpathy_coco(root: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def use_sized(monkeypatch):
-    return lambda **counts: use_counts(monkeypatch, "coco", {k.replace("_", "-"): v for k, v in counts.items()})
-
-
 def _paths(ds) -> list[str]:
     return [Path(ds.images.paths[i]).name for i in ds.caption_image]
 
@@ -112,11 +107,10 @@ def test_issue23_coco_real_counts_are_checked(tmp_path):
         load("coco", data_root=tmp_path, protocol="karpathy-test")
 
 
-def test_issue23_coco_missing_release_file_and_image_are_one_line(micro_config, tmp_path, capsys, use_sized):
+def test_issue23_coco_missing_release_file_and_image_are_one_line(micro_config, tmp_path, capsys, monkeypatch):
     build_coco_val2017(tmp_path / "coco")
-    use_sized(karpathy_test=(2, 11), val2017=(3, 15))
-    argv = ["-q", "eval", "--dataset", "coco", "--data-root", str(tmp_path / "coco"), "--model", "hnb-micro",
-            "--model-config", str(micro_config), "--output", str(tmp_path / "out"), "--num-workers", "0", "--no-ci"]
+    use_counts(monkeypatch, "coco", karpathy_test=(2, 11), val2017=(3, 15))
+    argv = eval_argv(micro_config, "coco", tmp_path / "coco", tmp_path / "out")
     before = snapshot(tmp_path)
     assert main([*argv, "--protocol", "karpathy-test"]) == 2
     assert_one_line_error(capsys.readouterr().err, "coco/karpathy-test needs dataset_coco.json", "caption_datasets.zip",
@@ -133,12 +127,11 @@ def test_issue23_coco_missing_release_file_and_image_are_one_line(micro_config, 
                           "annotations_trainval2017.zip", "images.cocodataset.org/annotations")
 
 
-def test_issue23_coco_eval_end_to_end(micro_config, tmp_path, use_sized):
+def test_issue23_coco_eval_end_to_end(micro_config, tmp_path, monkeypatch):
     build_coco_val2017(tmp_path / "coco")
-    use_sized(val2017=(3, 15))
+    use_counts(monkeypatch, "coco", val2017=(3, 15))
     out = tmp_path / "out"
-    assert main(["-q", "eval", "--dataset", "coco", "--data-root", str(tmp_path / "coco"), "--model", "hnb-micro",
-                 "--model-config", str(micro_config), "--output", str(out), "--num-workers", "0", "--no-ci"]) == 0
+    assert main(eval_argv(micro_config, "coco", tmp_path / "coco", out)) == 0
     res = json.loads(next(out.glob("*.json")).read_text())
     d = res["dataset"]
     assert (d["name"], d["protocol"], d["n_images"], d["n_captions"]) == ("coco", "val2017", 3, 15)

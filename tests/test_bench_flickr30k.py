@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from benchmark_fixtures import jpeg, use_counts
+from benchmark_fixtures import eval_argv, jpeg, use_counts
 from conftest import assert_one_line_error, snapshot
 
 from hnbench.cli import main
@@ -42,11 +42,6 @@ def build_karpathy_flickr(root: Path) -> Path:
     entries = [karpathy_entry("train", IMAGES[0]), karpathy_entry("test", IMAGES[1]), karpathy_entry("val", IMAGES[2])]
     (root / "dataset_flickr30k.json").write_text(json.dumps({"images": entries, "dataset": "flickr30k"}))
     return root
-
-
-@pytest.fixture
-def use_sized(monkeypatch):
-    return lambda **counts: use_counts(monkeypatch, "flickr30k", {k.replace("_", "-"): v for k, v in counts.items()})
 
 
 def test_issue23_flickr30k_full_reads_the_token_file_as_longclip(tmp_path):
@@ -86,11 +81,10 @@ def test_issue23_flickr30k_counts_and_bad_lines(tmp_path):
         load("flickr30k", data_root=tmp_path, allow_count_mismatch=True)
 
 
-def test_issue23_flickr30k_missing_files_are_one_line(micro_config, tmp_path, capsys, use_sized):
+def test_issue23_flickr30k_missing_files_are_one_line(micro_config, tmp_path, capsys, monkeypatch):
     build_token_file(tmp_path / "f")
-    use_sized(full=(3, 15), karpathy_test=(1, 5))
-    argv = ["-q", "eval", "--dataset", "flickr30k", "--data-root", str(tmp_path / "f"), "--model", "hnb-micro",
-            "--model-config", str(micro_config), "--output", str(tmp_path / "out"), "--num-workers", "0", "--no-ci"]
+    use_counts(monkeypatch, "flickr30k", full=(3, 15), karpathy_test=(1, 5))
+    argv = eval_argv(micro_config, "flickr30k", tmp_path / "f", tmp_path / "out")
     before = snapshot(tmp_path)
     assert main([*argv, "--protocol", "karpathy-test"]) == 2
     assert_one_line_error(capsys.readouterr().err, "flickr30k/karpathy-test needs dataset_flickr30k.json",
@@ -107,12 +101,11 @@ def test_issue23_flickr30k_missing_files_are_one_line(micro_config, tmp_path, ca
                           "shannon.cs.illinois.edu/DenotationGraph")
 
 
-def test_issue23_flickr30k_eval_end_to_end(micro_config, tmp_path, use_sized):
+def test_issue23_flickr30k_eval_end_to_end(micro_config, tmp_path, monkeypatch):
     build_token_file(tmp_path / "f")
-    use_sized(full=(3, 15))
+    use_counts(monkeypatch, "flickr30k", full=(3, 15))
     out = tmp_path / "out"
-    assert main(["-q", "eval", "--dataset", "flickr30k", "--data-root", str(tmp_path / "f"), "--model", "hnb-micro",
-                 "--model-config", str(micro_config), "--output", str(out), "--num-workers", "0", "--no-ci"]) == 0
+    assert main(eval_argv(micro_config, "flickr30k", tmp_path / "f", out)) == 0
     res = json.loads(next(out.glob("*.json")).read_text())
     assert (res["dataset"]["protocol"], res["dataset"]["n_images"], res["dataset"]["n_captions"]) == ("full", 3, 15)
     assert (res["metrics"]["t2i"]["n_queries"], res["metrics"]["i2t"]["n_queries"]) == (15, 3)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from benchmark_fixtures import jpeg, use_counts
+from benchmark_fixtures import eval_argv, jpeg, use_counts
 from conftest import assert_one_line_error, snapshot
 
 from hnbench.cli import main
@@ -53,11 +53,6 @@ def build_flair_fine_grained(root: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def use_sized(monkeypatch):
-    return lambda **counts: use_counts(monkeypatch, "iiw", {k.replace("_", "-"): v for k, v in counts.items()})
-
-
 def test_issue23_iiw_612_order_keys_and_sentence_rejoin(tmp_path):
     build_iiw(tmp_path)
     ds = load("iiw", data_root=tmp_path, expected_counts={"n_images": 3, "n_captions": 3})
@@ -89,15 +84,14 @@ def test_issue23_iiw_fine_grained_many_captions_per_image(tmp_path):
     assert ds.meta["protocol_families"] == ["flair-splits"]
 
 
-def test_issue23_iiw_counts_and_missing_files(micro_config, tmp_path, capsys, use_sized):
+def test_issue23_iiw_counts_and_missing_files(micro_config, tmp_path, capsys, monkeypatch):
     build_iiw(tmp_path / "iiw")
     with pytest.raises(DataError, match=r"loaded 3 images / 3 captions, expected 612 / 612"):
         load("iiw", data_root=tmp_path / "iiw")
     with pytest.raises(DataError, match=r"iiw/fine-grained needs test_annotations.json.*ExplainableML/flair"):
         load("iiw", data_root=tmp_path / "iiw", protocol="fine-grained")
-    use_sized(**{"612": (3, 3)})
-    argv = ["-q", "eval", "--dataset", "iiw", "--data-root", str(tmp_path / "iiw"), "--model", "hnb-micro",
-            "--model-config", str(micro_config), "--output", str(tmp_path / "out"), "--num-workers", "0", "--no-ci"]
+    use_counts(monkeypatch, "iiw", **{"612": (3, 3)})
+    argv = eval_argv(micro_config, "iiw", tmp_path / "iiw", tmp_path / "out")
     (tmp_path / "iiw" / "docci_aar" / "aar_test_04600.jpg").unlink()
     before = snapshot(tmp_path)
     assert main(argv) == 2
@@ -111,3 +105,14 @@ def test_issue23_iiw_counts_and_missing_files(micro_config, tmp_path, capsys, us
     assert main(argv) == 0
     res = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
     assert (res["dataset"]["protocol"], res["dataset"]["n_images"], res["metrics"]["t2i"]["n_queries"]) == ("612", 3, 3)
+
+
+def test_issue23_iiw_malformed_row_is_named(tmp_path):
+    build_iiw(tmp_path)
+    path = tmp_path / "datasets" / "IIW-400" / "data.jsonl"
+    path.write_text(path.read_text() + json.dumps({"image/key": "aar_test_04601"}) + "\n")  # no IIW description
+    with pytest.raises(DataError, match=r"IIW-400/data.jsonl:2: malformed annotation line: no 'image' \(or "
+                                        r"'image/key'\) and 'IIW' strings \(pass --skip-invalid"):
+        load("iiw", data_root=tmp_path, allow_count_mismatch=True)
+    ds = load("iiw", data_root=tmp_path, skip_invalid=True, expected_counts={"n_images": 3, "n_captions": 3})
+    assert ds.skipped == {"malformed annotation": [f"{path}:2"]} and ds.meta["subsets"]["IIW-400"] == 1

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from benchmark_fixtures import jpeg
+from benchmark_fixtures import eval_argv, jpeg
 from conftest import assert_one_line_error, snapshot
 
 from hnbench.cli import main
@@ -104,8 +104,7 @@ def test_issue23_sharegpt4v_missing_images_named_with_count(micro_config, tmp_pa
     small()
     for i in (1, 3):
         next((tmp_path / "sv").rglob(f"sa_{545504 + i}.jpg")).unlink()
-    argv = ["-q", "eval", "--dataset", "sharegpt4v", "--data-root", str(tmp_path / "sv"), "--model", "hnb-micro",
-            "--model-config", str(micro_config), "--output", str(tmp_path / "out"), "--num-workers", "0", "--no-ci"]
+    argv = eval_argv(micro_config, "sharegpt4v", tmp_path / "sv", tmp_path / "out")
     before = snapshot(tmp_path)
     assert main(argv) == 2
     assert_one_line_error(capsys.readouterr().err, "sharegpt4v/1k: 2 of 4 images not found",
@@ -142,8 +141,7 @@ def test_issue23_sharegpt4v_pairs_list_says_which_pairs_differ(micro_config, tmp
     assert load("sharegpt4v", data_root=tmp_path / "sv").meta["pairs_check"]["status"] == "ok"
     path = tmp_path / "sv" / FULL_JSON  # another caption file: record 1's caption edited, record 3's image swapped
     path.write_text(path.read_text().replace("A wooden bench", "A metal bench").replace("sa_545507", "sa_545504"))
-    argv = ["-q", "eval", "--dataset", "sharegpt4v", "--data-root", str(tmp_path / "sv"), "--model", "hnb-micro",
-            "--model-config", str(micro_config), "--output", str(tmp_path / "out"), "--num-workers", "0", "--no-ci"]
+    argv = eval_argv(micro_config, "sharegpt4v", tmp_path / "sv", tmp_path / "out")
     assert main(argv) == 2
     assert_one_line_error(capsys.readouterr().err, "2 of 4 pairs differ from the shipped list sv-1k.tsv",
                           "#1 sa_545505.jpg: caption differs", "#3 image sa_545504.jpg, the list has sa_545507.jpg")

@@ -128,14 +128,9 @@ def _fields_ok(obj: dict[str, Any], keys: tuple[str, ...], where: str, ctx: Load
     return not bad
 
 
-# --- DOCCI ---------------------------------------------------------------------------------------
-def read_docci(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
-    """``docci_descriptions.jsonlines`` rows whose ``split`` is in the protocol's splits, file order."""
-    base = find_dir(root, ("", "docci"), "docci_descriptions.jsonlines", "DOCCI's docci_descriptions.jsonlines")
-    path, splits = base / "docci_descriptions.jsonlines", set(protocol.options["splits"])
-    rule = CAPTION_RULES[protocol.caption]
-    require_dir(base / "images", ctx.name, "the images are docci_images.tar.gz (`hnbench datasets download docci`)")
-    records = []
+def jsonl_objects(path: Path, ctx: LoadContext) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each non-blank line of a JSON-lines file as ``(path:line, object)``; a line that is not a JSON object is a bad
+    item (:meth:`LoadContext.invalid`: an error naming it, or a counted skip)."""
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
             if not line.strip():
@@ -148,11 +143,22 @@ def read_docci(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]
             if not isinstance(row, dict):
                 ctx.invalid(f"{path}:{n}", "malformed annotation line (not a JSON object)", "malformed annotation")
                 continue
-            if not _fields_ok(row, ("example_id", "split", "image_file", "description"), f"{path}:{n}", ctx,
-                              "annotation line"):
-                continue
-            if row["split"] in splits:
-                records.append((row["example_id"], str(base / "images" / row["image_file"]), [rule(row)]))
+            yield f"{path}:{n}", row
+
+
+# --- DOCCI ---------------------------------------------------------------------------------------
+def read_docci(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
+    """``docci_descriptions.jsonlines`` rows whose ``split`` is in the protocol's splits, file order."""
+    base = find_dir(root, ("", "docci"), "docci_descriptions.jsonlines", "DOCCI's docci_descriptions.jsonlines")
+    path, splits = base / "docci_descriptions.jsonlines", set(protocol.options["splits"])
+    rule = CAPTION_RULES[protocol.caption]
+    require_dir(base / "images", ctx.name, "the images are docci_images.tar.gz (`hnbench datasets download docci`)")
+    records = []
+    for where, row in jsonl_objects(path, ctx):
+        if not _fields_ok(row, ("example_id", "split", "image_file", "description"), where, ctx, "annotation line"):
+            continue
+        if row["split"] in splits:
+            records.append((row["example_id"], str(base / "images" / row["image_file"]), [rule(row)]))
     ctx.meta["splits"] = sorted(splits)
     return records
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.data.benchmarks.protocol import LoadContext, Protocol
-from hnbench.data.benchmarks.readers import CAPTION_RULES, IMAGE_SUFFIXES, Record
+from hnbench.data.benchmarks.readers import CAPTION_RULES, IMAGE_SUFFIXES, Record, jsonl_objects
 from hnbench.data.benchmarks.readers import READERS as DENSE_READERS
 from hnbench.errors import DataError
 from hnbench.io import loads_json
@@ -317,20 +317,15 @@ def read_iiw(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
     for subset, folder in protocol.options["subsets"]:
         path = release_file(root, protocol, ctx, key=subset)
         rows = 0
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = loads_json(line)
-                except json.JSONDecodeError as e:
-                    raise _malformed(path, f"a JSON object on line {n} ({e.msg})") from None
-                key = row.get("image", row.get("image/key")) if isinstance(row, dict) else None
-                if not isinstance(key, str) or not isinstance(row.get("IIW"), str):
-                    raise _malformed(path, f"line {n} an object with 'image' (or 'image/key') and 'IIW' strings")
-                name = key if ".jpg" in key else f"{key}.jpg"
-                items.append((Path(name).stem, [f"{folder}/{name}"], [rule(row["IIW"])]))
-                rows += 1
+        for where, row in jsonl_objects(path, ctx):
+            key = row.get("image", row.get("image/key"))
+            if not isinstance(key, str) or not isinstance(row.get("IIW"), str):
+                ctx.invalid(where, "malformed annotation line: no 'image' (or 'image/key') and 'IIW' strings",
+                            "malformed annotation")
+                continue
+            name = key if ".jpg" in key else f"{key}.jpg"
+            items.append((Path(name).stem, [f"{folder}/{name}"], [rule(row["IIW"])]))
+            rows += 1
         counts[subset] = rows
     ctx.meta["subsets"] = counts
     return located(root, items, protocol, ctx, protocol.options["images_from"])
