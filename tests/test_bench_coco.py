@@ -12,6 +12,8 @@ from conftest import assert_one_line_error, snapshot
 from hnbench.cli import main
 from hnbench.data.benchmarks import get_benchmark, load
 from hnbench.errors import DataError
+from hnbench.leaderboard import leaderboard
+from hnbench.reported import reported_rows
 
 # captions_val2017.json's shape: images[] (id, file_name, ...), annotations[] (image_id, id, caption), interleaved;
 # image 139 has 6 captions (12 val2017 images do), 632 has 7 (one does), 285 has 5
@@ -149,3 +151,25 @@ def test_issue23_readme_table_matches_the_suite_specs():
             assert f"`{p.name}`" in cells[1] and f"{p.n_images:,} / {p.n_captions:,}" in cells[1], (name, p.name)
         default = spec.protocol(None)
         assert cells[2].startswith(f"`{default.name}` (`{default.caption}`)"), row
+
+
+def test_issue23_reported_numbers_sit_beside_the_same_protocol_only(micro_config, tmp_path, monkeypatch):
+    """Long-CLIP's model-zoo numbers (val2017 first-5, the full Flickr30k) map onto those protocols only."""
+    rows = reported_rows()
+    zoo = rows[rows["source"] == "longclip-model-zoo"].set_index(["model", "arch", "benchmark"])
+    assert zoo.loc[("LongCLIP-B/16", "ViT-B/16 248tok", "coco"), "protocol"] == "val2017"
+    assert zoo.loc[("LongCLIP-L/14", "ViT-L/14 248tok", "flickr30k"), "protocol"] == "full"
+    b16 = zoo.loc[("CLIP (derived)", "ViT-B/16", "flickr30k")]
+    assert (b16["t2i R@1"], b16["i2t R@1"], b16["context_length"]) == (24.7, 44.1, 77)  # 33.1 − 8.4, 47.2 − 3.1
+    build_coco_val2017(tmp_path / "coco")
+    build_karpathy_coco(tmp_path / "coco")
+    use_counts(monkeypatch, "coco", val2017=(3, 15), karpathy_test=(2, 11))
+    for protocol in ("val2017", "karpathy-test"):
+        assert main([*eval_argv(micro_config, "coco", tmp_path / "coco", tmp_path / "res"), "--protocol", protocol]) == 0
+    md = leaderboard([tmp_path / "res"], reported=True)
+    sections = {block.split("\n", 1)[0]: block for block in md.split("\n## ")[1:]}
+    val2017 = sections["coco · val2017 (longclip-splits) · 3 images"]
+    assert "LongCLIP-L/14 †" in val2017 and "reported: longclip-model-zoo" in val2017 and "hnb-micro" in val2017
+    karpathy = sections["coco · karpathy-test (karpathy-splits) · 2 images"]
+    assert "†" not in karpathy and "hnb-micro" in karpathy
+    assert not any(title.startswith("flickr30k") for title in sections)  # not measured here: not shown
