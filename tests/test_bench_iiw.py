@@ -116,3 +116,24 @@ def test_issue23_iiw_malformed_row_is_named(tmp_path):
         load("iiw", data_root=tmp_path, allow_count_mismatch=True)
     ds = load("iiw", data_root=tmp_path, skip_invalid=True, expected_counts={"n_images": 3, "n_captions": 3})
     assert ds.skipped == {"malformed annotation": [f"{path}:2"]} and ds.meta["subsets"]["IIW-400"] == 1
+
+
+def test_issue23_download_plans_name_each_release(tmp_path):
+    from hnbench.data.benchmarks import download, get_benchmark
+
+    def steps(name: str) -> dict:
+        return {s.resource.filename: s for s in download.plan(get_benchmark(name), tmp_path)}
+
+    coco = steps("coco")
+    assert coco["annotations_trainval2017.zip"].source == ("http://images.cocodataset.org/annotations/"
+                                                           "annotations_trainval2017.zip")
+    assert coco["caption_datasets.zip"].resource.optional and coco["val2014.zip"].resource.optional
+    flickr = steps("flickr30k")
+    assert flickr["flickr30k.tar.gz"].action == "manual" and "DenotationGraph" in flickr["flickr30k.tar.gz"].source
+    sv = steps("sharegpt4v")
+    assert sv["share-captioner_coco_lcs_sam_1246k_1107.json"].source.startswith(
+        "https://huggingface.co/datasets/Lin-Chen/ShareGPT4V") and sv["sa_000000.tar"].action == "manual"
+    iiw = steps("iiw")
+    assert iiw["test_annotations.json"].resource.sha256.startswith("e8d302f5")
+    assert "google/imageinwords/archive/96d393777e25" in iiw["96d393777e2528becd8a7afa1389eb4b65084793.zip"].source
+    assert iiw["sa_000138.tar"].action == "manual"

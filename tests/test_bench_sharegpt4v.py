@@ -118,6 +118,9 @@ def test_issue23_sharegpt4v_missing_images_named_with_count(micro_config, tmp_pa
     meta = res["dataset"]["meta"]
     assert meta["missing_images"] == ["sa_545505.jpg", "sa_545507.jpg"] and res["dataset"]["n_images"] == 2
     assert meta["count_check"]["status"] == "mismatch allowed" and res["dataset"]["skipped"] == {"missing image": 2}
+    info = ["-q", "datasets", "info", "sharegpt4v", "--data-root", str(tmp_path / "sv"), "--skip-invalid",
+            "--allow-count-mismatch"]
+    assert main(info) == 0 and "missing images (2): sa_545505.jpg, sa_545507.jpg" in capsys.readouterr().out
 
 
 def test_issue23_sharegpt4v_repeated_image_keeps_index_ground_truth(tmp_path, small, caplog):
@@ -148,3 +151,6 @@ def test_issue23_sharegpt4v_pairs_list_says_which_pairs_differ(micro_config, tmp
     ds = load("sharegpt4v", data_root=tmp_path / "sv", allow_count_mismatch=True)
     check = ds.meta["pairs_check"]
     assert (check["status"], check["n_differing"], check["n_listed"]) == ("mismatch allowed", 2, 4)
+    assert main(["-q", "datasets", "info", "sharegpt4v", "--data-root", str(tmp_path / "sv"), "--allow-count-mismatch"]) == 0
+    assert "pairs check: mismatch allowed; 2 of 4 pairs differ, e.g. #1 sa_545505.jpg: caption differs" in (
+        capsys.readouterr().out)
