@@ -104,10 +104,6 @@ def _malformed(path: Path, what: str) -> DataError:
     return DataError(f"{path}: malformed release file: expected {what}")
 
 
-def _is_str_list(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
 def located(root: Path, items: list[tuple[str, list[str], list[str]]], protocol: Protocol, ctx: LoadContext,
             how: str) -> list[Record]:
     """``(image_id, candidate paths, captions)`` → records with the image found by :class:`ImageFinder`. Missing
