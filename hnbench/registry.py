@@ -123,7 +123,8 @@ DATASETS: Registry[Callable[..., ImageTextDataset]] = Registry("dataset")
 BENCHMARK_SPECS: Registry[BenchmarkSpec] = Registry("benchmark")  # name → its BenchmarkSpec (hnbench.data.benchmarks.BENCHMARKS)
 DATASETS.register("synthdense", "hnbench.data.synthdense_loader:load_synthdense",
                   help="hnbench's generated dense-caption set (protocols test, train)")
-for _name, _module in (("docci", "docci"), ("dci", "dci"), ("long-dci", "long_dci"), ("urban1k", "urban1k")):
+for _name, _module in (("docci", "docci"), ("dci", "dci"), ("long-dci", "long_dci"), ("urban1k", "urban1k"),
+                       ("coco", "coco"), ("flickr30k", "flickr30k"), ("sharegpt4v", "sharegpt4v"), ("iiw", "iiw")):
     BENCHMARK_SPECS.register(_name, f"hnbench.data.benchmarks.{_module}:SPEC")
     DATASETS.register(_name, "hnbench.data.benchmarks:load", name=_name)
 

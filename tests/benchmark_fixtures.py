@@ -135,3 +135,22 @@ def build_urban1k(root: Path, n: int = 11, blank_first: tuple[int, ...] = (5,)) 
         text = urban_caption(k) + ("\n" if k % 2 else "")
         (base / "caption" / f"{k}.txt").write_text(("\n" if k in blank_first else "") + text)
     return base
+
+
+
+def use_counts(monkeypatch, name: str, **counts: tuple[int, int]) -> None:
+    """Swap benchmark ``name``'s spec for one whose protocols named in ``counts`` (``_`` for ``-``) expect
+    (images, captions)."""
+    from hnbench.data.benchmarks import BENCHMARKS
+
+    counts = {k.replace("_", "-"): v for k, v in counts.items()}
+    spec = BENCHMARKS[name]
+    protos = tuple(replace(p, n_images=counts[p.name][0], n_captions=counts[p.name][1]) if p.name in counts else p
+                   for p in spec.protocols)
+    monkeypatch.setitem(BENCHMARKS, name, replace(spec, protocols=protos))
+
+
+def eval_argv(micro_config: Path, dataset: str, root: Path, out: Path) -> list[str]:
+    """``hnbench eval`` of the micro model on a benchmark replica (quiet, no workers, no intervals)."""
+    return ["-q", "eval", "--dataset", dataset, "--data-root", str(root), "--model", "hnb-micro", "--model-config",
+            str(micro_config), "--output", str(out), "--num-workers", "0", "--no-ci"]

@@ -219,7 +219,8 @@ def test_published_rows_cover_the_csv_and_map_protocols():
     assert (hn["protocol"], hn["context_length"], hn["t2i R@1"], hn["i2t R@10"]) == ("goal", 248, 80.69, 94.65)
     spec = REPO.parent / "shared" / "spec" / "published-results.csv"
     if spec.exists():
-        assert spec.read_text() == (REPO / "hnbench" / "assets" / "published-results.csv").read_text()
+        # the spec's rows, then hnbench's own additions (issue 23: the suite's reference numbers)
+        assert (REPO / "hnbench" / "assets" / "published-results.csv").read_text().startswith(spec.read_text())
 
 
 def test_reported_only_and_empty_boards(tmp_path):

@@ -1,6 +1,6 @@
 """A benchmark protocol and what its reader gets: the types shared by ``spec.py`` and ``readers.py``.
 
-A :class:`Protocol` names the reader and caption rule (keys of ``readers.READERS`` and
+A :class:`Protocol` names the reader and caption rule (keys of ``readers_suite.READERS`` and
 ``readers.CAPTION_RULES``) that turn a release into a test set; a reader gets a :class:`LoadContext`
 and reports skipped items and metadata through it.
 """
@@ -45,7 +45,7 @@ class Protocol:
     families: tuple[str, ...]
     n_images: int | None
     n_captions: int | None
-    reader: str  # key of readers.READERS
+    reader: str  # key of readers_suite.READERS (which includes readers.READERS)
     caption: str  # key of readers.CAPTION_RULES
     description: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -54,6 +54,9 @@ class Protocol:
     # The reference loader feeds empty / whitespace-only captions as queries (Long-CLIP's Urban-1K reading,
     # TULIP's Long-DCI): keep them, counted in ``meta.empty_captions``, instead of treating them as invalid.
     keep_empty: bool = False
+    # A shipped (image name, caption sha256) list the loaded pairs are checked against (``pairs.py``): a file
+    # name in hnbench/assets/pairs/ (or a path); one not shipped yet leaves the set "unverified".
+    pairs_list: str | None = None
 
 
 @dataclass

@@ -55,10 +55,15 @@ def _short_extra(ann: dict[str, Any]) -> str:
     return f"{ann['short_caption']}\n{ann['extra_caption']}"
 
 
+def rejoin_sentences(text: str) -> str:
+    """``text`` split on newlines / "</s>" / "." and re-joined with ". ", empty pieces dropped (LoTLIP, FLAIR)."""
+    parts = re.split(r"\n|</s>|[.]", text)
+    return ". ".join(p.strip() for p in parts if p.strip())
+
+
 def _sentences(ann: dict[str, Any]) -> str:
     """DCI short + "\\n" + extra, split on newlines / "</s>" / "." and re-joined with ". " (LoTLIP, FLAIR)."""
-    parts = re.split(r"\n|</s>|[.]", _short_extra(ann))
-    return ". ".join(p.strip() for p in parts if p.strip())
+    return rejoin_sentences(_short_extra(ann))
 
 
 def _extra(ann: dict[str, Any]) -> str:
@@ -67,10 +72,22 @@ def _extra(ann: dict[str, Any]) -> str:
     return text
 
 
+def _raw(text: str) -> str:
+    """The caption string exactly as the release has it (no cleaning)."""
+    return text
+
+
+def _newline_space(text: str) -> str:
+    """Every "\\n" replaced by a space, nothing else changed (Long-CLIP's ``caption.replace("\\n", " ")``)."""
+    return text.replace("\n", " ")
+
+
 CAPTION_RULES: dict[str, Callable[[Any], str]] = {
     "description": _description, "first-nonempty-line": _first_nonempty_line,
     "longclip-first-line": _longclip_first_line, "short+extra": _short_extra, "short+extra-sentences": _sentences,
     "extra": _extra,
+    # rules on a caption string (the suite's benchmarks: COCO, Flickr30k, ShareGPT4V, IIW)
+    "raw": _raw, "newline-space": _newline_space, "sentences": rejoin_sentences,
 }
 
 
@@ -111,14 +128,9 @@ def _fields_ok(obj: dict[str, Any], keys: tuple[str, ...], where: str, ctx: Load
     return not bad
 
 
-# --- DOCCI ---------------------------------------------------------------------------------------
-def read_docci(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
-    """``docci_descriptions.jsonlines`` rows whose ``split`` is in the protocol's splits, file order."""
-    base = find_dir(root, ("", "docci"), "docci_descriptions.jsonlines", "DOCCI's docci_descriptions.jsonlines")
-    path, splits = base / "docci_descriptions.jsonlines", set(protocol.options["splits"])
-    rule = CAPTION_RULES[protocol.caption]
-    require_dir(base / "images", ctx.name, "the images are docci_images.tar.gz (`hnbench datasets download docci`)")
-    records = []
+def jsonl_objects(path: Path, ctx: LoadContext) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each non-blank line of a JSON-lines file as ``(path:line, object)``; a line that is not a JSON object is a bad
+    item (:meth:`LoadContext.invalid`: an error naming it, or a counted skip)."""
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
             if not line.strip():
@@ -131,11 +143,22 @@ def read_docci(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]
             if not isinstance(row, dict):
                 ctx.invalid(f"{path}:{n}", "malformed annotation line (not a JSON object)", "malformed annotation")
                 continue
-            if not _fields_ok(row, ("example_id", "split", "image_file", "description"), f"{path}:{n}", ctx,
-                              "annotation line"):
-                continue
-            if row["split"] in splits:
-                records.append((row["example_id"], str(base / "images" / row["image_file"]), [rule(row)]))
+            yield f"{path}:{n}", row
+
+
+# --- DOCCI ---------------------------------------------------------------------------------------
+def read_docci(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
+    """``docci_descriptions.jsonlines`` rows whose ``split`` is in the protocol's splits, file order."""
+    base = find_dir(root, ("", "docci"), "docci_descriptions.jsonlines", "DOCCI's docci_descriptions.jsonlines")
+    path, splits = base / "docci_descriptions.jsonlines", set(protocol.options["splits"])
+    rule = CAPTION_RULES[protocol.caption]
+    require_dir(base / "images", ctx.name, "the images are docci_images.tar.gz (`hnbench datasets download docci`)")
+    records = []
+    for where, row in jsonl_objects(path, ctx):
+        if not _fields_ok(row, ("example_id", "split", "image_file", "description"), where, ctx, "annotation line"):
+            continue
+        if row["split"] in splits:
+            records.append((row["example_id"], str(base / "images" / row["image_file"]), [rule(row)]))
     ctx.meta["splits"] = sorted(splits)
     return records
 

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.data.base import FileImages, ImageTextDataset, build_dataset, check_inside, is_blank_caption
+from hnbench.data.benchmarks.pairs import check_pairs
 from hnbench.data.benchmarks.protocol import LoadContext, Protocol, SplitList
-from hnbench.data.benchmarks.readers import CAPTION_RULES, READERS
+from hnbench.data.benchmarks.readers import CAPTION_RULES
+from hnbench.data.benchmarks.readers_suite import READERS
 from hnbench.errors import ConfigError, DataError
 from hnbench.io import loads_json, sha256_file
 from hnbench.paths import cache_dir
@@ -247,6 +249,8 @@ def load_benchmark(
         expected = {k: v for k, v in (("n_images", proto.n_images), ("n_captions", proto.n_captions)) if v}
         source = f"{spec.name} spec, protocol {proto.name}"
     ds.meta["count_check"] = check_counts(ds, expected, source, allow_count_mismatch)
+    if proto.pairs_list is not None:
+        ds.meta["pairs_check"] = check_pairs(ds, proto.pairs_list, allow_count_mismatch)
     return ds
 
 

@@ -80,6 +80,7 @@ def describe(
     info.update(protocol=ds.protocol, data_root=ds.source, n_images=ds.n_images, n_captions=ds.n_captions,
                 fingerprint=ds.fingerprint(), count_check=ds.meta.get("count_check"),
                 caption_rule=ds.meta.get("caption_rule"), split_lists=ds.meta.get("split_lists"),
+                pairs_check=ds.meta.get("pairs_check"), missing_images=ds.meta.get("missing_images"),
                 skipped={k: len(v) for k, v in ds.skipped.items()},
                 caption_stats=caption_stats(ds.captions))
     return info
@@ -127,6 +128,13 @@ def render_info(info: dict[str, Any]) -> str:
                   f"  caption words: mean {w['mean']}, median {w['median']}, p95 {w['p95']}, max {w['max']}",
                   f"  caption tokens: mean {t['mean']}, median {t['median']}, p95 {t['p95']}, max {t['max']}; "
                   f"over 77: {100 * t['share_over_77']:.1f}%, over 248: {100 * t['share_over_248']:.1f}%"]
+        if info.get("pairs_check"):
+            pc = info["pairs_check"]
+            differ = f"; {pc['n_differing']} of {pc['n_listed']} pairs differ, e.g. {pc['differing'][0]}" if pc.get(
+                "n_differing") else ""
+            lines.append(f"  pairs check: {pc['status']}{differ}")
+        if info.get("missing_images"):
+            lines.append(f"  missing images ({len(info['missing_images'])}): {', '.join(info['missing_images'])}")
         for lst in info.get("split_lists") or []:
             lines.append(f"  split list {lst['file']}: sha256 {lst['sha256'][:16]}… verified={lst['verified']}")
     if info.get("citation"):
