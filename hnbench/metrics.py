@@ -170,6 +170,7 @@ def ci_methods(ranks: npt.ArrayLike, ks: Sequence[int] = (1, 5, 10)) -> dict[str
 def recall_ci(
     ranks: npt.ArrayLike,
     ks: Sequence[int] = (1, 5, 10),
+    *,
     n_boot: int = 1000,
     alpha: float = 0.05,
     seed: int = 0,
@@ -301,7 +302,7 @@ def summarize(
     out["n_queries"] = int(r.size)
     out["n_tied"] = int(t.sum())
     if ci:
-        out["ci95"] = {key: [lo, hi] for key, (lo, hi) in recall_ci(r, ks, n_boot, 0.05, seed).items()}
+        out["ci95"] = {key: [lo, hi] for key, (lo, hi) in recall_ci(r, ks, n_boot=n_boot, seed=seed).items()}
     else:
         out["ci95"] = None
     return out

@@ -228,15 +228,21 @@ def runs(tmp_path_factory, micro_config):
     return root
 
 
+@pytest.fixture(scope="module")
+def report(runs):
+    """Both runs as read back, and the report's figure of them."""
+    loaded = [read_run(runs / "infonce"), read_run(runs / "hn")]
+    return loaded, report_figure(loaded)
+
+
 def _axis(fig, title):
     (ax,) = [a for a in fig.axes if a.get_title().startswith(title)]
     return ax
 
 
 @pytest.mark.slow
-def test_issue25_train_report_r1_bands_axis_and_labels(runs):
-    loaded = [read_run(runs / "infonce"), read_run(runs / "hn")]
-    fig = report_figure(loaded)
+def test_issue25_train_report_r1_bands_axis_and_labels(report):
+    loaded, fig = report
     ax = _axis(fig, "held-out R@1")
     for run in loaded:
         for ev in run["evals"]:
@@ -259,9 +265,8 @@ def test_issue25_train_report_r1_bands_axis_and_labels(runs):
 
 
 @pytest.mark.slow
-def test_issue25_train_report_loss_lr_flat_panels_and_both_runs_visible(runs):
-    loaded = [read_run(runs / "infonce"), read_run(runs / "hn")]
-    fig = report_figure(loaded)
+def test_issue25_train_report_loss_lr_flat_panels_and_both_runs_visible(report):
+    loaded, fig = report
     loss = _axis(fig, "training loss")
     for run in loaded:
         raw = [r["loss"] for r in run["log"]]
