@@ -25,7 +25,7 @@ from hnbench.data import ImageTextDataset, load_spec
 from hnbench.data.benchmarks.spec import recheck_counts
 from hnbench.encode import encode_images, encode_texts
 from hnbench.errors import ConfigError
-from hnbench.metrics import csr_from_assignment, summarize
+from hnbench.metrics import ci_methods, csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
 from hnbench.models.remembered import load_remembered
 from hnbench.results import (
@@ -313,6 +313,7 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
                  "skipped": {k: len(v) for k, v in dataset.skipped.items()}, "meta": dataset.meta,
                  **({"spec": data_spec.recorded()} if data_spec is not None else {})},
         metrics=metrics, ci95=ci95, tokens=token_stats(txt.lengths, encoder.info.context_length),
+        ci95_method={d: ci_methods(o.rank, s.ks) for d, o in outs.items()} if s.ci else {},
         # the declared settings (EvalSettings fields marked ``record``), with the device and backend as used
         settings={**s.recorded(), "device": str(device), "backend": outs["t2i"].backend,
                   "tie_rule": "pessimistic: rank = 1 + #non-positives scoring >= the best positive",

@@ -9,10 +9,16 @@ Conventions used throughout hnbench:
   A query is *tied* when some ``j not in P`` has ``s_j == g``.
 * For i2t (several captions per image) ``rank <= K`` is exactly the CLIP-paper "hit" definition
   of R@K: at least one of the image's captions is in the top K.
+* The 95% interval of an R@K with ``x`` hits in ``n`` queries (:func:`recall_ci`) is the percentile
+  bootstrap over queries, except where the bootstrap degenerates — ``min(x, n − x) <`` :data:`EXACT_BELOW`
+  (no hit, every query a hit, or a handful either way; small ``n`` always) — where it is the exact
+  Clopper–Pearson interval: ``lo`` solves ``P[Binomial(n, lo) ≥ x] = α/2`` (0 when ``x = 0``), ``hi``
+  solves ``P[Binomial(n, hi) ≤ x] = α/2`` (1 when ``x = n``); e.g. 0 of 23 gives [0, 14.8]%.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,11 +26,16 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "CI_METHODS",
+    "EXACT_BELOW",
     "bootstrap_ci",
+    "ci_methods",
+    "clopper_pearson",
     "csr_from_assignment",
     "csr_from_lists",
     "rank_summary",
     "bootstrap_mean_ci",
+    "recall_ci",
     "ranks_from_scores",
     "recall_at_k",
     "summarize",
@@ -36,6 +47,12 @@ FloatArray = npt.NDArray[np.float64]
 
 # Bootstrap resamples are drawn in chunks of at most this many int64 indices (~32 MB).
 _BOOT_CHUNK_ELEMS = 4_000_000
+
+# Fewer hits or misses than this: the percentile bootstrap has too few distinct values to cover (0 or n
+# hits give a zero-width interval), so the interval is exact (Clopper–Pearson). 5 is the usual rule for
+# when a binomial proportion's sampling distribution may be treated as continuous (n·p̂ and n·(1 − p̂) ≥ 5).
+EXACT_BELOW = 5
+CI_METHODS = {"bootstrap": "percentile bootstrap over queries", "clopper-pearson": "exact binomial (Clopper–Pearson)"}
 
 
 def _as_ranks(ranks: npt.ArrayLike) -> IntArray:
@@ -95,6 +112,75 @@ def bootstrap_ci(
     hits = (r[:, None] <= np.asarray(ks)[None, :]).astype(np.float32)
     lo, hi = bootstrap_mean_ci(hits, n_boot=n_boot, alpha=alpha, seed=seed)
     return {f"R@{k}": (float(lo[j]), float(hi[j])) for j, k in enumerate(ks)}
+
+
+def _binom_log_pmf(i: int, n: int, p: float) -> float:
+    return (math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+            + i * math.log(p) + (n - i) * math.log1p(-p))
+
+
+def _binom_tail(lo: int, hi: int, n: int, p: float) -> float:
+    """``P[lo ≤ Binomial(n, p) ≤ hi]`` summed in log space (exact for any n, no overflow)."""
+    logs = [_binom_log_pmf(i, n, p) for i in range(lo, hi + 1)]
+    top = max(logs)
+    return math.exp(top) * sum(math.exp(v - top) for v in logs)
+
+
+def _solve(f: Any, target: float) -> float:
+    """The p in (0, 1) with ``f(p) = target`` for a ``f`` increasing in p (bisection to 1e-12)."""
+    lo, hi = 0.0, 1.0
+    while hi - lo > 1e-12:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def clopper_pearson(x: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Exact binomial interval of a proportion with ``x`` successes in ``n`` trials, in percent:
+    ``lo`` solves ``P[Bin(n, lo) ≥ x] = α/2`` (0 when x = 0), ``hi`` solves ``P[Bin(n, hi) ≤ x] = α/2``
+    (1 when x = n)."""
+    if n < 1 or not 0 <= x <= n:
+        raise ValueError(f"need 0 <= x <= n and n >= 1, got x={x}, n={n}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    a = alpha / 2
+    if x == 0:
+        lo = 0.0
+    elif x == n:
+        lo = a ** (1.0 / n)
+    else:  # P[Bin ≥ x] grows with p; sum the shorter side of the distribution
+        lo = _solve(lambda p: _binom_tail(x, n, n, p) if n - x < x else 1.0 - _binom_tail(0, x - 1, n, p), a)
+    if x == n:
+        hi = 1.0
+    elif x == 0:
+        hi = 1.0 - a ** (1.0 / n)
+    else:  # P[Bin ≤ x] falls with p: solve 1 − P[Bin ≤ x] = 1 − α/2
+        hi = _solve(lambda p: (_binom_tail(x + 1, n, n, p) if n - x <= x else 1.0 - _binom_tail(0, x, n, p)), 1.0 - a)
+    return 100.0 * lo, 100.0 * hi
+
+
+def ci_methods(ranks: npt.ArrayLike, ks: Sequence[int] = (1, 5, 10)) -> dict[str, str]:
+    """Each R@K's interval method (a key of :data:`CI_METHODS`): ``"clopper-pearson"`` where
+    ``min(hits, misses) <`` :data:`EXACT_BELOW`, else ``"bootstrap"``."""
+    r = _as_ranks(ranks)
+    hits = {k: int(np.sum(r <= k)) for k in _check_ks(ks)}
+    return {f"R@{k}": "clopper-pearson" if min(x, r.size - x) < EXACT_BELOW else "bootstrap" for k, x in hits.items()}
+
+
+def recall_ci(
+    ranks: npt.ArrayLike,
+    ks: Sequence[int] = (1, 5, 10),
+    *,
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> dict[str, tuple[float, float]]:
+    """The (1 − alpha) interval of each R@K, in percent, by the method :func:`ci_methods` names:
+    :func:`bootstrap_ci`, or :func:`clopper_pearson` where the bootstrap degenerates."""
+    r = _as_ranks(ranks)
+    boot = bootstrap_ci(r, ks, n_boot, alpha, seed)
+    return {key: clopper_pearson(int(np.sum(r <= int(key[2:]))), int(r.size), alpha) if how == "clopper-pearson"
+            else boot[key] for key, how in ci_methods(r, ks).items()}
 
 
 def bootstrap_mean_ci(values: npt.NDArray[np.number[Any] | np.bool_], *, n_boot: int, alpha: float,
@@ -207,7 +293,7 @@ def summarize(
     n_boot: int = 1000,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """One JSON-ready dict: R@K (%), mean/median rank, MRR, n_queries, n_tied, ci95 (or None)."""
+    """One JSON-ready dict: R@K (%), mean/median rank, MRR, n_queries, n_tied, ci95 (:func:`recall_ci`, or None)."""
     r = _as_ranks(ranks)
     t = np.asarray(tied, dtype=bool)
     if t.shape != r.shape:
@@ -216,7 +302,7 @@ def summarize(
     out["n_queries"] = int(r.size)
     out["n_tied"] = int(t.sum())
     if ci:
-        out["ci95"] = {key: [lo, hi] for key, (lo, hi) in bootstrap_ci(r, ks, n_boot, 0.05, seed).items()}
+        out["ci95"] = {key: [lo, hi] for key, (lo, hi) in recall_ci(r, ks, n_boot=n_boot, seed=seed).items()}
     else:
         out["ci95"] = None
     return out

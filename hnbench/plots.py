@@ -81,14 +81,22 @@ def plot_histograms(path: str | Path, series: Sequence[tuple[str, Any, float]], 
 
 def plot_buckets(path: str | Path, labels: Sequence[str], series: Sequence[tuple[str, Sequence[float],
                  Sequence[float]]], *, title: str, ylabel: str = "share of in-batch negatives (%)") -> Path:
-    """Grouped bars of bucket shares (in %) with standard-error whiskers, one group per bucket."""
+    """:func:`buckets_figure` written to ``path``."""
+    return _save(buckets_figure(labels, series, title=title, ylabel=ylabel), path)
+
+
+def buckets_figure(labels: Sequence[str], series: Sequence[tuple[str, Sequence[float], Sequence[float]]], *,
+                   title: str, ylabel: str = "share of in-batch negatives (%)") -> Any:
+    """Grouped bars of bucket shares (in %) with standard-error whiskers, one group per bucket; a series whose
+    standard error is undefined (NaN: one batch) gets no whiskers rather than zero-width ones."""
     fig, ax = _figure()
     x = np.arange(len(labels))
     width = 0.8 / max(len(series), 1)
     for k, (name, shares, err) in enumerate(series):
         pos = x - 0.4 + width * (k + 0.5)
         y = 100 * np.asarray(shares, dtype=np.float64)
-        bars = ax.bar(pos, y, width, yerr=100 * np.asarray(err, dtype=np.float64), capsize=3,
+        e = 100 * np.asarray(err, dtype=np.float64)
+        bars = ax.bar(pos, y, width, yerr=e if np.isfinite(e).all() else None, capsize=3,
                       color=PALETTE[k % len(PALETTE)], label=name)
         ax.bar_label(bars, labels=[f"{v:.1f}" for v in y], fontsize=7, padding=5)
     ax.set_xticks(x, labels)
@@ -99,7 +107,7 @@ def plot_buckets(path: str | Path, labels: Sequence[str], series: Sequence[tuple
     if len(series) > 1:
         ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
+    return fig
 
 
 def plot_heatmap(path: str | Path, matrix: np.ndarray, *, title: str, mask_diagonal: bool = True) -> Path:

@@ -8,7 +8,9 @@ Schema (version 1)::
                skipped {reason: count}, meta {protocol family, caption rule, count check, split-list hashes, ...}}
               fingerprint: the content alone (the name is a label)
     metrics   {t2i: {R@1, R@5, R@10, mean_rank, median_rank, MRR, n_queries, n_tied}, i2t: {...}}  (R@K in %)
-    ci95      {t2i: {R@K: [lo, hi]}, i2t: {...}}   percentile bootstrap over queries, in %
+    ci95      {t2i: {R@K: [lo, hi]}, i2t: {...}}   95% interval over queries, in % (:func:`hnbench.metrics.recall_ci`)
+    ci95_method  {t2i: {R@K: "bootstrap" | "clopper-pearson"}, i2t: {...}}  how each interval was made
+              (absent in files written before it was recorded: those are percentile bootstrap)
     tokens    {context_length, mean, median, p95, max, n_truncated, share_truncated}
     settings  {device, batch_size, precision, amp, backend, search (exact|approximate), ks, tie_rule,
                cache, encoding {world_size, cache key, encoded/cached counts}, identity (the names of the
@@ -66,6 +68,7 @@ from hnbench.io import (
     read_untrusted,
     write_temp,
 )
+from hnbench.metrics import EXACT_BELOW
 from hnbench.settings import EvalSettings, identity_fields
 
 logger = logging.getLogger(__name__)
@@ -93,6 +96,7 @@ class EvalResult:
     dataset: dict[str, Any]
     metrics: dict[str, dict[str, Any]]
     ci95: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    ci95_method: dict[str, dict[str, str]] = field(default_factory=dict)
     tokens: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
@@ -107,20 +111,32 @@ class EvalResult:
         d = asdict(self)
         d.pop("path")
         order = ["schema_version", "hnbench_version", "created", "model", "dataset", "metrics", "ci95",
-                 "tokens", "settings", "timings", "per_query", "per_query_sha256"]
-        return {k: d[k] for k in order if k != "per_query_sha256" or d[k] is not None}
+                 "ci95_method", "tokens", "settings", "timings", "per_query", "per_query_sha256"]
+        optional: dict[str, Any] = {"per_query_sha256": None, "ci95_method": {}}  # left out when empty: older files keep their bytes
+        return {k: d[k] for k in order if k not in optional or d[k] != optional[k]}
 
     def table(self, fmt: str = "github") -> str:
-        """A small t2i/i2t × R@K table (tabulate)."""
+        """A small t2i/i2t × R@K table (tabulate), each R@K with its 95% interval when the record has one
+        (``†``: exact Clopper–Pearson), and a line saying what the intervals are."""
         ks = [k for k in self.metrics.get("t2i", {}) if k.startswith("R@")]
-        rows = []
+        rows, exact = [], False
         for direction in ("t2i", "i2t"):
             m = self.metrics.get(direction, {})
-            row: list[Any] = [direction] + [f"{m[k]:.2f}" for k in ks]
+            ci, how = (self.ci95 or {}).get(direction) or {}, (self.ci95_method or {}).get(direction) or {}
+            row: list[Any] = [direction]
+            for k in ks:
+                mark = "†" if how.get(k) == "clopper-pearson" else ""
+                exact = exact or bool(mark)
+                row.append(f"{m[k]:.2f} [{ci[k][0]:.1f}, {ci[k][1]:.1f}]{mark}" if k in ci else f"{m[k]:.2f}")
             row += [f"{m.get('MRR', float('nan')):.4f}", f"{m.get('median_rank', float('nan')):g}",
                     m.get("n_queries"), m.get("n_tied")]
             rows.append(row)
-        return tabulate(rows, headers=["direction", *ks, "MRR", "median rank", "queries", "tied"], tablefmt=fmt)
+        table = tabulate(rows, headers=["direction", *ks, "MRR", "median rank", "queries", "tied"], tablefmt=fmt)
+        if not any((self.ci95 or {}).values()):
+            return table
+        return table + ("\nR@K [95% interval over the queries]: percentile bootstrap" + (
+            f"; † exact binomial (Clopper–Pearson), used where hits or misses are fewer than {EXACT_BELOW}"
+            if exact else "") + ". Whether two models differ: `hnbench compare` (paired test).")
 
     def result_settings(self) -> dict[str, Any]:
         """The settings that change the numbers: the recorded settings the record names under
@@ -304,7 +320,7 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], bool, str]] = {
     "dataset.n_images": ((int,), True, "an integer or null"), "dataset.skipped": ((dict,), True, "an object or null"),
     "dataset.meta": ((dict,), True, "an object or null"),
     "metrics.t2i": ((dict,), False, "an object"), "metrics.i2t": ((dict,), False, "an object"),
-    "ci95": ((dict,), True, "an object"), "tokens": ((dict,), True, "an object"),
+    "ci95": ((dict,), True, "an object"), "ci95_method": ((dict,), True, "an object"), "tokens": ((dict,), True, "an object"),
     "settings": ((dict,), True, "an object"), "timings": ((dict,), True, "an object"),
     "settings.search": ((str,), True, "a text"), "settings.ks": ((list,), True, "a list"),
     "settings.identity": ((list,), True, "a list"),

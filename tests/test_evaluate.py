@@ -129,7 +129,7 @@ def test_score_embeddings_perfect_and_multi_caption():
     metrics, ci95, _ = score_embeddings(v, v[caption_image], caption_image, ks=(1, 5))
     assert metrics["t2i"]["R@1"] == 100.0 and metrics["i2t"]["R@1"] == 100.0
     assert metrics["t2i"]["n_queries"] == 6 and metrics["i2t"]["n_queries"] == 5
-    assert ci95["t2i"]["R@1"] == [100.0, 100.0]
+    assert ci95["t2i"]["R@1"] == pytest.approx([100 * 0.025 ** (1 / 6), 100.0])  # 6 of 6: exact, not [100, 100]
 
 
 def test_cli_eval_prints_table_and_writes(micro_config, tmp_path, capsys):

@@ -175,7 +175,7 @@ def test_bucket_shares_sum_to_one_and_match_a_full_batch():
     edges = (0.0, 0.5, 0.7, 0.8, 0.9, 1.0)
     many, gbar, items = batch_buckets(x, groups, batch_size=16, n_batches=40, edges=edges, seed=1)
     assert sum(many.shares) == pytest.approx(1.0) and all(0 <= s <= 1 for s in many.shares)
-    assert gbar.shape == (16, 16) and np.all(np.diag(gbar) == 0) and (np.diff(items) > 0).all()
+    assert gbar.shape == (16, 16) and np.all(np.diag(gbar) == 0) and len(set(items.tolist())) == 16  # distinct, in drawn order
     assert many.n_same_group > 0
     full, _, _ = batch_buckets(x, groups, batch_size=200, edges=edges)  # B > N: one batch of everything
     s = x @ x.T

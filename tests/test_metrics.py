@@ -168,7 +168,8 @@ def test_summarize():
     assert out["R@1"] == 25.0 and out["R@5"] == 100.0
     assert out["mean_rank"] == 2.25 and out["median_rank"] == 2.0 and out["MRR"] == pytest.approx(0.5625)
     assert out["n_queries"] == 4 and out["n_tied"] == 1
-    assert set(out["ci95"]) == {"R@1", "R@5"} and out["ci95"]["R@5"] == [100.0, 100.0]
+    # 4 of 4 hits: the bootstrap would give [100, 100]; the exact interval is [100 · 0.025^(1/4), 100]
+    assert set(out["ci95"]) == {"R@1", "R@5"} and out["ci95"]["R@5"] == pytest.approx([100 * 0.025 ** 0.25, 100.0])
     lo, hi = out["ci95"]["R@1"]
     assert 0.0 <= lo <= 25.0 <= hi <= 100.0
     assert summarize(ranks, tied, ci=False)["ci95"] is None

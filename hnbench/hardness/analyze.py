@@ -170,7 +170,10 @@ def analyze(
         both = _pair_list(pa, pb, isim, image_ids, None, image_threshold, m, n_top, other=csim)
         timings["both_modalities"] = time.perf_counter() - t
 
-    settings = {"batch_size": batch_size, "n_batches": n_batches, "edges": edges, "threshold": threshold,
+    # the B and batch count used (a set smaller than B is one batch of all of it), and what was asked when it differs
+    asked = {"batch_size_asked": batch_size, "n_batches_asked": n_batches} if (
+        buckets.batch_size, buckets.n_batches) != (batch_size, n_batches) else {}
+    settings = {"batch_size": buckets.batch_size, "n_batches": buckets.n_batches, **asked, "edges": edges, "threshold": threshold,
                 "image_threshold": image_threshold, "exact_max": exact_max, "n_sample_pairs": n_sample_pairs,
                 "seed": seed, "device": str(device), "label_field": label_field if labels is not None else None,
                 "negatives": "items of another group (captions of the same image are not negatives)",

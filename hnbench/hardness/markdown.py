@@ -112,12 +112,19 @@ def render_report(r: HardnessReport, *, n_show: int = 10) -> str:
             md += [f"![{key}]({plots[key]})", ""]
     b = t.buckets
     if b is not None:
+        one = b.n_batches < 2  # no spread across batches: the standard error is undefined
+        asked = st.get("batch_size_asked", st.get("batch_size"))
+        batches = (f"One batch of all B = {b.batch_size} captions (the set is smaller than the B = {asked} asked, so "
+                   "every batch would be this one; no standard error across batches)"
+                   if one and asked != b.batch_size else
+                   f"One random batch of B = {b.batch_size} captions (seed {st.get('seed')}; no standard error "
+                   "across batches)" if one else
+                   f"Random batches of B = {b.batch_size} captions ({b.n_batches} batches, seed {st.get('seed')})")
         md += ["## In-batch negatives", "",
-               f"Random batches of B = {b.batch_size} captions ({b.n_batches} batches, seed {st.get('seed')}); "
-               f"{b.n_negatives:,} negative pairs counted" + (f", {b.n_same_group:,} same-image pairs left out"
-                                                             if b.n_same_group else "") + ".", "",
-               _table([{"bucket": lab, "share": _pct(s), "± s.e.": _pct(e, 2)} for lab, s, e in
-                       zip(b.labels, b.shares, b.stderr)]), "",
+               f"{batches}; {b.n_negatives:,} negative pairs counted" + (f", {b.n_same_group:,} same-image pairs "
+                                                                         "left out" if b.n_same_group else "") + ".", "",
+               _table([{"bucket": lab, "share": _pct(s), "± s.e.": "n/a (one batch)" if one else _pct(e, 2)}
+                       for lab, s, e in zip(b.labels, b.shares, b.stderr)]), "",
                "Share of negatives at or above: " + ", ".join(f"{k}: {_pct(v)}" for k, v in b.share_at_least.items()),
                ""]
         for key in ("buckets", "gbar"):

@@ -79,11 +79,14 @@ def write_outputs(report: HardnessReport, output_dir: str | Path, cs: CaptionSet
             title=f"Image similarity — {title}").name
     if t.buckets is not None:
         b = t.buckets
+        whole = b.batch_size == report.text.n_items  # the one batch is the whole set (drawn in a seeded order)
         files["buckets"] = "plots/" + plots.plot_buckets(
-            p / "buckets.png", b.labels, [("captions", b.shares, b.stderr)],
-            title=f"In-batch negatives by caption similarity (B = {b.batch_size}, {b.n_batches} batches)").name
+            p / "buckets.png", b.labels, [("captions", b.shares, b.standard_errors())],
+            title=f"In-batch negatives by caption similarity\n(B = {b.batch_size}, "
+                  + ("one batch: no standard error)" if b.n_batches < 2 else f"{b.n_batches} batches, ± s.e.)")).name
         files["gbar"] = "plots/" + plots.plot_heatmap(
-            p / "gbar.png", a.gbar, title=f"Ḡ of one random batch (B = {b.batch_size}, diagonal masked)").name
+            p / "gbar.png", a.gbar, title=f"Ḡ of one random batch\n(B = {b.batch_size}"
+                                          + (": all captions, in seeded order" if whole else "") + "; diagonal masked)").name
     for mod, s in report.structure.items():
         files[f"structure_{mod}"] = "plots/" + plots.plot_histograms(
             p / f"structure_{mod}.png", [(f"same {s.field}", s.within.histogram, s.within.mean),
@@ -122,7 +125,7 @@ def compare(reports: Sequence[HardnessReport | str | Path], output_dir: str | Pa
     with_b = [(r.label, b) for r in loaded if (b := r.text.buckets) is not None]
     if with_b and all(b.labels == with_b[0][1].labels for _, b in with_b):
         figs["buckets"] = plots.plot_buckets(out / "plots" / "compare_buckets.png", with_b[0][1].labels,
-                                             [(label, b.shares, b.stderr) for label, b in with_b],
+                                             [(label, b.shares, b.standard_errors()) for label, b in with_b],
                                              title="In-batch negatives by caption similarity")
     rel_plots = {k: f"plots/{v.name}" for k, v in figs.items()}
     atomic_write_bytes(out / "comparison.md", render_comparison(loaded, links=links, plots=rel_plots).encode())

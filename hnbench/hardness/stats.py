@@ -15,7 +15,9 @@ Notation: ``x_i`` are L2-normalised embeddings (captions or images), ``g_i`` the
   every ordered pair ``(i, j)``, ``i != j``, ``g_i != g_j`` is a negative; bucket ``k`` holds
   similarities in ``[e_k, e_{k+1})`` (the first bucket also everything below ``e_1``, the last
   everything from ``e_{K-1}`` up); ``shares`` = mean over batches of each batch's bucket shares
-  (they sum to 1), ``stderr`` their standard error across batches.
+  (they sum to 1), ``stderr`` their standard error across batches — undefined (NaN) with one batch,
+  as when ``B`` ≥ N makes the one batch the whole set. The example batch (Ḡ) is the first seeded batch
+  in its drawn order, never the set in dataset order.
 """
 
 from __future__ import annotations
@@ -310,12 +312,16 @@ class Buckets:
     edges: list[float]
     labels: list[str]
     shares: list[float]  # mean over batches; sums to 1
-    stderr: list[float]  # standard error of each share across batches
+    stderr: list[float]  # standard error of each share across batches; NaN (undefined) with one batch
     share_at_least: dict[str, float]  # inner edge -> share of negatives >= it
     batch_size: int
     n_batches: int
     n_negatives: int  # ordered negative pairs counted, all batches
     n_same_group: int  # ordered same-group pairs left out, all batches
+
+    def standard_errors(self) -> list[float]:
+        """``stderr``, NaN where undefined: with one batch (files written before NaN was recorded hold 0)."""
+        return [math.nan] * len(self.stderr) if self.n_batches < 2 else list(self.stderr)
 
 
 def bucket_labels(edges: Sequence[float]) -> list[str]:
@@ -346,7 +352,8 @@ def batch_buckets(x: Embeddings, groups: npt.ArrayLike | None = None, *, batch_s
     if b == n:
         n_batches = 1  # every batch would be the whole set
     rng = np.random.default_rng(seed)
-    batches = np.stack([np.sort(rng.choice(n, b, replace=False)) for _ in range(n_batches)])
+    draws = [rng.choice(n, b, replace=False) for _ in range(n_batches)]
+    batches = np.stack([np.sort(d) for d in draws])  # sorted: the counts do not depend on the order
     inner = torch.tensor(e[1:-1], dtype=torch.float32, device=dev)
     k = len(e) - 1
     counts = np.zeros((n_batches, k), np.int64)
@@ -364,14 +371,14 @@ def batch_buckets(x: Embeddings, groups: npt.ArrayLike | None = None, *, batch_s
             per = torch.bincount(key.reshape(-1), minlength=nb * (k + 1)).view(nb, k + 1)
             counts[s:s + nb] = per[:, :k].cpu().numpy()
             n_same += int(per[:, k].sum()) - nb * b  # non-negatives less the diagonal
-        ex = batches[0]
+        ex = draws[0]  # in its drawn order: a seeded random batch (with B = N, a seeded shuffle of the set)
         gbar = (t[torch.from_numpy(ex).to(dev)] @ t[torch.from_numpy(ex).to(dev)].T).cpu().numpy()
     np.fill_diagonal(gbar, 0.0)
     tot = counts.sum(1)
     used = tot > 0
     per = counts[used] / tot[used, None]
     shares = per.mean(0) if used.any() else np.full(k, np.nan)
-    se = per.std(0, ddof=1) / math.sqrt(per.shape[0]) if per.shape[0] > 1 else np.zeros(k)
+    se = per.std(0, ddof=1) / math.sqrt(per.shape[0]) if per.shape[0] > 1 else np.full(k, np.nan)
     at_least = {f"{e[i]:g}": float(shares[i:].sum()) for i in range(1, k)}
     return (Buckets(edges=e, labels=bucket_labels(e), shares=shares.tolist(), stderr=se.tolist(),
                     share_at_least=at_least, batch_size=b, n_batches=int(used.sum()),

@@ -1,26 +1,50 @@
 """``hnbench train-report RUN_DIR [RUN_DIR …]``: a run's diagnostics as a table and one PNG.
 
 Reads ``log.jsonl``, ``diagnostics.jsonl`` and ``train_config.json`` of each run; several runs (e.g.
-InfoNCE vs HN-CLIP from the same start) are overlaid in one figure and listed side by side.
+InfoNCE vs HN-CLIP from the same start) are overlaid in one figure and listed side by side. Each
+held-out R@1 comes with its 95% interval (:func:`hnbench.metrics.recall_ci` on the evaluation's stored
+per-query ranks), in the table and as a band in the figure; :func:`r1_summary` is the start → end line
+the trainer prints when a run ends.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hnbench.errors import ConfigError
+from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import read_rows
+from hnbench.metrics import recall_ci
+from hnbench.plots import PALETTE
+from hnbench.results import read_per_query, read_result
 
-__all__ = ["epoch_table", "read_run", "render_table", "term_table", "train_report"]
+__all__ = ["COLUMN_LEGEND", "epoch_table", "r1_summary", "read_run", "render_table", "report_figure", "stopped_at",
+           "term_table", "train_report"]
+
+logger = logging.getLogger(__name__)
 
 COLUMNS = [("epoch", "epoch"), ("share_active_infonce", "active InfoNCE"), ("share_active_hn", "active HN"),
            ("share_active_train", "active (train loss)"), ("share_infonce_grad_zero", "InfoNCE grad = 0"),
            ("share_infonce_zero_fp16", "… if fp16 logits"),
            ("median_grad_ratio", "median ‖∇HN‖/‖∇NCE‖"), ("mean_grad_cos", "mean cos"),
            ("mean_sat_rows_infonce", "sat. rows NCE"), ("t2i_R@1", "t2i R@1"), ("i2t_R@1", "i2t R@1")]
+COLUMN_LEGEND = {
+    "epoch": "after that many epochs (0: the starting model)",
+    "active InfoNCE": "share of the epoch's diagnosed batches whose InfoNCE loss is at least active_threshold",
+    "active HN": "the same for the HN-CLIP loss",
+    "active (train loss)": "share of the epoch's steps whose training loss is at least active_threshold",
+    "InfoNCE grad = 0": "share of diagnosed batches whose InfoNCE gradient is exactly 0 in every element",
+    "… if fp16 logits": "share whose InfoNCE gradient would be exactly 0 with the logits in fp16",
+    "median ‖∇HN‖/‖∇NCE‖": "median ratio of the two full-parameter gradient norms on the same batch",
+    "mean cos": "mean cosine between the two gradients",
+    "sat. rows NCE": "mean share of softmax rows whose positive has probability exactly 1 (InfoNCE)",
+    "t2i R@1": "held-out text-to-image R@1 (%) after the epoch [95% interval over the queries]",
+    "i2t R@1": "held-out image-to-text R@1 (%) after the epoch [95% interval over the queries]",
+}
+MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -37,25 +61,84 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
     cfg = meta.get("config", {})
     framework = f"{cfg['objective']}, " if cfg.get("objective", "clip") != "clip" else ""
     name = f"{d.name} ({framework}{cfg.get('loss', '?')}{', γ=' + str(cfg.get('gamma')) if cfg.get('loss') == 'hn' else ''})"
+    evals = [r for r in diag if r.get("kind") == "eval"]
+    for ev in evals:
+        ev.update({f"{direction}_R@1_ci95": ci for direction, ci in _r1_intervals(d, ev).items()})
     return {"name": name, "dir": str(d), "log": _jsonl(d / "log.jsonl"), "meta": meta,
             "steps": [r for r in diag if r.get("kind") == "step"],
-            "epochs": [r for r in diag if r.get("kind") == "epoch"],
-            "evals": [r for r in diag if r.get("kind") == "eval"]}
+            "epochs": [r for r in diag if r.get("kind") == "epoch"], "evals": evals}
+
+
+def _r1_intervals(run_dir: Path, ev: dict[str, Any]) -> dict[str, list[float]]:
+    """The 95% interval of each direction's R@1 of one evaluation record: the result's ``ci95`` where it has one,
+    else :func:`~hnbench.metrics.recall_ci` on its per-query ranks; {} when the result cannot be read."""
+    if not ev.get("path"):
+        return {}
+    path = Path(ev["path"])
+    if not path.is_file():  # the run folder moved: the result sits in its eval/epoch-NNN/
+        path = run_dir / "eval" / f"epoch-{int(ev.get('epoch', 0)):03d}" / path.name
+    try:
+        result = read_result(path)
+        if all("R@1" in ((result.ci95 or {}).get(d) or {}) for d in ("t2i", "i2t")):
+            return {d: list(result.ci95[d]["R@1"]) for d in ("t2i", "i2t")}
+        frame = read_per_query(result)
+    except HnbenchError as e:
+        logger.info("no R@1 interval for %s: %s", path, e)
+        return {}
+    out = {}
+    for d in ("t2i", "i2t"):
+        ranks = frame.loc[frame["direction"] == d, "rank"].to_numpy()
+        if ranks.size:
+            out[d] = list(recall_ci(ranks, (1,))["R@1"])
+    return out
+
+
+def stopped_at(run: dict[str, Any]) -> str | None:
+    """``"stopped at step 62 of 186"`` for a run that ended before its last step (``"stopped early at step 62"``
+    when its record predates the total being written); None for a run that finished."""
+    meta = run["meta"]
+    if not meta.get("stopped_early"):
+        return None
+    total = meta.get("total_steps")
+    return f"stopped at step {meta.get('steps')} of {total}" if total else f"stopped early at step {meta.get('steps')}"
 
 
 def epoch_table(run: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per epoch: diagnostics summary joined with the evaluation after that epoch."""
     evals = {r["epoch"]: r for r in run["evals"]}
     rows = []
+    keys = ("t2i_R@1", "i2t_R@1", "t2i_R@1_ci95", "i2t_R@1_ci95")
     if 0 in evals:
-        rows.append({"epoch": 0, **{k: evals[0].get(k) for k in ("t2i_R@1", "i2t_R@1")}})
+        rows.append({"epoch": 0, **{k: evals[0].get(k) for k in keys}})
     for e in run["epochs"]:
         ev = evals.get(e["epoch"] + 1, {})
-        rows.append({**e, "epoch": e["epoch"] + 1, "t2i_R@1": ev.get("t2i_R@1"), "i2t_R@1": ev.get("i2t_R@1")})
+        rows.append({**e, "epoch": e["epoch"] + 1, **{k: ev.get(k) for k in keys}})
     if not run["epochs"]:
-        rows += [{"epoch": k, "t2i_R@1": r.get("t2i_R@1"), "i2t_R@1": r.get("i2t_R@1")}
-                 for k, r in sorted(evals.items()) if k != 0]
+        rows += [{"epoch": k, **{key: r.get(key) for key in keys}} for k, r in sorted(evals.items()) if k != 0]
     return rows
+
+
+def r1_summary(run_dir: str | Path) -> str | None:
+    """One line, start → end held-out R@1 of a run with its intervals, e.g.
+    ``held-out R@1, epoch 0 → 3: t2i 8.40 [6.2, 11.1] → 12.60 [9.9, 15.8] (+4.20), i2t …``; None without
+    two evaluations. Overlapping intervals are not a test: ``hnbench compare`` the two results for that."""
+    table = [r for r in epoch_table(read_run(run_dir)) if r.get("t2i_R@1") is not None]
+    if len(table) < 2:
+        return None
+    first, last = table[0], table[-1]
+    parts = []
+    for d in ("t2i", "i2t"):
+        a, b = first.get(f"{d}_R@1"), last.get(f"{d}_R@1")
+        if a is None or b is None:
+            continue
+        parts.append(f"{d} {_r1(first, d)} → {_r1(last, d)} ({b - a:+.2f})".replace("-", "\u2212"))
+    return f"held-out R@1, epoch {first['epoch']} → {last['epoch']}: " + ", ".join(parts)
+
+
+def _r1(row: dict[str, Any], direction: str) -> str:
+    """``12.50`` or, with its interval, ``12.50 [2.7, 32.4]``."""
+    ci = row.get(f"{direction}_R@1_ci95")
+    return f"{row[f'{direction}_R@1']:.2f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
 
 
 def _fmt(v: Any) -> str:
@@ -81,7 +164,11 @@ def render_table(runs: Sequence[dict[str, Any]]) -> str:
     lines = ["| run | " + " | ".join(h for _, h in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for run in runs:
         for row in epoch_table(run):
-            lines.append(f"| {run['name']} | " + " | ".join(_fmt(row.get(k)) for k, _ in COLUMNS) + " |")
+            cells = [_r1(row, k[:3]) if k.endswith("R@1") and row.get(k) is not None else _fmt(row.get(k))
+                     for k, _ in COLUMNS]
+            lines.append(f"| {run['name']} | " + " | ".join(cells) + " |")
+    lines += ["", "Columns:", *(f"- **{h}**: {COLUMN_LEGEND[h]}" for _, h in COLUMNS)]
+    lines += [f"\n{run['name']}: {stop}." for run in runs if (stop := stopped_at(run))]
     rows = [(Path(run["dir"]).name, row) for run in runs for row in term_table(run)]  # its folder: short
     names = sorted({k for _, row in rows for k in row if k != "epoch"})
     if names:
@@ -92,69 +179,127 @@ def render_table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plot(runs: Sequence[dict[str, Any]], output: Path) -> Path:
-    import matplotlib  # heavy: only the report's figure needs it
+def _smooth(y: Sequence[float]) -> list[float]:
+    """Trailing moving mean over ``w = max(1, n // 10)`` logged steps (the first points average what exists)."""
+    w, out, total = max(1, len(y) // 10), [], 0.0
+    for i, v in enumerate(y):
+        total += v - (y[i - w] if i >= w else 0.0)
+        out.append(total / min(i + 1, w))
+    return out
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
-    (ax_loss, ax_norm, ax_ratio), (ax_sat, ax_active, ax_r1) = axes
+def _note_if_flat(ax: Any, what: str) -> None:
+    """A panel whose every plotted value is 0 says so in words instead of a flat line on a ±0.04 axis."""
+    values = [v for line in ax.get_lines() for v in line.get_ydata() if v == v]
+    if values and all(v == 0 for v in values):
+        for line in list(ax.get_lines()):
+            line.remove()
+        ax.text(0.5, 0.5, f"{what}: 0 at every measurement", ha="center", va="center", transform=ax.transAxes,
+                fontsize=9, wrap=True)
+        ax.set_yticks([])
+
+
+def report_figure(runs: Sequence[dict[str, Any]]) -> Any:
+    """The report's figure (a matplotlib ``Figure``, no pyplot state): 2 × 4 panels, one colour and marker per run.
+
+    Per-step series: the training loss (raw, faint; smoothed, solid), the learning rate, and where diagnostics
+    were logged both losses and both gradient norms on the same batch, their ratio and cosine, and saturated
+    rows. Per epoch: active / exact-zero shares and held-out R@1 with its 95% interval as a band (the axis
+    spans the bands, so a wobble inside them does not look like a trend). Per-epoch points of several runs are
+    dodged sideways and later runs drawn thinner on top, so identical series stay visible."""
+    from matplotlib.figure import Figure  # heavy: only the report's figure needs it
+
+    fig = Figure(figsize=(20, 8.5), layout="constrained")
+    axes = fig.subplots(2, 4)
+    (ax_train, ax_lr, ax_loss, ax_norm), (ax_ratio, ax_sat, ax_active, ax_r1) = axes
     ax_cos = ax_ratio.twinx()
     ax_cos.set_ylim(-1.05, 1.05)
-    ax_cos.set_ylabel("cosine (dotted)", fontsize=8)
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    ax_cos.set_ylabel("gradient cosine (dotted)", fontsize=8)
+    bands: list[float] = []
     for k, run in enumerate(runs):
-        c, name, st = colours[k % len(colours)], run["name"], run["steps"]
+        c, name, st = PALETTE[k % len(PALETTE)], run["name"], run["steps"]
+        lw, mk, dodge = max(2.4 - 0.8 * k, 0.9), MARKERS[k % len(MARKERS)], 0.08 * (k - (len(runs) - 1) / 2)
         x = [r["step"] for r in st]
+        log = [r for r in run["log"] if r.get("loss") is not None]
+        if log:
+            lx, ly = [r["step"] for r in log], [r["loss"] for r in log]
+            ax_train.plot(lx, ly, color=c, alpha=0.25, lw=0.8, label=f"{name}: raw")
+            ax_train.plot(lx, _smooth(ly), color=c, lw=lw, label=f"{name}: smoothed")
+            lr = [r for r in log if r.get("lr") is not None]
+            ax_lr.plot([r["step"] for r in lr], [r["lr"] for r in lr], color=c, lw=lw, label=name)
+        if stop := stopped_at(run):
+            for ax in (ax_train, ax_lr):
+                ax.axvline(run["meta"]["steps"], color=c, ls=":", lw=1)
+            ax_train.plot([], [], color=c, ls=":", label=f"{name}: {stop}")
         if st:
-            ax_loss.plot(x, [max(r["loss_infonce"], 1e-12) for r in st], color=c, label=f"{name}: InfoNCE")
-            ax_loss.plot(x, [max(r["loss_hn"], 1e-12) for r in st], color=c, ls="--", label=f"{name}: HN")
-            ax_norm.plot(x, [r["gnorm_infonce"] or float("nan") for r in st], color=c, label=f"{name}: ‖∇InfoNCE‖")
-            ax_norm.plot(x, [r["gnorm_hn"] or float("nan") for r in st], color=c, ls="--", label=f"{name}: ‖∇HN‖")
+            ax_loss.plot(x, [max(r["loss_infonce"], 1e-12) for r in st], color=c, lw=lw, label=f"{name}: InfoNCE")
+            ax_loss.plot(x, [max(r["loss_hn"], 1e-12) for r in st], color=c, lw=lw, ls="--", label=f"{name}: HN")
+            ax_norm.plot(x, [r["gnorm_infonce"] or float("nan") for r in st], color=c, lw=lw, label=f"{name}: ‖∇InfoNCE‖")
+            ax_norm.plot(x, [r["gnorm_hn"] or float("nan") for r in st], color=c, lw=lw, ls="--", label=f"{name}: ‖∇HN‖")
             zeros = [r["step"] for r in st if r["infonce_grad_zero"]]
             if zeros:
                 floor = min([r["gnorm_hn"] for r in st if r["gnorm_hn"]] or [1e-12])
                 ax_norm.scatter(zeros, [floor] * len(zeros), marker="x", color=c, label=f"{name}: ∇InfoNCE exactly 0")
             ax_ratio.plot(x, [r["grad_ratio"] if r["grad_ratio"] is not None else float("nan") for r in st],
-                          color=c, label=f"{name}: ratio")
+                          color=c, lw=lw, label=f"{name}: ratio")
             ax_cos.plot(x, [r["grad_cos"] if r["grad_cos"] is not None else float("nan") for r in st],
-                        color=c, ls=":", label=f"{name}: cosine")
-            ax_sat.plot(x, [r["sat_rows_infonce"] for r in st], color=c, label=f"{name}: InfoNCE")
-            ax_sat.plot(x, [r["sat_rows_hn"] for r in st], color=c, ls="--", label=f"{name}: HN")
-        elif run["log"]:
-            ax_loss.plot([r["step"] for r in run["log"]], [r["loss"] for r in run["log"]], color=c,
-                         label=f"{name}: training loss")
+                        color=c, lw=lw, ls=":", label=f"{name}: cosine")
+            ax_sat.plot(x, [r["sat_rows_infonce"] for r in st], color=c, lw=lw, label=f"{name}: InfoNCE")
+            ax_sat.plot(x, [r["sat_rows_hn"] for r in st], color=c, lw=lw, ls="--", label=f"{name}: HN")
         ep = run["epochs"]
         if ep:
-            e = [r["epoch"] + 1 for r in ep]
-            ax_active.plot(e, [r["share_active_infonce"] for r in ep], "o-", color=c, label=f"{name}: active (InfoNCE)")
-            ax_active.plot(e, [r["share_infonce_grad_zero"] for r in ep], "x:", color=c,
-                           label=f"{name}: ∇InfoNCE = 0")
-        table = epoch_table(run)
-        ev = [r for r in table if r.get("t2i_R@1") is not None]
-        if ev:
-            ax_r1.plot([r["epoch"] for r in ev], [r["t2i_R@1"] for r in ev], "o-", color=c, label=f"{name}: t2i")
-            ax_r1.plot([r["epoch"] for r in ev], [r["i2t_R@1"] for r in ev], "s--", color=c, label=f"{name}: i2t")
-    for ax, title, log in ((ax_loss, "loss on the same batch", True), (ax_norm, "full-parameter gradient norm", True),
-                           (ax_ratio, "‖∇HN‖/‖∇InfoNCE‖ (solid) and cosine (dotted)", True),
-                           (ax_sat, "rows with positive prob. exactly 1", False),
-                           (ax_active, "per epoch: share active / exact-zero", False),
-                           (ax_r1, "held-out R@1 (%) after epoch", False)):
+            e = [r["epoch"] + 1 + dodge for r in ep]
+            ax_active.plot(e, [r["share_active_infonce"] for r in ep], marker=mk, color=c, lw=lw,
+                           label=f"{name}: active (InfoNCE)")
+            ax_active.plot(e, [r["share_infonce_grad_zero"] for r in ep], marker=mk, ls=":", color=c, lw=lw,
+                           mfc="none", label=f"{name}: ∇InfoNCE = 0")
+        for direction, ls, fill in (("t2i", "-", c), ("i2t", "--", "none")):
+            ev = [r for r in epoch_table(run) if r.get(f"{direction}_R@1") is not None]
+            if not ev:
+                continue
+            ex = [r["epoch"] + dodge for r in ev]
+            ax_r1.plot(ex, [r[f"{direction}_R@1"] for r in ev], marker=mk, ls=ls, color=c, lw=lw, mfc=fill,
+                       label=f"{name}: {direction}", zorder=3 + k)
+            ci = [(x_, *r[f"{direction}_R@1_ci95"]) for x_, r in zip(ex, ev) if r.get(f"{direction}_R@1_ci95")]
+            if ci:
+                cx, lo, hi = zip(*ci)
+                band = ax_r1.fill_between(cx, lo, hi, color=c, alpha=0.12 if direction == "t2i" else 0.07, lw=0)
+                band.set_gid(f"{name}: {direction} 95% interval")  # named, but kept out of the crowded legend
+                bands += [*lo, *hi]
+            bands += [r[f"{direction}_R@1"] for r in ev]
+    if bands:  # at least 10 points tall and never cut inside an interval
+        lo_, hi_ = min(bands), max(bands)
+        pad = max(1.0, (10.0 - (hi_ - lo_)) / 2)
+        ax_r1.set_ylim(max(0.0, lo_ - pad), min(100.0, hi_ + pad))
+    panels = ((ax_train, "training loss (faint: each logged step; solid: smoothed)", "loss", False, "optimizer step"),
+              (ax_lr, "learning rate", "learning rate", False, "optimizer step"),
+              (ax_loss, "loss on the same batch", "loss (log scale)", True, "optimizer step"),
+              (ax_norm, "full-parameter gradient norm", "‖∇θ L‖₂ (log scale)", True, "optimizer step"),
+              (ax_ratio, "‖∇HN‖/‖∇InfoNCE‖ (solid) and cosine (dotted)", "gradient-norm ratio (log scale)", True,
+               "optimizer step"),
+              (ax_sat, "rows with positive prob. exactly 1", "share of softmax rows", False, "optimizer step"),
+              (ax_active, "per epoch: share active / exact-zero", "share of diagnosed batches", False, "epoch"),
+              (ax_r1, "held-out R@1 after epoch (shaded: 95% interval)", "R@1 (%)", False, "epoch"))
+    for ax, title, ylabel, log_scale, xlabel in panels:
         ax.set_title(title, fontsize=10)
-        if log and ax.has_data():
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.set_xlabel(xlabel)
+        if ax in (ax_sat, ax_active):
+            _note_if_flat(ax, title)
+        if log_scale and ax.has_data():
             ax.set_yscale("log")
-        if ax.has_data():
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-        ax.set_xlabel("epoch" if ax in (ax_active, ax_r1) else "optimizer step")
-        if ax in (ax_active, ax_r1):
+        if xlabel == "epoch":
             ax.xaxis.get_major_locator().set_params(integer=True)
-    if ax_cos.has_data():
+    if ax_cos.get_legend_handles_labels()[0]:
         ax_cos.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    return fig
+
+
+def _plot(runs: Sequence[dict[str, Any]], output: Path) -> Path:
     output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=110)
-    plt.close(fig)
+    report_figure(runs).savefig(output, dpi=110)
     return output
 
 

@@ -47,6 +47,7 @@ from hnbench.train.config import TrainConfig, load_recipe  # noqa: F401  (load_r
 from hnbench.train.diagnostics import measure, summarize_epoch
 from hnbench.train.export import export_checkpoints
 from hnbench.train.objectives import check_inputs
+from hnbench.train.report import r1_summary
 from hnbench.train.rundir import MANIFEST, check_run_dir, claim, clear_recorded, locked
 from hnbench.train.state import (
     STATE_DIR,
@@ -447,8 +448,11 @@ class _Run:
                     "dataset_fingerprint": self.ds.fingerprint(), "checkpoint": path.name,
                     "outputs": {k: str(Path(v).relative_to(self.out_dir)) for k, v in outputs.items()},
                     "world_size": self.dist.world_size, "stopped_early": stopped and state.step < self.total,
+                    "total_steps": self.total,
                     "n_train_images": self.ds.n_images}
             atomic_write_bytes(self.out_dir / "train_config.json", (json.dumps(meta, indent=2) + "\n").encode())
             logger.info("wrote %s after %d steps", path, state.step)
+            if summary := r1_summary(self.out_dir):
+                logger.info("%s", summary)
         self.dist.barrier()
         return path
