@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.errors import ConfigError, did_you_mean
+from hnbench.registry import TASKS
 from hnbench.validate import (
     BACKENDS,
     DEFAULT_KS,
@@ -185,6 +186,9 @@ class EvalSettings:
     """
 
     device: str = option("cpu", group="model", record=True, help="cpu, cuda, cuda:N or mps (default: cpu)")
+    # recorded (and in the file name) only when not retrieval, so every retrieval result keeps its name
+    task: str = option("retrieval", group="evaluation", record="if_set", identity=True, choices=TASKS.names(),
+                       help=f"what to measure (default: retrieval): {TASKS.describe()}")
     batch_size: int = option(64, group="evaluation", record=True, minimum=1, help="images per encoder batch (default 64)")
     precision: str = option("fp32", group="evaluation", record=True, identity=True, choices=PRECISIONS,
                             help="model weights precision; the images are cast to it (all three run on CPU and CUDA)")
