@@ -407,7 +407,8 @@ def _task_blocks(frame: pd.DataFrame, task: Task, mk: _Markup, flat: list[pd.Dat
                  baseline: str | None, sort: str, fmt: str, ci: bool, link_base: Path,
                  notes: dict[TableKey, list[str]]) -> list[Block]:
     """The tables of one task (and their Borda ranks), headings at ``level``; CSV rows go to ``flat``."""
-    h, blocks = f"h{level}", []
+    h = f"h{level}"
+    blocks: list[Block] = []
     tables: dict[TableKey, pd.DataFrame] = {cast(TableKey, key): _rank(t, sort, task)
                                              for key, t in frame.groupby(TABLE_KEY, sort=False)}
     shared = _shared_names(list(tables))

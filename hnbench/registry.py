@@ -131,6 +131,8 @@ for _name, _module in (("docci", "docci"), ("dci", "dci"), ("long-dci", "long_dc
 # --- evaluation tasks: name → its Task (inputs, metrics, main score), one module each in hnbench/tasks/ ---
 TASKS: Registry[Task] = Registry("task", default="retrieval")
 TASKS.register("retrieval", "hnbench.tasks.retrieval:TASK", help="image–caption search both ways: R@K, ranks, MRR")
+TASKS.register("zeroshot", "hnbench.tasks.zeroshot:TASK",
+               help="zero-shot classification of a labelled image set: top-1, top-5 accuracy")
 
 # --- model families, picked by name prefix (a local save_pretrained directory is HF's too) -----------
 MODELS: Registry[Callable[..., Encoder]] = Registry("model family", default="open_clip")

@@ -203,6 +203,10 @@ class EvalSettings:
                       help="bootstrap confidence intervals of R@K (on by default; --no-ci skips them)")
     seed: int = option(0, group="evaluation", record="if_set", identity=True, minimum=0,
                        help="seed of the bootstrap resampling (default 0)")
+    templates: str = option("openai", group="evaluation", record="if_set", identity=True,
+                            help="--task zeroshot: prompt templates: openai (open_clip's 80 OPENAI_IMAGENET_TEMPLATES, "
+                                 "the default), simple (its SIMPLE_IMAGENET_TEMPLATES) or a file, one template "
+                                 "with {} per line")
     text_batch_size: int | None = option(None, group="evaluation", minimum=1,
                                          help="captions per encoder batch (default: max(--batch-size, 64))")
     num_workers: int | None = option(None, group="evaluation", minimum=0,

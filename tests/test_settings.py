@@ -114,7 +114,7 @@ def test_resume_free_comes_from_train_config_metadata():
     assert RESUME_FREE == declared
     # the set the trainer refused with before it was generated: where a run may and may not change on resume
     assert declared == {"output", "resume", "overwrite", "stop_at_step", "num_workers", "log_every", "save_every",
-                        "device", "diag_every", "active_threshold", "eval_dataset", "eval_protocol",
+                        "device", "diag_every", "active_threshold", "eval_dataset", "eval_task", "eval_protocol",
                         "eval_data_root", "eval_dataset_options", "eval_every", "eval_at_start", "eval_batch_size"}
     saved = dataclasses.asdict(TrainConfig())
     check_resume_config(saved, {**saved, **{name: "changed" for name in declared}})
