@@ -181,9 +181,10 @@ def evaluate(
                                            split=split, image_column=image_column, caption_column=caption_column,
                                            skip_invalid=s.skip_invalid or None)
         data.validate()  # before anything loads
+        own = task.check_options(loader_options, (TASKS.get(n) for n in TASKS.names()))
         check = task.target("check")
         if check is not None:
-            check(data)
+            check(data, **own)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     ctx = dist.from_env(s.device) if dist.wanted(s.distributed) else dist.DistContext()

@@ -381,7 +381,7 @@ def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, base
     sort, notes, link_base = _normalise_sort(sort), notes or {}, Path(link_base).resolve()
     mk = _Markup(fmt)
     if len(frame):  # rows straight from collect() / reported_rows(): add what they may lack
-        frame = frame.reindex(columns=list(dict.fromkeys([*frame.columns, *CI_COLUMNS])))
+        frame = frame.reindex(columns=list(dict.fromkeys([*frame.columns, *METRICS[:-1], *CI_COLUMNS])))
         frame = frame.assign(**{"mean R@1": (frame["t2i R@1"] + frame["i2t R@1"]) / 2})
         frame = frame if "data" in frame else _data_keys(frame)
         frame = frame.assign(task=frame["task"].fillna("retrieval") if "task" in frame else "retrieval")

@@ -133,6 +133,8 @@ TASKS: Registry[Task] = Registry("task", default="retrieval")
 TASKS.register("retrieval", "hnbench.tasks.retrieval:TASK", help="image–caption search both ways: R@K, ranks, MRR")
 TASKS.register("zeroshot", "hnbench.tasks.zeroshot:TASK",
                help="zero-shot classification of a labelled image set: top-1, top-5 accuracy")
+TASKS.register("monotonicity", "hnbench.tasks.monotonicity:TASK",
+               help="caption-length monotonicity, HiMo@K: Pearson r of prefix index and image–text cosine")
 
 # --- model families, picked by name prefix (a local save_pretrained directory is HF's too) -----------
 MODELS: Registry[Callable[..., Encoder]] = Registry("model family", default="open_clip")

@@ -207,6 +207,10 @@ class EvalSettings:
                             help="--task zeroshot: prompt templates: openai (open_clip's 80 OPENAI_IMAGENET_TEMPLATES, "
                                  "the default), simple (its SIMPLE_IMAGENET_TEMPLATES) or a file, one template "
                                  "with {} per line")
+    prefixes: str = option("sentences", group="evaluation", record="if_set", identity=True,
+                           choices=("sentences", "captions"),
+                           help="--task monotonicity: a list's prefixes: sentences (each caption's cumulative "
+                                "sentences, the default) or captions (each image's captions in order, HiMo-Docci)")
     text_batch_size: int | None = option(None, group="evaluation", minimum=1,
                                          help="captions per encoder batch (default: max(--batch-size, 64))")
     num_workers: int | None = option(None, group="evaluation", minimum=0,

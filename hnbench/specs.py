@@ -71,12 +71,6 @@ class DataSpec:
                                          help="a protocol's split list (e.g. GOAL's DCI_test.json) or a folder "
                                               "holding it; its sha256 is checked against the published one (a "
                                               "mismatch warns) and recorded; repeatable")
-    class_names: str | None = option(None, group="data", reads=("hf",), metavar="FILE",
-                                     help="--task zeroshot: the class names, one per line in class-index order "
-                                          "(default: open_clip's ImageNet names for ImageNet-1k/-V2 folders, the "
-                                          "dataset's ClassLabel names, else the folder names)")
-    label_column: str | None = option(None, group="data", reads=("hf",),
-                                      help="--task zeroshot: the class-index column of an HF dataset (default: label)")
     skip_invalid: bool = same_as(EvalSettings, "skip_invalid", reads=DATA_KINDS)
     allow_count_mismatch: bool = option(False, group="data", reads=("benchmark",),
                                         help="run even if a benchmark's loaded counts (after skipping) differ from "

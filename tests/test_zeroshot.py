@@ -106,6 +106,11 @@ def test_issue23_zeroshot_empty_class_is_one_line_before_any_model_loads(tmp_pat
                  "--output", str(tmp_path / "out")])
     assert code == 2
     assert_one_line_error(capsys.readouterr().err, "empty class folder", "violet")
+    # a zero-shot data option given to another task is refused too, not ignored
+    code = main(["eval", "--model", "no-such-model-xyz", "--dataset", str(root), "--class-names",
+                 str(root / "violet" / "notes.txt"), "--output", str(tmp_path / "out")])
+    assert code == 2
+    assert_one_line_error(capsys.readouterr().err, "--class-names", "--task zeroshot only")
     assert snapshot(tmp_path) == before
 
 
@@ -166,6 +171,15 @@ def test_issue23_leaderboard_keeps_zeroshot_in_its_own_section(encoder, folder, 
     csv = leaderboard([out], fmt="csv")
     header = csv.splitlines()[0].split(",")
     assert "task" in header and "top-1" in header
+
+
+def test_issue23_cli_eval_task_zeroshot(micro_config, folder, tpl_file, tmp_path, capsys):
+    code = main(["-q", "eval", "--task", "zeroshot", "--model", "hnb-micro", "--model-config", str(micro_config),
+                 "--dataset", str(folder), "--templates", str(tpl_file), "--output", str(tmp_path),
+                 "--num-workers", "0"])
+    out = capsys.readouterr().out
+    assert code == 0 and "12 images, 4 classes" in out and "top-1" in out and "classification" in out
+    assert read_result(next(tmp_path.glob("*zeroshot*.json"))).metrics["classification"]["n_classes"] == 4
 
 
 def test_issue23_train_eval_dataset_accepts_a_zeroshot_eval(micro_config, folder, tmp_path):

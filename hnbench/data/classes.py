@@ -135,8 +135,9 @@ def class_layout(root: str | os.PathLike[str], class_names: str | None = None
     return layout, classes, names
 
 
-def check_classes(spec: DataSpec) -> None:
-    """Refuse, before any model loads, a labelled set that cannot be scored (one line naming what is wrong)."""
+def check_classes(spec: DataSpec, class_names: str | None = None, label_column: str | None = None) -> None:
+    """Refuse, before any model loads, a labelled set that cannot be scored (one line naming what is wrong);
+    ``class_names``, ``label_column``: :class:`hnbench.tasks.zeroshot.ClassOptions`."""
     assert spec.dataset is not None  # DataSpec.validate refuses a spec without one
     path = Path(spec.dataset)
     if not path.exists() and not spec.dataset.startswith("hf:"):
@@ -145,41 +146,42 @@ def check_classes(spec: DataSpec) -> None:
     if _is_hf(path):
         if spec.caption_column is not None:
             raise ConfigError("--caption-column is not read by --task zeroshot (give --label-column)")
-        _names_file(spec.class_names)
+        _names_file(class_names)
         return
-    _, classes, _ = class_layout(path, spec.class_names)
+    _, classes, _ = class_layout(path, class_names)
     empty = [f for f, files in classes if not files]
     if empty:
         raise ConfigError(f"{path}: {len(empty)} empty class folder{'s' * (len(empty) > 1)} (no "
                           f"{'/'.join(IMAGE_SUFFIXES)} image): {', '.join(empty[:10])}{' …' if len(empty) > 10 else ''}")
 
 
-def load_classes(spec: DataSpec, **_: Any) -> LabelledImages:
-    """The labelled set of ``spec`` (checked by :func:`check_classes` first)."""
-    check_classes(spec)
+def load_classes(spec: DataSpec, class_names: str | None = None, label_column: str | None = None) -> LabelledImages:
+    """The labelled set of ``spec`` (checked by :func:`check_classes` first) with the zero-shot data options
+    (:class:`hnbench.tasks.zeroshot.ClassOptions`)."""
+    check_classes(spec, class_names, label_column)
     assert spec.dataset is not None
     path = Path(spec.dataset)
     if _is_hf(path):
-        return _load_hf(spec)
-    layout, classes, names = class_layout(path, spec.class_names)
+        return _load_hf(spec, class_names, label_column)
+    layout, classes, names = class_layout(path, class_names)
     files = [(f, p) for f, paths in classes for p in paths]
     labels = [i for i, (_, paths) in enumerate(classes) for _ in paths]
     images = FileImages([p for _, p in files], [f"{f}/{Path(p).name}" for f, p in files])
     return LabelledImages(spec.name or path.resolve().name, images, np.asarray(labels), names, source=str(path),
                           meta={"format": layout, "n_classes": len(names),
-                                "class_names": "file" if spec.class_names else "imagenet" if layout != "class-folders"
+                                "class_names": "file" if class_names else "imagenet" if layout != "class-folders"
                                 else "folders"})
 
 
-def _load_hf(spec: DataSpec) -> LabelledImages:
+def _load_hf(spec: DataSpec, class_names: str | None, label_column: str | None) -> LabelledImages:
     assert spec.dataset is not None
     ds, split = open_hf(spec.dataset.removeprefix("hf:") if not Path(spec.dataset).exists() else spec.dataset,
                         split=spec.split)
     columns = list(ds.column_names)
     img_col = _pick(columns, spec.image_column, IMAGE_COLUMNS, "image", spec.dataset)
-    label_col = _pick(columns, spec.label_column, ("label", "labels", "class", "target"), "label", spec.dataset)
+    label_col = _pick(columns, label_column, ("label", "labels", "class", "target"), "label", spec.dataset)
     labels = np.asarray(ds[label_col], dtype=np.int64)
-    names = _names_file(spec.class_names)
+    names = _names_file(class_names)
     if names is None:
         feature = ds.features[label_col]
         names = list(getattr(feature, "names", None) or [])

@@ -4,8 +4,9 @@ A task is one module in this package holding a :class:`Task` (its ``TASK``), reg
 :data:`hnbench.registry.TASKS`. Everything that handles results asks the task, never a task name:
 
 - ``inputs``: the data it reads (a sentence for help and docs), and ``load``/``run``: lazy ``"module:attr"``
-  targets of its data loader (``load(spec, **options)``, called after ``check(spec)``, before any model
-  loads) and of its pipeline (``run(encoder, data, settings, output_dir, *, ctx, timings, t0, data_spec)``
+  targets of its data loader (``load(spec, **options)``, called after ``check(spec, **options)``, before
+  any model loads; ``options``: a dataclass of the data options only this task reads, its flags generated
+  like every other option) and of its pipeline (``run(encoder, data, settings, output_dir, *, ctx, timings, t0, data_spec)``
   → :class:`hnbench.results.EvalResult`);
 - ``groups``: the keys of ``result.metrics`` it writes (retrieval: ``t2i``, ``i2t``), each an object of
   metrics; ``bounds``: the valid range of each metric (by name prefix), which readers check;
@@ -19,11 +20,14 @@ This module stays light (no numpy, no torch): reading a result file asks it.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from hnbench.errors import ConfigError
 
 __all__ = ["Task"]
 
@@ -42,7 +46,8 @@ class Task:
     columns: tuple[str, ...]
     load: str  # "module:attr" of load(spec: DataSpec, **options)
     run: str  # "module:attr" of the pipeline
-    check: str | None = None  # "module:attr" of check(spec: DataSpec): bad input refused before anything loads
+    check: str | None = None  # "module:attr" of check(spec, **options): bad input refused before anything loads
+    options: str | None = None  # "module:attr" of the dataclass of the data options only this task reads
     note: str = ""  # said under the section heading
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -53,6 +58,19 @@ class Task:
             return None
         module, _, attr = ref.partition(":")
         return getattr(importlib.import_module(module), attr)
+
+    def option_names(self) -> list[str]:
+        """The fields of :attr:`options` (the data options only this task reads; flags generated from them)."""
+        return [f.name for f in dataclasses.fields(self.target("options"))] if self.options else []
+
+    def check_options(self, options: Mapping[str, Any], tasks: Iterable[Task]) -> dict[str, Any]:
+        """This task's own data options among ``options``; an option only another of ``tasks`` reads is refused
+        (one line naming its flag and task)."""
+        for other in tasks:
+            for name in other.option_names() if other.name != self.name else ():
+                if options.get(name) is not None:
+                    raise ConfigError(f"--{name.replace('_', '-')} is read by --task {other.name} only")
+        return {k: v for k, v in options.items() if k in self.option_names()}
 
     def bound(self, metric: str) -> tuple[float, float] | None:
         """The valid range of ``metric`` (by its longest declared prefix); None: not a checked metric."""

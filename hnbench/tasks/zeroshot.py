@@ -12,15 +12,30 @@ as retrieval's); top-K = 100 · mean(rank <= K), with percentile bootstrap inter
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hnbench.errors import ConfigError
 from hnbench.io import read_text_utf8
-from hnbench.results import EvalResult, check_target, write_result
+from hnbench.results import EvalResult
+from hnbench.settings import option
 from hnbench.tasks import Task
+from hnbench.tasks.common import TaskRun
+
+
+@dataclass
+class ClassOptions:
+    """The data options only zero-shot classification reads (its :attr:`Task.options`)."""
+
+    class_names: str | None = option(None, group="zero-shot data", metavar="FILE",
+                                     help="--task zeroshot: the class names, one per line in class-index order "
+                                          "(default: open_clip's ImageNet names for ImageNet-1k/-V2 folders, the "
+                                          "dataset's ClassLabel names, else the folder names)")
+    label_column: str | None = option(None, group="zero-shot data",
+                                      help="--task zeroshot: the class-index column of an HF dataset (default: label)")
+
 
 TASK = Task(
     name="zeroshot",
@@ -35,6 +50,7 @@ TASK = Task(
     load="hnbench.data.classes:load_classes",
     run="hnbench.tasks.zeroshot:run",
     check="hnbench.data.classes:check_classes",
+    options="hnbench.tasks.zeroshot:ClassOptions",
     note="Top-K accuracy in %, with open_clip's prompt templates: a check that fine-tuning kept general "
          "alignment, not a retrieval metric.",
 )
@@ -80,67 +96,40 @@ def class_ranks(image_vectors: Any, classifier: Any, labels: Any) -> tuple[Any, 
 
 
 def run(encoder: Any, data: Any, settings: Any, output_dir: str | Path | None = None, *, ctx: Any = None,
-        timings: dict[str, float] | None = None, t0: float | None = None, data_spec: Any = None) -> Any:
+        timings: dict[str, float] | None = None, t0: float | None = None, data_spec: Any = None) -> EvalResult:
     """Score ``encoder`` on a loaded :class:`~hnbench.data.classes.LabelledImages`; write the result JSON."""
     import numpy as np
 
-    from hnbench.cache import EmbeddingCache  # the pipeline's modules import numpy and torch: loaded to run
-    from hnbench.data.classes import LabelledImages
+    from hnbench.data.classes import LabelledImages  # the pipeline's modules import numpy and torch
     from hnbench.encode import encode_images, encode_texts
-    from hnbench.evaluate import token_stats
     from hnbench.metrics import bootstrap_ci
 
     if not isinstance(data, LabelledImages):
         raise ConfigError(f"--task zeroshot scores a labelled image set, not {type(data).__name__}")
-    if ctx is not None and ctx.enabled:
-        raise ConfigError("--task zeroshot runs in one process (not under torchrun)")
     s = settings
-    t0 = time.perf_counter() if t0 is None else t0
-    timings = {} if timings is None else timings
     tpls = templates(s.templates)
     texts = prompts(data.class_names, tpls)
-    recorded = {**s.recorded(), "device": str(s.device), "templates": s.templates, "n_templates": len(tpls),
-                "prompts_sha256": hashlib.sha256("\0".join(texts).encode()).hexdigest(),
-                "tie_rule": "pessimistic: rank = 1 + #other classes scoring >= the true class",
-                "classifier": "normalised mean of the normalised prompt embeddings (open_clip)"}
-    if output_dir is not None:  # refuse before encoding (checked again when writing)
-        check_target(EvalResult(model=encoder.info.to_dict(), metrics={}, task=TASK.name, settings=recorded,
-                                dataset={"name": data.name, "protocol": data.protocol,
-                                         "fingerprint": data.fingerprint(), "meta": data.meta}), output_dir,
-                     s.overwrite)
-    cache = EmbeddingCache.for_encoder(encoder, s.cache_dir, amp=s.amp) if s.use_cache else None
+    job = TaskRun(TASK, encoder, data, s, output_dir, {
+        "templates": s.templates, "n_templates": len(tpls),
+        "prompts_sha256": hashlib.sha256("\0".join(texts).encode()).hexdigest(),
+        "tie_rule": "pessimistic: rank = 1 + #other classes scoring >= the true class",
+        "classifier": "normalised mean of the normalised prompt embeddings (open_clip)"},
+        ctx=ctx, t0=t0, timings=timings, data_spec=data_spec)
+    cache = job.start()
     img = encode_images(encoder, data.images, batch_size=s.batch_size, num_workers=s.num_workers,
                         skip_bad=s.skip_invalid, amp=s.amp, progress=s.progress, cache=cache)
     vectors = img.vectors
     if img.bad:
         keep = [i for i in range(data.n_images) if i not in img.bad]
-        data, vectors = data.drop_images(sorted(img.bad)), vectors[keep]
-    timings["encode_images"] = img.seconds
+        job.data = data = data.drop_images(sorted(img.bad))
+        vectors = vectors[keep]
     txt = encode_texts(encoder, texts, batch_size=s.text_batch_size or max(s.batch_size, 64), amp=s.amp,
                        progress=s.progress, cache=cache, num_workers=s.num_workers)
-    timings["encode_texts"] = txt.seconds
-    t = time.perf_counter()
     per_class = txt.vectors.reshape(len(data.class_names), len(tpls), -1).mean(axis=1)
     classifier = per_class / np.linalg.norm(per_class, axis=1, keepdims=True)
     rank, tied = class_ranks(vectors, classifier.astype(np.float32), data.labels)
-    metrics = {f"top-{k}": float(100.0 * np.mean(rank <= k)) for k in TOP_KS}
+    metrics: dict[str, Any] = {f"top-{k}": float(100.0 * np.mean(rank <= k)) for k in TOP_KS}
     metrics.update(n_queries=int(len(rank)), n_classes=len(data.class_names), n_tied=int(tied.sum()))
     ci = bootstrap_ci(rank, TOP_KS, seed=s.seed) if s.ci else {}  # keyed R@K: the same hit-rate bootstrap
     ci95 = {"classification": {f"top-{k}": list(ci[f"R@{k}"]) for k in TOP_KS}} if s.ci else {}
-    timings["metrics"] = time.perf_counter() - t
-    timings["total"] = time.perf_counter() - t0
-    result = EvalResult(
-        model=encoder.info.to_dict(), task=TASK.name, metrics={"classification": metrics}, ci95=ci95,
-        dataset={"name": data.name, "protocol": data.protocol, "fingerprint": data.fingerprint(),
-                 "n_images": data.n_images, "n_classes": len(data.class_names), "source": data.source,
-                 "skipped": {k: len(v) for k, v in data.skipped.items()}, "meta": data.meta,
-                 **({"spec": data_spec.recorded()} if data_spec is not None else {})},
-        tokens=token_stats(txt.lengths, encoder.info.context_length),
-        settings={**recorded, "cache": cache is not None,
-                  "encoding": {"cache_key": cache.key if cache else None,
-                               "encoded": {"images": img.n_encoded, "texts": txt.n_encoded},
-                               "cached": {"images": img.n_cached, "texts": txt.n_cached}}},
-        timings={k: round(v, 4) for k, v in timings.items()})
-    if output_dir is not None:
-        write_result(result, output_dir, overwrite=s.overwrite)
-    return result
+    return job.finish(metrics, ci95, img, txt, n_classes=len(data.class_names))

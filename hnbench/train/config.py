@@ -170,11 +170,13 @@ class TrainConfig:
             check_device_name(self.device)
             self.data_spec().validate()
             if self.eval_dataset is not None:  # the evaluation data's options: the same rule
-                spec = self.eval_spec()
+                spec, rest = self.eval_spec()
                 spec.validate()
-                check = TASKS.get(self.eval_task).target("check")
+                task = TASKS.get(self.eval_task)
+                own = task.check_options(rest, (TASKS.get(n) for n in TASKS.names()))
+                check = task.target("check")
                 if check is not None:  # the task's own checks (a zero-shot class folder): before training
-                    check(spec)
+                    check(spec, **own)
         except ConfigError as e:
             problems.append(str(e))
         problems += [msg for ok, msg in checks if not ok]
@@ -182,10 +184,11 @@ class TrainConfig:
             raise ConfigError("invalid training options: " + "; ".join(problems))
 
 
-    def eval_spec(self) -> DataSpec:
-        """The evaluation data as a :class:`DataSpec` (``eval_dataset`` with its options)."""
+    def eval_spec(self) -> tuple[DataSpec, dict[str, Any]]:
+        """The evaluation data as a :class:`DataSpec` (``eval_dataset`` with its options) and the options of
+        ``eval_dataset_options`` that are not DataSpec fields (a task's own, e.g. zeroshot's class_names)."""
         return DataSpec.of(self.eval_dataset, self.eval_dataset_options, protocol=self.eval_protocol,
-                           data_root=self.eval_data_root)[0]
+                           data_root=self.eval_data_root)
 
     def data_spec(self) -> DataSpec:
         """The run's training data as a :class:`DataSpec` (its fields here and in ``dataset_options``); the

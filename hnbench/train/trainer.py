@@ -388,10 +388,12 @@ class _Run:
         if self.dist.is_main:
             c = self.config
             assert c.eval_dataset is not None  # evaluation runs only with an eval_dataset
-            if self.eval_ds is None:
+            if self.eval_ds is None and c.eval_task == "retrieval":
                 self.eval_ds = load_dataset(c.eval_dataset, data_root=c.eval_data_root, protocol=c.eval_protocol,
-                                            **c.eval_dataset_options) if c.eval_task == "retrieval" else \
-                    TASKS.get(c.eval_task).target("load")(c.eval_spec())
+                                            **c.eval_dataset_options)
+            elif self.eval_ds is None:  # another task loads its own data (a labelled image set)
+                spec, options = c.eval_spec()
+                self.eval_ds = TASKS.get(c.eval_task).target("load")(spec, **options)
             eval_ds = self.eval_ds
             claim(self.out_dir, "eval")
             self.towers.eval()
