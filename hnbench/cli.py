@@ -18,7 +18,7 @@ from tabulate import tabulate
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import human_bytes
-from hnbench.registry import RECIPES, TEXT_ENCODERS
+from hnbench.registry import RECIPES, TASKS, TEXT_ENCODERS
 from hnbench.settings import BrowseSettings, CompareSettings, EvalSettings, HardnessSettings, field_types
 from hnbench.sidecars.options import SegmentsSettings
 from hnbench.specs import DataSpec, ModelSpec
@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="score a model on an image–caption set (R@K both directions)")
     _add_spec_args(ev)
+    for task in (TASKS.get(n) for n in TASKS.names() if TASKS.get(n).options):  # the data options of one task
+        _add_settings_args(ev, task.target("options"))
     ev.add_argument("--output", required=True, help="directory for the result JSON and per-query parquet")
     _add_eval_options(ev)
 
@@ -382,13 +384,20 @@ def eval_settings(args: argparse.Namespace) -> EvalSettings:
     return settings_from_args(EvalSettings, args)
 
 
+def _task_data_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The data options only one task reads (``--class-names``, …) that were given (the task checks them)."""
+    names = {f for n in TASKS.names() for f in TASKS.get(n).option_names()}
+    return {k: getattr(args, k) for k in sorted(names) if getattr(args, k, None) is not None}
+
+
 def _run_eval(args: argparse.Namespace, model: ModelSpec, data: DataSpec) -> int:
     from hnbench.evaluate import evaluate
 
     assert model.model is not None and data.dataset is not None  # required flags
     result = evaluate(model.model, data.dataset, pretrained=model.pretrained, model_config=model.model_config,
                       output_dir=args.output, settings=eval_settings(args),
-                      dataset_options={k: v for k, v in data.set_fields().items() if k not in ("dataset", "skip_invalid")})
+                      dataset_options={**{k: v for k, v in data.set_fields().items() if k not in ("dataset", "skip_invalid")},
+                                       **_task_data_options(args)})
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports
         return 0
     if args.json:
@@ -396,8 +405,9 @@ def _run_eval(args: argparse.Namespace, model: ModelSpec, data: DataSpec) -> int
         return 0
     ds, m = result.dataset, result.model
     print(f"{m['arch']} ({m['pretrained'] or 'random init'}, ctx {m['context_length']}) on "
-          f"{ds['name']}/{ds['protocol'] or 'default'}: {ds['n_images']} images, {ds['n_captions']} captions, "
-          f"{result.tokens['n_truncated']} truncated")
+          f"{ds['name']}/{ds['protocol'] or 'default'}: {ds['n_images']} images, "
+          + (f"{ds['n_captions']} captions, " if "n_captions" in ds else f"{ds.get('n_classes')} classes, ")  # zeroshot
+          + f"{result.tokens['n_truncated']} truncated")
     print(result.table())
     print(f"wrote {result.path}")
     return 0

@@ -1,5 +1,9 @@
 """The one orchestration: data → encode → exact search → metrics → result file.
 
+:func:`evaluate` checks and loads the data, loads the model, and runs the pipeline of the task
+(``--task``, :data:`hnbench.registry.TASKS`); this module's :func:`run_evaluation` is the pipeline of the
+first task, retrieval:
+
 t2i: each caption queries the images (its own image is the positive).
 i2t: each image queries the captions (any of its captions is a positive; R@K is the "hit" rate).
 """
@@ -12,7 +16,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +25,14 @@ import pandas as pd
 
 from hnbench import distributed as dist
 from hnbench.cache import EmbeddingCache, default_root
-from hnbench.data import ImageTextDataset, load_spec
+from hnbench.data import ImageTextDataset
 from hnbench.data.benchmarks.spec import recheck_counts
 from hnbench.encode import encode_images, encode_texts
 from hnbench.errors import ConfigError
 from hnbench.metrics import ci_methods, csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
 from hnbench.models.remembered import load_remembered
+from hnbench.registry import TASKS
 from hnbench.results import (
     PER_QUERY_KEY,
     PER_QUERY_SCHEMA_VERSION,
@@ -157,11 +162,13 @@ def evaluate(
     """
     s = from_options(EvalSettings, settings, options)
     s.validate(output_dir)
+    task = TASKS.get(s.task)
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
     if isinstance(dataset, os.PathLike):
         dataset = os.fspath(dataset)
-    if not isinstance(dataset, (str, ImageTextDataset)):
-        raise ConfigError(f"dataset must be a name, a path or an ImageTextDataset, got {type(dataset).__name__}")
+    if not isinstance(dataset, str) and (task.name == "retrieval") != isinstance(dataset, ImageTextDataset):
+        raise ConfigError(f"dataset must be a name, a path or the loaded data of the {task.name} task, got "
+                          f"{type(dataset).__name__}")
     spec = ModelSpec(model=model if isinstance(model, str) else None, context_length=s.context_length,
                      **{k: os.fspath(v) for k, v in (("pretrained", pretrained), ("model_config", model_config))
                         if v is not None})
@@ -174,6 +181,10 @@ def evaluate(
                                            split=split, image_column=image_column, caption_column=caption_column,
                                            skip_invalid=s.skip_invalid or None)
         data.validate()  # before anything loads
+        own = task.check_options(loader_options, (TASKS.get(n) for n in TASKS.names()))
+        check = task.target("check")
+        if check is not None:
+            check(data, **own)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     ctx = dist.from_env(s.device) if dist.wanted(s.distributed) else dist.DistContext()
@@ -182,8 +193,7 @@ def evaluate(
         if ctx.enabled and not ctx.is_main:
             ctx.all_gather(None)  # rank 0 first: a generated dataset or downloaded weights are written once
         if data is not None:
-            dataset = load_spec(data, **loader_options)
-        assert isinstance(dataset, ImageTextDataset)
+            dataset = task.target("load")(data, **loader_options)
         timings["load_data"] = time.perf_counter() - t0
         t = time.perf_counter()
         if isinstance(model, str) and s.use_cache and not ctx.enabled:
@@ -199,7 +209,8 @@ def evaluate(
         timings["load_model"] = time.perf_counter() - t
         if ctx.enabled and ctx.is_main:
             ctx.all_gather(None)
-        return run_evaluation(encoder, dataset, s, output_dir, ctx=ctx, timings=timings, t0=t0, data_spec=data)
+        run: Callable[..., EvalResult] = task.target("run")
+        return run(encoder, dataset, s, output_dir, ctx=ctx, timings=timings, t0=t0, data_spec=data)
     finally:
         ctx.close()
 
@@ -214,6 +225,9 @@ def run_evaluation(encoder: Encoder, dataset: ImageTextDataset, settings: EvalSe
     the distributed context of a caller that set it up (and closes it); without it the settings are
     validated here and a context is made (and closed) from ``settings.distributed``.
     """
+    if settings.task != "retrieval":  # the entry on loaded objects serves every task
+        run: Callable[..., EvalResult] = TASKS.get(settings.task).target("run")
+        return run(encoder, dataset, settings, output_dir, ctx=ctx, timings=timings, t0=t0, data_spec=data_spec)
     if ctx is None:
         settings.validate(output_dir)
         own = dist.from_env(settings.device) if dist.wanted(settings.distributed) else dist.DistContext()

@@ -7,6 +7,10 @@ Rules (also in ``leaderboards/README.md``):
   fingerprint; an older, name-bound one joins a newer result's ``legacy_fingerprint``). Two data sets of
   one name get two tables, titled with their image count and short fingerprint. Results without
   ``settings.search`` predate approximate search and count as exact.
+- Each task (:data:`hnbench.registry.TASKS`: retrieval, zero-shot classification, …) has its own section
+  with its own columns, ranked by its main score (:class:`hnbench.tasks.Task`): a classification accuracy
+  is never ranked beside a recall. A board of retrieval results alone has no task headings (as before
+  tasks existed); results written before tasks are retrieval results (:func:`hnbench.results.upgrade_record`).
 - Context length is a column (and a ``context_lengths`` filter), not a table key.
 - Rank: competition ranking ("1, 1, 3") on the sort metric rounded to the two decimals shown,
   descending; the default metric is mean R@1 = (t2i R@1 + i2t R@1) / 2. A row without it ranks last.
@@ -63,7 +67,7 @@ from hnbench.io import (
     markdown_text,
     record_output,
 )
-from hnbench.registry import BENCHMARK_SPECS, DATASETS
+from hnbench.registry import BENCHMARK_SPECS, DATASETS, TASKS
 from hnbench.reported import KS, families_of, mapped_families, reported_rows
 from hnbench.results import (
     EvalResult,
@@ -74,12 +78,16 @@ from hnbench.results import (
     read_result,
 )
 from hnbench.significance import PairedTest
+from hnbench.tasks import Task
 
 logger = logging.getLogger(__name__)
 
 METRICS = [f"{d} R@{k}" for d in ("t2i", "i2t") for k in KS] + ["mean R@1"]
 CI_COLUMNS = [f"{m} {end}" for m in METRICS[:-1] for end in ("lo", "hi")]
-SORT_KEYS = [*METRICS, "model"]
+# the columns of the other tasks' sections (:meth:`hnbench.tasks.Task.label`), which sort their sections
+TASK_METRICS = {name: [TASKS.get(name).label(c) for c in TASKS.get(name).columns]
+                for name in TASKS.declared() if name != "retrieval"}
+SORT_KEYS = [*METRICS, *dict.fromkeys(c for cols in TASK_METRICS.values() for c in cols), "model"]
 FORMATS = ("markdown", "csv", "html")
 # one table per benchmark, protocol, data (content fingerprint, :func:`_data_keys`) and search mode
 TABLE_KEY = ["benchmark", "protocol", "data", "search"]
@@ -103,7 +111,16 @@ def _row(r: EvalResult) -> dict[str, Any]:
            "protocol": d.get("protocol") or "default", "context_length": int(ctx),
            "search": (r.settings or {}).get("search", "exact"), "data_fingerprint": d.get("fingerprint") or "",
            "n_images": d.get("n_images"), "hnbench_version": r.hnbench_version, "created": r.created,
-           "path": r.path, "source": "measured", "note": ""}
+           "path": r.path, "source": "measured", "note": "", "task": r.task}
+    if r.task != "retrieval":  # the task's own columns (and intervals), no recall columns
+        task = r.task_spec()
+        for column in task.columns:
+            group, _, metric = column.partition(" ")
+            label = task.label(column)
+            row[label] = task.value(r.metrics, column)
+            lo, hi = ((r.ci95 or {}).get(group) or {}).get(metric) or (np.nan, np.nan)
+            row[f"{label} lo"], row[f"{label} hi"] = float(lo), float(hi)
+        return row
     for direction in ("t2i", "i2t"):
         ci = (r.ci95 or {}).get(direction) or {}
         for k in KS:
@@ -156,11 +173,12 @@ def _dedupe(frame: pd.DataFrame, link_base: Path) -> tuple[pd.DataFrame, dict[Ta
     """Keep the newest ``created`` per (model, table); notes naming the superseded files, per table."""
     frame = frame.assign(_t=pd.to_datetime(frame["created"], utc=True, errors="coerce", format="ISO8601"))
     frame = frame.sort_values(["_t", "path"], kind="stable", na_position="first")
-    dup = frame.duplicated(["identity", *TABLE_KEY], keep="last")
+    frame = frame.assign(task=frame["task"].fillna("retrieval")) if "task" in frame else frame.assign(task="retrieval")
+    dup = frame.duplicated(["identity", "task", *TABLE_KEY], keep="last")
     notes: dict[TableKey, list[str]] = {}
     for _, old in frame[dup].iterrows():
         key = cast(TableKey, tuple(old[TABLE_KEY]))
-        new = frame[~dup & (frame["identity"] == old["identity"])]
+        new = frame[~dup & (frame["identity"] == old["identity"]) & (frame["task"] == old["task"])]
         new = new[(new[TABLE_KEY] == old[TABLE_KEY]).all(axis=1)].iloc[0]
         notes.setdefault(key, []).append(f"{old['model']}: {_rel(old['path'], link_base)} ({old['created']}) is "
                                          f"superseded by the newer {_rel(new['path'], link_base)} ({new['created']})")
@@ -196,13 +214,26 @@ def _normalise_sort(sort: str) -> str:
                       + f" (one of: {', '.join(SORT_KEYS)})")
 
 
-def _rank(table: pd.DataFrame, sort: str) -> pd.DataFrame:
-    """Rank rows by the sort metric (mean R@1 when sorting by model) and order them."""
-    metric = sort if sort in METRICS else "mean R@1"
+def _rank(table: pd.DataFrame, sort: str, task: Task | None = None) -> pd.DataFrame:
+    """Rank rows by the sort metric (the task's main score when sorting by model or by another task's
+    metric; retrieval's: mean R@1) and order them."""
+    metric = _sort_metric(sort, task)
     table = table.assign(rank=table[metric].round(2).rank(method="min", ascending=False))
     by = ["model"] if sort == "model" else ["rank", "model"]
     ranked: pd.DataFrame = table.sort_values(by, na_position="last", kind="stable").reset_index(drop=True)
     return ranked
+
+
+def _columns(task: Task | None) -> list[str]:
+    """The metric columns of a task's tables: retrieval's :data:`METRICS`, another task's declared columns."""
+    return METRICS if task is None or task.name == "retrieval" else TASK_METRICS[task.name]
+
+
+def _sort_metric(sort: str, task: Task | None) -> str:
+    """The column a task's tables rank by: ``sort`` if it is one of them, else the task's main score."""
+    if sort in _columns(task):
+        return sort
+    return "mean R@1" if task is None or task.name == "retrieval" else task.label(task.main_of[0])
 
 
 def _table_order(key: TableKey) -> tuple[int, str, str, bool, str, str]:
@@ -245,11 +276,12 @@ def _signed(x: float) -> str:
 
 
 def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_base: Path,
-           sig: Tests | None = None) -> pd.DataFrame:
-    """Display cells of one ranked table: marks, deltas, intervals, metadata, links."""
+           sig: Tests | None = None, task: Task | None = None) -> pd.DataFrame:
+    """Display cells of one ranked table of ``task`` (default retrieval): marks, deltas, intervals, metadata,
+    links."""
     out = pd.DataFrame({"#": [str(int(r)) if r == r else "—" for r in t["rank"]],
                         "model": [mk.text(m) + (" †" if k == "reported" else "") for m, k in zip(t["model"], t["kind"])]})
-    for col in METRICS:
+    for col in _columns(task):
         shown = t[col].round(2)
         distinct = sorted(shown.dropna().unique(), reverse=True) if shown.notna().sum() >= 2 else []
         cells = []
@@ -262,7 +294,7 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
                 f"<u>{s}</u>" if len(distinct) > 1 and shown[i] == distinct[1] else s
             if base is not None and base[col] == base[col] and t["identity"][i] != base["identity"]:
                 s += f" ({_delta(v - base[col], _test_of(sig or {}, t['identity'][i], col), ci)})"
-            if ci and col != "mean R@1" and t[f"{col} lo"][i] == t[f"{col} lo"][i]:
+            if ci and f"{col} lo" in t and t[f"{col} lo"][i] == t[f"{col} lo"][i]:
                 s += f" [{t[f'{col} lo'][i]:.2f}, {t[f'{col} hi'][i]:.2f}]"
             cells.append(s)
         out[col] = cells
@@ -349,57 +381,77 @@ def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, base
     sort, notes, link_base = _normalise_sort(sort), notes or {}, Path(link_base).resolve()
     mk = _Markup(fmt)
     if len(frame):  # rows straight from collect() / reported_rows(): add what they may lack
-        frame = frame.reindex(columns=list(dict.fromkeys([*frame.columns, *CI_COLUMNS])))
+        frame = frame.reindex(columns=list(dict.fromkeys([*frame.columns, *METRICS[:-1], *CI_COLUMNS])))
         frame = frame.assign(**{"mean R@1": (frame["t2i R@1"] + frame["i2t R@1"]) / 2})
         frame = frame if "data" in frame else _data_keys(frame)
-    tables: dict[TableKey, pd.DataFrame] = {cast(TableKey, key): _rank(t, sort)
-                                             for key, t in frame.groupby(TABLE_KEY, sort=False)} if len(frame) else {}
+        frame = frame.assign(task=frame["task"].fillna("retrieval") if "task" in frame else "retrieval")
+    tasks = [TASKS.get(n) for n in TASKS.declared() if len(frame) and (frame["task"] == n).any()]
+    sections = [t.name for t in tasks] != ["retrieval"]  # retrieval alone: no task headings, as before tasks
     blocks: list[Block] = [("h1", mk.text(title)), ("p", _header(frame, mk, command, sort, baseline, ci))]
     flat: list[pd.DataFrame] = []
+    for task in tasks:
+        if sections:
+            blocks += [("h2", mk.text(task.title))] + [("p", mk.text(task.note))] * bool(task.note)
+        blocks += _task_blocks(frame[frame["task"] == task.name], task, mk, flat, level=2 + sections, baseline=baseline, sort=sort, fmt=fmt, ci=ci,
+                               link_base=link_base, notes=notes)
+    if fmt == "csv":
+        return csv_frame(pd.concat(flat)).decode() if flat else ""
+    if not tasks:
+        blocks.append(("p", "No results to show."))
+    if skipped:
+        blocks += [("h2", "Skipped files"), ("ul", [f"{mk.code(p)}: {mk.text(r)}" for p, r in skipped])]
+    return _emit(blocks, fmt)
+
+
+def _task_blocks(frame: pd.DataFrame, task: Task, mk: _Markup, flat: list[pd.DataFrame], *, level: int,
+                 baseline: str | None, sort: str, fmt: str, ci: bool, link_base: Path,
+                 notes: dict[TableKey, list[str]]) -> list[Block]:
+    """The tables of one task (and their Borda ranks), headings at ``level``; CSV rows go to ``flat``."""
+    h = f"h{level}"
+    blocks: list[Block] = []
+    tables: dict[TableKey, pd.DataFrame] = {cast(TableKey, key): _rank(t, sort, task)
+                                             for key, t in frame.groupby(TABLE_KEY, sort=False)}
     shared = _shared_names(list(tables))
     for key in sorted(tables, key=_table_order):
         t, (bench, protocol, data, search) = tables[key], key
         n_img: np.ndarray | list[Any] = t.loc[t["kind"] == "measured", "n_images"].dropna().unique() if "n_images" in t else []
         fams = ", ".join(mapped_families(bench, protocol))
-        blocks.append(("h2", mk.text(f"{bench} · {protocol}" + (f" ({fams})" if fams else "")
-                                     + (f" · {int(n_img[0])} images" if len(n_img) == 1 else "")
-                                     + (f" · data {data[:8]}" if key in shared else "")
-                                     + ("" if search == "exact" else f" · {search} search (not comparable "
-                                                                     "with exact search)"))))
+        blocks.append((h, mk.text(f"{bench} · {protocol}" + (f" ({fams})" if fams else "")
+                                  + (f" · {int(n_img[0])} images" if len(n_img) == 1 else "")
+                                  + (f" · data {data[:8]}" if key in shared else "")
+                                  + ("" if search == "exact" else f" · {search} search (not comparable "
+                                                                  "with exact search)"))))
         base, table_notes = None, list(notes.get(key, []))
         sig: Tests = {}
         if baseline:
             hit = t[[m == baseline or fnmatchcase(m, baseline) for m in t["model"]]]
             if len(hit) == 1:
                 base = hit.iloc[0]
-                sig, untested = _significance(t, base)
-                table_notes += untested
+                if task.name == "retrieval":  # paired tests resample per-query hits: retrieval's files
+                    sig, untested = _significance(t, base)
+                    table_notes += untested
             elif len(hit) > 1:
                 table_notes.append(f"baseline {baseline!r} matches {len(hit)} rows here; no deltas")
-        blocks += [("table", _cells(t, mk, base, ci, link_base, sig))] + [("p", "Note: " + mk.text(n)) for n in table_notes]
+        blocks += [("table", _cells(t, mk, base, ci, link_base, sig, task))] + [("p", "Note: " + mk.text(n)) for n in table_notes]
         if fmt == "csv":
-            flat.append(_flat(t, base, ci, link_base, sig))
-    if fmt == "csv":
-        return csv_frame(pd.concat(flat)).decode() if flat else ""
-    if not tables:
-        blocks.append(("p", "No results to show."))
+            flat.append(_flat(t, base, ci, link_base, sig, task))
     borda = _borda(tables)
     if borda:
-        blocks.append(("h2", "Borda rank across benchmarks"))
+        blocks.append((h, "Borda rank across benchmarks"))
     for heading, b, benches in borda:
         cells = pd.DataFrame({"#": b["rank"].astype(int).astype(str),
                               "model": [mk.text(m) + (" †" if k == "reported" else "") for m, k in zip(b["model"], b["kind"])],
                               **{f"{mk.text(x)} rank": [str(int(r)) if r == r else "—" for r in b[x]] for x in benches},
                               "points": b["points"].astype(str), "benchmarks": b["benchmarks"].astype(str)})
-        blocks += [("h3", mk.text(heading)), ("table", cells)]
-    if skipped:
-        blocks += [("h2", "Skipped files"), ("ul", [f"{mk.code(p)}: {mk.text(r)}" for p, r in skipped])]
-    return _emit(blocks, fmt)
+        blocks += [(f"h{level + 1}", mk.text(heading)), ("table", cells)]
+    return blocks
 
 
 def _header(frame: pd.DataFrame, mk: _Markup, command: str, sort: str, baseline: str | None, ci: bool) -> str:
     """The paragraph under the title: provenance (command, version, inputs) and how to read the tables."""
     kinds = set(frame["kind"]) if len(frame) else set()
+    tasks = [TASKS.get(n) for n in TASKS.declared() if len(frame) and (frame["task"] == n).any()]
+    others = any(t.name != "retrieval" for t in tasks)
     n_files = int((frame["kind"] == "measured").sum()) if len(frame) else 0
     origin = " and ".join([f"{n_files} stored result files"] * ("measured" in kinds) + [
         "the published numbers packaged with hnbench (hnbench/assets/published-results.csv)"] * ("reported" in kinds))
@@ -414,22 +466,29 @@ def _header(frame: pd.DataFrame, mk: _Markup, command: str, sort: str, baseline:
                "rows and mean R@1 are not tested and carry no mark (a note names them)."
                + (" With --ci that paired interval follows the delta inside the parentheses." if ci else "")
                if baseline else "")
-            + (" Brackets: 95% bootstrap confidence interval." if ci else ""))
+            + (" Brackets: 95% bootstrap confidence interval." if ci else "")
+            + (" Each task has its own section, its tables ranked by the task's main score ("
+               + "; ".join(f"{t.title}: {t.main_score}" for t in tasks) + ")." if len(tasks) > 1 or others else ""))
 
 
-def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, sig: Tests) -> pd.DataFrame:
-    cols = ["benchmark", "protocol", "context_length", "search", "rank", "model", "kind", *METRICS]
+def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, sig: Tests,
+          task: Task | None = None) -> pd.DataFrame:
+    metrics = _columns(task)
+    with_ci = [c for c in metrics if f"{c} lo" in t]  # not mean R@1
+    cols = ["benchmark", "protocol", "context_length", "search", "rank", "model", "kind", *metrics]
     out: pd.DataFrame = t[cols].copy()
-    out[METRICS] = out[METRICS].round(2)
+    if task is not None and task.name != "retrieval":  # a retrieval row keeps the columns it always had
+        out.insert(0, "task", task.name)
+    out[metrics] = out[metrics].round(2)
     if base is not None:
-        for col in METRICS:
+        for col in metrics:
             out[f"delta {col}"] = (t[col] - base[col]).round(2)
-        for col in METRICS[:-1]:  # the paired interval of each delta (empty where untested)
+        for col in with_ci:  # the paired interval of each delta (empty where untested)
             tests = [_test_of(sig, i, col) for i in t["identity"]]
             out[f"delta {col} lo"] = [round(x.ci95[0], 2) if x else np.nan for x in tests]
             out[f"delta {col} hi"] = [round(x.ci95[1], 2) if x else np.nan for x in tests]
     if ci:
-        for col in METRICS[:-1]:
+        for col in with_ci:
             out[f"{col} lo"], out[f"{col} hi"] = t[f"{col} lo"].round(2), t[f"{col} hi"].round(2)
     out = out.assign(data_fingerprint=t["data"], arch=t["arch"], weights=t["weights"], fingerprint=t["fingerprint"],
                      hnbench=t["hnbench_version"], note=t["note"])
@@ -510,7 +569,7 @@ def leaderboard(results_dirs: Sequence[str | Path] = (), output: str | Path | No
     if reported:
         ref = reported_rows().assign(data="")
         if len(frame):  # each measured table of a (benchmark, protocol) gets its reported rows
-            tables = frame[["benchmark", "protocol", "data"]].drop_duplicates()
+            tables = frame.loc[frame["task"] == "retrieval", ["benchmark", "protocol", "data"]].drop_duplicates()
             ref = ref.drop(columns="data").merge(tables, on=["benchmark", "protocol"])
         frame = pd.concat([frame, ref], ignore_index=True) if len(frame) else ref
     if len(frame):

@@ -22,8 +22,9 @@ if TYPE_CHECKING:  # for the entries' types only: importing them here would load
     from hnbench.data.base import ImageTextDataset
     from hnbench.data.benchmarks.spec import BenchmarkSpec
     from hnbench.models.base import Encoder
+    from hnbench.tasks import Task
 
-__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "OBJECTIVES", "RECIPES", "RECIPE_DIR", "TEXT_ENCODERS", "Registry",
+__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "OBJECTIVES", "RECIPES", "RECIPE_DIR", "TASKS", "TEXT_ENCODERS", "Registry",
            "Target", "model_family"]
 
 RECIPE_DIR = Path(__file__).parent / "train" / "recipes"
@@ -127,6 +128,14 @@ for _name, _module in (("docci", "docci"), ("dci", "dci"), ("long-dci", "long_dc
                        ("coco", "coco"), ("flickr30k", "flickr30k"), ("sharegpt4v", "sharegpt4v"), ("iiw", "iiw")):
     BENCHMARK_SPECS.register(_name, f"hnbench.data.benchmarks.{_module}:SPEC")
     DATASETS.register(_name, "hnbench.data.benchmarks:load", name=_name)
+
+# --- evaluation tasks: name → its Task (inputs, metrics, main score), one module each in hnbench/tasks/ ---
+TASKS: Registry[Task] = Registry("task", default="retrieval")
+TASKS.register("retrieval", "hnbench.tasks.retrieval:TASK", help="image–caption search both ways: R@K, ranks, MRR")
+TASKS.register("zeroshot", "hnbench.tasks.zeroshot:TASK",
+               help="zero-shot classification of a labelled image set: top-1, top-5 accuracy")
+TASKS.register("monotonicity", "hnbench.tasks.monotonicity:TASK",
+               help="caption-length monotonicity, HiMo@K: Pearson r of prefix index and image–text cosine")
 
 # --- model families, picked by name prefix (a local save_pretrained directory is HF's too) -----------
 # Each target is the family's adapter (hnbench.models.family.ModelFamily, callable as its loader); a plain loader

@@ -1,13 +1,16 @@
 """The result record: one JSON file per (model, dataset, protocol), versioned and written atomically.
 
-Schema (version 1)::
+Schema (version 2)::
 
     schema_version, hnbench_version, created (ISO-8601 UTC)
+    task      the task that wrote it (:data:`hnbench.registry.TASKS`: retrieval, ...); its metrics groups
+    main_score {name, value}: the task's main score (retrieval: mean R@1 = (t2i R@1 + i2t R@1) / 2)
     model     {arch, pretrained, fingerprint, context_length, n_params, embed_dim, framework}
     dataset   {name, protocol, fingerprint, n_images, n_captions, source,
                skipped {reason: count}, meta {protocol family, caption rule, count check, split-list hashes, ...}}
               fingerprint: the content alone (the name is a label)
-    metrics   {t2i: {R@1, R@5, R@10, mean_rank, median_rank, MRR, n_queries, n_tied}, i2t: {...}}  (R@K in %)
+    metrics   retrieval: {t2i: {R@1, R@5, R@10, mean_rank, median_rank, MRR, n_queries, n_tied}, i2t: {...}}
+              (R@K in %); another task: the groups its :class:`~hnbench.tasks.Task` declares
     ci95      {t2i: {R@K: [lo, hi]}, i2t: {...}}   95% interval over queries, in % (:func:`hnbench.metrics.recall_ci`)
     ci95_method  {t2i: {R@K: "bootstrap" | "clopper-pearson"}, i2t: {...}}  how each interval was made
               (absent in files written before it was recorded: those are percentile bootstrap)
@@ -24,7 +27,9 @@ numbers (the ``identity`` options of :class:`~hnbench.settings.EvalSettings`, as
 255-byte file-name limit has its long parts cut and told apart by a digest (names that fit are as they
 always were). The JSON and its parquet are written as a pair (:func:`write_result_pair`): a reader sees the old pair or the new one, never a mix.
 
-Readers accept every schema version up to :data:`SCHEMA_VERSION`; newer files are refused by name.
+Readers accept every schema version up to :data:`SCHEMA_VERSION`; newer files are refused by name. An
+older file is read through :func:`upgrade_record` (versions 0 and 1 predate tasks: they are retrieval
+results, their main score is computed from their metrics), so it loads, ranks and compares as it did.
 A result folder may come from someone else: only regular files of bounded size are read
 (:func:`hnbench.io.read_untrusted`), ``per_query`` only inside the JSON's folder, each field must have
 its schema type, and the R@K of a JSON must be those of its per-query ranks (:func:`metrics_against`).
@@ -69,16 +74,19 @@ from hnbench.io import (
     write_temp,
 )
 from hnbench.metrics import EXACT_BELOW
+from hnbench.registry import TASKS
 from hnbench.settings import EvalSettings, identity_fields
+from hnbench.tasks import Task
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["EvalResult", "ResultFormatError", "atomic_write_bytes", "check_target", "metric_values", "metrics_against",
-           "per_query_path", "per_query_version", "read_per_query", "read_result", "write_result",
+           "per_query_path", "per_query_version", "read_per_query", "read_result", "upgrade_record", "write_result",
            "write_result_pair"]  # atomic_write_bytes: re-exported from hnbench.io, where it lives now
 
-SCHEMA_VERSION = 1
-KNOWN_SCHEMA_VERSIONS = tuple(range(SCHEMA_VERSION + 1))  # 0: before settings.search and ci95 were recorded
+SCHEMA_VERSION = 2
+# 0: before settings.search and ci95 were recorded; 1: before task and main_score (all retrieval)
+KNOWN_SCHEMA_VERSIONS = tuple(range(SCHEMA_VERSION + 1))
 PER_QUERY_SCHEMA_VERSION = 2
 PER_QUERY_TOP = 10  # gallery items stored per query (what `hnbench browse` shows)
 PER_QUERY_KEY = "hnbench_per_query_schema"  # pandas attrs key holding the version
@@ -102,22 +110,39 @@ class EvalResult:
     timings: dict[str, float] = field(default_factory=dict)
     per_query: str | None = None
     per_query_sha256: str | None = None
+    task: str = "retrieval"
+    main_score: dict[str, Any] = field(default_factory=dict)  # filled from the metrics when left empty
     schema_version: int = SCHEMA_VERSION
     hnbench_version: str = __version__
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     path: str | None = field(default=None, compare=False)
 
+    def __post_init__(self) -> None:
+        if not self.main_score and self.task in TASKS:
+            self.main_score = self.task_spec().main_record(self.metrics)
+
+    def task_spec(self) -> Task:
+        """The :class:`~hnbench.tasks.Task` that wrote this result."""
+        return TASKS.get(self.task)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("path")
-        order = ["schema_version", "hnbench_version", "created", "model", "dataset", "metrics", "ci95",
-                 "ci95_method", "tokens", "settings", "timings", "per_query", "per_query_sha256"]
+        order = ["schema_version", "hnbench_version", "created", "task", "main_score", "model", "dataset", "metrics",
+                 "ci95", "ci95_method", "tokens", "settings", "timings", "per_query", "per_query_sha256"]
         optional: dict[str, Any] = {"per_query_sha256": None, "ci95_method": {}}  # left out when empty: older files keep their bytes
         return {k: d[k] for k in order if k not in optional or d[k] != optional[k]}
 
     def table(self, fmt: str = "github") -> str:
         """A small t2i/i2t × R@K table (tabulate), each R@K with its 95% interval when the record has one
-        (``†``: exact Clopper–Pearson), and a line saying what the intervals are."""
+        (``†``: exact Clopper–Pearson), and a line saying what the intervals are; another task: a group × metric
+        table of its columns."""
+        if self.task != "retrieval":
+            task = self.task_spec()
+            metrics = [c.partition(" ")[2] for c in task.columns]
+            return tabulate([[g] + [f"{task.value(self.metrics, f'{g} {m}'):.4g}" for m in metrics]
+                             + [(self.metrics.get(g) or {}).get("n_queries")] for g in task.groups],
+                            headers=[self.task, *metrics, "queries"], tablefmt=fmt)
         ks = [k for k in self.metrics.get("t2i", {}) if k.startswith("R@")]
         rows, exact = [], False
         for direction in ("t2i", "i2t"):
@@ -178,6 +203,8 @@ class EvalResult:
         ds = [_slug(self.dataset.get("name", "data")), _slug(self.dataset.get("protocol") or "default")]
         if self.settings.get("search", "exact") != "exact":  # readable in the name; also part of the hash
             ds.append(_slug(str(self.settings["search"])))
+        if self.task != "retrieval":  # likewise (retrieval, the first task, keeps the names it always had)
+            ds.append(_slug(self.task))
         data = _slug(str(self.dataset.get("fingerprint") or "")[:8])
         stem = "-".join(p for p in parts if p) + "__" + "-".join(ds) + f"__{data}-{self.settings_hash()}"
         if len(stem) + _NAME_EXTRA <= NAME_MAX:  # every name that fits is kept as it always was
@@ -298,15 +325,37 @@ def read_result(path: str | Path) -> EvalResult:
     for key in ("model", "dataset", "metrics"):
         if not isinstance(d.get(key), dict):
             raise ResultFormatError(f"{path}: missing or malformed {key!r}")
+    d = upgrade_record(d)
+    if not isinstance(d.get("task"), str) or d["task"] not in TASKS:
+        raise ResultFormatError(f"{path}: unknown task {d.get('task')!r} (known: {', '.join(TASKS.names())})")
+    if not isinstance(d.get("main_score"), dict):
+        raise ResultFormatError(f"{path}: main_score is {_json_type(d.get('main_score'))}, not an object")
+    task = TASKS.get(d["task"])
     bad_fields = [f"{name} is {_json_type(value)}, not {want}" for name, value, want in _field_types(d)]
+    bad_fields += [f"metrics.{g} is {_json_type(d['metrics'].get(g))}, not an object" for g in task.groups
+                   if not isinstance(d["metrics"].get(g), dict)]
     if bad_fields:
         raise ResultFormatError(f"{path}: malformed fields: {'; '.join(bad_fields[:4])}")
     known = {k: d[k] for k in EvalResult.__dataclass_fields__ if k in d and k != "path"}
     result = EvalResult(**known, path=str(path))
     bad = [f"{name} = {value!r}" for name, value, ok in metric_values(result) if ok is False]
     if bad:
-        raise ResultFormatError(f"{path}: impossible values: {', '.join(bad[:4])} (R@K must be finite, in 0–100)")
+        raise ResultFormatError(f"{path}: impossible values: {', '.join(bad[:4])} (R@K must be finite, in 0–100)"
+                                if task.name == "retrieval" else f"{path}: impossible values: {', '.join(bad[:4])}")
     return result
+
+
+def upgrade_record(d: dict[str, Any]) -> dict[str, Any]:
+    """A result record of any known schema version as the current schema reads it (a copy; ``d`` is kept).
+
+    Versions 0 and 1 predate tasks: every one is a retrieval result, ``task`` is ``"retrieval"`` and
+    ``main_score`` is the retrieval main score of its metrics (mean R@1). Nothing else changes, so an old
+    file keeps its name, its rank and its comparisons."""
+    out = dict(d)
+    if isinstance(out.get("schema_version"), int) and out["schema_version"] < 2:
+        out["task"] = "retrieval"
+        out["main_score"] = TASKS.get("retrieval").main_record(out.get("metrics") or {})
+    return out
 
 
 # The type of each field a reader relies on (``None``: may be null or absent); a file with another is refused.
@@ -319,7 +368,6 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], bool, str]] = {
 "dataset.source": ((str,), True, "a text or null"),
     "dataset.n_images": ((int,), True, "an integer or null"), "dataset.skipped": ((dict,), True, "an object or null"),
     "dataset.meta": ((dict,), True, "an object or null"),
-    "metrics.t2i": ((dict,), False, "an object"), "metrics.i2t": ((dict,), False, "an object"),
     "ci95": ((dict,), True, "an object"), "ci95_method": ((dict,), True, "an object"), "tokens": ((dict,), True, "an object"),
     "settings": ((dict,), True, "an object"), "timings": ((dict,), True, "an object"),
     "settings.search": ((str,), True, "a text"), "settings.ks": ((list,), True, "a list"),
@@ -355,22 +403,20 @@ def _json_type(value: Any) -> str:
 def metric_values(result: EvalResult) -> list[tuple[str, Any, bool | None]]:
     """``(name, value, ok)`` for every recall, MRR and rank of ``result``: ok is None for NaN (missing).
 
-    R@K is a percentage (0–100), MRR in [0, 1], mean and median rank at least 1; inf is never valid.
+    The ranges are those the result's task declares (:attr:`hnbench.tasks.Task.bounds`); retrieval: R@K is
+    a percentage (0–100), MRR in [0, 1], mean and median rank at least 1; inf is never valid.
     """
     out: list[tuple[str, Any, bool | None]] = []
+    task = result.task_spec()
     for direction, m in result.metrics.items():
         if not isinstance(m, dict):
             out.append((direction, m, False))
             continue
         for key, value in m.items():
-            if key.startswith("R@"):
-                lo, hi = 0.0, 100.0
-            elif key == "MRR":
-                lo, hi = 0.0, 1.0
-            elif key in ("mean_rank", "median_rank"):
-                lo, hi = 1.0, math.inf
-            else:
+            bound = task.bound(key)
+            if bound is None:
                 continue
+            lo, hi = bound
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 out.append((f"{direction} {key}", value, None))
             elif isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.errors import ConfigError, did_you_mean
+from hnbench.registry import TASKS
 from hnbench.validate import (
     BACKENDS,
     DEFAULT_KS,
@@ -185,6 +186,9 @@ class EvalSettings:
     """
 
     device: str = option("cpu", group="model", record=True, help="cpu, cuda, cuda:N or mps (default: cpu)")
+    # recorded (and in the file name) only when not retrieval, so every retrieval result keeps its name
+    task: str = option("retrieval", group="evaluation", record="if_set", identity=True, choices=TASKS.names(),
+                       help=f"what to measure (default: retrieval): {TASKS.describe()}")
     batch_size: int = option(64, group="evaluation", record=True, minimum=1, help="images per encoder batch (default 64)")
     precision: str = option("fp32", group="evaluation", record=True, identity=True, choices=PRECISIONS,
                             help="model weights precision; the images are cast to it (all three run on CPU and CUDA)")
@@ -199,6 +203,14 @@ class EvalSettings:
                       help="bootstrap confidence intervals of R@K (on by default; --no-ci skips them)")
     seed: int = option(0, group="evaluation", record="if_set", identity=True, minimum=0,
                        help="seed of the bootstrap resampling (default 0)")
+    templates: str = option("openai", group="evaluation", record="if_set", identity=True,
+                            help="--task zeroshot: prompt templates: openai (open_clip's 80 OPENAI_IMAGENET_TEMPLATES, "
+                                 "the default), simple (its SIMPLE_IMAGENET_TEMPLATES) or a file, one template "
+                                 "with {} per line")
+    prefixes: str = option("sentences", group="evaluation", record="if_set", identity=True,
+                           choices=("sentences", "captions"),
+                           help="--task monotonicity: a list's prefixes: sentences (each caption's cumulative "
+                                "sentences, the default) or captions (each image's captions in order, HiMo-Docci)")
     text_batch_size: int | None = option(None, group="evaluation", minimum=1,
                                          help="captions per encoder batch (default: max(--batch-size, 64))")
     num_workers: int | None = option(None, group="evaluation", minimum=0,

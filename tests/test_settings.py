@@ -54,11 +54,12 @@ def test_cli_and_python_api_make_the_same_settings(tmp_path):
     flags = ["--device", "cpu", "--batch-size", "8", "--text-batch-size", "16", "--num-workers", "0",
              "--context-length", "77", "--precision", "bf16", "--amp", "--backend", "torch", "--k", "1", "3",
              "--no-ci", "--seed", "5", "--skip-invalid", "--no-cache", "--cache-dir", str(tmp_path / "c"),
-             "--search", "approximate", "--overwrite"]
+             "--search", "approximate", "--overwrite", "--task", "zeroshot", "--templates", "simple",
+             "--prefixes", "captions"]
     python = EvalSettings(device="cpu", batch_size=8, text_batch_size=16, num_workers=0, context_length=77,
                           precision="bf16", amp=True, backend="torch", ks=[1, 3], ci=False, seed=5,
                           skip_invalid=True, use_cache=False, cache_dir=tmp_path / "c", search="approximate",
-                          overwrite=True, progress=False)
+                          overwrite=True, progress=False, task="zeroshot", templates="simple", prefixes="captions")
     assert eval_settings(parser.parse_args(["-q", *base, *flags])) == python
     # every field was given a non-default value above, so no flag is silently ignored
     assert all(getattr(python, f.name) != f.default for f in dataclasses.fields(EvalSettings)
@@ -114,7 +115,7 @@ def test_resume_free_comes_from_train_config_metadata():
     assert RESUME_FREE == declared
     # the set the trainer refused with before it was generated: where a run may and may not change on resume
     assert declared == {"output", "resume", "overwrite", "stop_at_step", "num_workers", "log_every", "save_every",
-                        "device", "diag_every", "active_threshold", "eval_dataset", "eval_protocol",
+                        "device", "diag_every", "active_threshold", "eval_dataset", "eval_task", "eval_protocol",
                         "eval_data_root", "eval_dataset_options", "eval_every", "eval_at_start", "eval_batch_size"}
     saved = dataclasses.asdict(TrainConfig())
     check_resume_config(saved, {**saved, **{name: "changed" for name in declared}})

@@ -113,18 +113,9 @@ def load_imagefolder(directory: str | Path, **kwargs: Any) -> ImageTextDataset:
     raise DataError(f"{directory}: no metadata.jsonl or metadata.csv (image-folder format)")
 
 
-def load_hf(
-    path: str,
-    *,
-    split: str | None = None,
-    image_column: str | None = None,
-    caption_column: str | None = None,
-    id_column: str | None = None,
-    name: str | None = None,
-    skip_invalid: bool = False,
-    revision: str | None = None,
-) -> ImageTextDataset:
-    """Load a Hugging Face dataset: hub id, ``save_to_disk`` directory, or parquet files/folder."""
+def open_hf(path: str, *, split: str | None = None, revision: str | None = None) -> tuple[Any, str | None]:
+    """``(dataset, split)`` of a Hugging Face hub id, ``save_to_disk`` directory, or parquet files/folder (a
+    DatasetDict's ``split``: the one given, else ``test``, else its only split)."""
     import datasets
 
     p = Path(path)
@@ -145,6 +136,23 @@ def load_hf(
         ds = obj[chosen]
     else:
         ds, chosen = obj, split
+    return ds, chosen
+
+
+def load_hf(
+    path: str,
+    *,
+    split: str | None = None,
+    image_column: str | None = None,
+    caption_column: str | None = None,
+    id_column: str | None = None,
+    name: str | None = None,
+    skip_invalid: bool = False,
+    revision: str | None = None,
+) -> ImageTextDataset:
+    """Load a Hugging Face dataset: hub id, ``save_to_disk`` directory, or parquet files/folder."""
+    p = Path(path)
+    ds, chosen = open_hf(path, split=split, revision=revision)
     columns = list(ds.column_names)
     img_col = _pick(columns, image_column, IMAGE_COLUMNS, "image", path)
     cap_col = _pick(columns, caption_column, CAPTION_COLUMNS, "caption", path)

@@ -10,7 +10,7 @@ from typing import Any
 
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.io import read_text_utf8
-from hnbench.registry import LOSSES, OBJECTIVES, RECIPES
+from hnbench.registry import LOSSES, OBJECTIVES, RECIPES, TASKS
 from hnbench.settings import EvalSettings, check_declared, check_types, option, same_as
 from hnbench.specs import DataSpec, ModelSpec
 from hnbench.validate import check_device_name
@@ -121,6 +121,10 @@ class TrainConfig:
                                      help="a batch is active if its loss is at least this (1e-3)")
     eval_dataset: str | None = option(None, group="run, diagnostics, evaluation", resume_free=True,
                                       help="evaluate on this dataset after every --eval-every epochs")
+    eval_task: str = same_as(EvalSettings, "task", group="run, diagnostics, evaluation", resume_free=True,
+                             flag="--eval-task", record=False, identity=False,
+                             help="the task of the --eval-dataset evaluations (default: retrieval; zeroshot: a "
+                                  "labelled image set, the forgetting check)")
     eval_protocol: str | None = option(None, group="run, diagnostics, evaluation", resume_free=True,
                                        help="protocol of --eval-dataset")
     eval_data_root: str | None = option(None, group="run, diagnostics, evaluation", resume_free=True,
@@ -166,14 +170,25 @@ class TrainConfig:
             check_device_name(self.device)
             self.data_spec().validate()
             if self.eval_dataset is not None:  # the evaluation data's options: the same rule
-                DataSpec.of(self.eval_dataset, self.eval_dataset_options, protocol=self.eval_protocol,
-                            data_root=self.eval_data_root)[0].validate()
+                spec, rest = self.eval_spec()
+                spec.validate()
+                task = TASKS.get(self.eval_task)
+                own = task.check_options(rest, (TASKS.get(n) for n in TASKS.names()))
+                check = task.target("check")
+                if check is not None:  # the task's own checks (a zero-shot class folder): before training
+                    check(spec, **own)
         except ConfigError as e:
             problems.append(str(e))
         problems += [msg for ok, msg in checks if not ok]
         if problems:
             raise ConfigError("invalid training options: " + "; ".join(problems))
 
+
+    def eval_spec(self) -> tuple[DataSpec, dict[str, Any]]:
+        """The evaluation data as a :class:`DataSpec` (``eval_dataset`` with its options) and the options of
+        ``eval_dataset_options`` that are not DataSpec fields (a task's own, e.g. zeroshot's class_names)."""
+        return DataSpec.of(self.eval_dataset, self.eval_dataset_options, protocol=self.eval_protocol,
+                           data_root=self.eval_data_root)
 
     def data_spec(self) -> DataSpec:
         """The run's training data as a :class:`DataSpec` (its fields here and in ``dataset_options``); the

@@ -31,7 +31,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from hnbench.data import ImageTextDataset, load_dataset
+from hnbench.data import load_dataset
 from hnbench.distributed import DistContext, from_env
 from hnbench.encode import default_num_workers
 from hnbench.errors import ConfigError
@@ -40,7 +40,7 @@ from hnbench.io import atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
 from hnbench.models.longclip import stretch_openclip
-from hnbench.registry import LOSSES, OBJECTIVES
+from hnbench.registry import LOSSES, OBJECTIVES, TASKS
 from hnbench.train.adapters import apply_peft
 from hnbench.train.batches import GlobalBatchSampler, PairItems, group_positions, subset_fraction
 from hnbench.train.config import TrainConfig, load_recipe  # noqa: F401  (load_recipe: re-exported)
@@ -210,7 +210,7 @@ class _Run:
                 self.towers, [n for n, _ in self.towers.named_parameters() if n.startswith("extra.")])
             self.ddp = DistributedDataParallel(
                 self.towers, device_ids=[dist.local_rank] if device.startswith("cuda") else None)
-        self.eval_ds: ImageTextDataset | None = None
+        self.eval_ds: Any = None  # the eval task's loaded data (retrieval: an ImageTextDataset)
 
     def _setup_amp(self, device: str) -> None:
         c = self.config
@@ -389,9 +389,12 @@ class _Run:
         if self.dist.is_main:
             c = self.config
             assert c.eval_dataset is not None  # evaluation runs only with an eval_dataset
-            if self.eval_ds is None:
+            if self.eval_ds is None and c.eval_task == "retrieval":
                 self.eval_ds = load_dataset(c.eval_dataset, data_root=c.eval_data_root, protocol=c.eval_protocol,
                                             **c.eval_dataset_options)
+            elif self.eval_ds is None:  # another task loads its own data (a labelled image set)
+                spec, options = c.eval_spec()
+                self.eval_ds = TASKS.get(c.eval_task).target("load")(spec, **options)
             eval_ds = self.eval_ds
             claim(self.out_dir, "eval")
             self.towers.eval()
@@ -404,20 +407,28 @@ class _Run:
             try:
                 with torch.random.fork_rng(devices=[]):
                     r = evaluate(self.encoder, eval_ds, output_dir=self.out_dir / "eval" / f"epoch-{epoch:03d}",
-                                 device=self.dist.device, batch_size=c.eval_batch_size, num_workers=0, ci=False,
+                                 task=c.eval_task, device=self.dist.device, batch_size=c.eval_batch_size,
+                                 num_workers=0, ci=False,
                                  use_cache=False, progress=False, overwrite=True)  # the run owns its eval/
             finally:
                 self.encoder.info = info
             self.towers.train()
             rec = {"kind": "eval", "epoch": epoch, "step": step, "dataset": r.dataset.get("name"),
                    "protocol": r.dataset.get("protocol"), "path": str(r.path) if r.path else None}
-            for d in ("t2i", "i2t"):
-                for k in ("R@1", "R@5", "R@10", "MRR"):
-                    if k in r.metrics[d]:
-                        rec[f"{d}_{k}"] = r.metrics[d][k]
-            self._write_diag(rec)
-            logger.info("epoch %d: t2i R@1 %.2f, i2t R@1 %.2f", epoch, rec.get("t2i_R@1", float("nan")),
-                        rec.get("i2t_R@1", float("nan")))
+            if r.task != "retrieval":  # another task: its columns (``classification_top-1``) and main score
+                task = r.task_spec()
+                rec.update(task=r.task, main_score=r.main_score.get("value"),
+                           **{c.replace(" ", "_"): task.value(r.metrics, c) for c in task.columns})
+                self._write_diag(rec)
+                logger.info("epoch %d: %s %s %.2f", epoch, r.task, task.main_score, task.main_value(r.metrics))
+            else:
+                for d in ("t2i", "i2t"):
+                    for k in ("R@1", "R@5", "R@10", "MRR"):
+                        if k in r.metrics[d]:
+                            rec[f"{d}_{k}"] = r.metrics[d][k]
+                self._write_diag(rec)
+                logger.info("epoch %d: t2i R@1 %.2f, i2t R@1 %.2f", epoch, rec.get("t2i_R@1", float("nan")),
+                            rec.get("i2t_R@1", float("nan")))
         self.dist.barrier()
 
     def _config_dict(self) -> dict[str, Any]:

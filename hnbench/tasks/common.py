@@ -1,0 +1,65 @@
+"""What the pipelines of the tasks after retrieval share: the output check before encoding, the embedding
+cache, and the result record (model, data, metrics, intervals, tokens, settings with the cache use, timings)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from hnbench.errors import ConfigError
+from hnbench.results import EvalResult, check_target, write_result
+from hnbench.tasks import Task
+
+
+class TaskRun:
+    """One run of ``task`` on loaded ``data``: :meth:`start` before encoding, :meth:`finish` to record it."""
+
+    def __init__(self, task: Task, encoder: Any, data: Any, settings: Any, output_dir: str | Path | None,
+                 recorded: dict[str, Any], *, ctx: Any = None, t0: float | None = None,
+                 timings: dict[str, float] | None = None, data_spec: Any = None):
+        if ctx is not None and ctx.enabled:
+            raise ConfigError(f"--task {task.name} runs in one process (not under torchrun)")
+        self.task, self.encoder, self.data, self.settings, self.output_dir = task, encoder, data, settings, output_dir
+        self.recorded = {**settings.recorded(), "device": str(settings.device), **recorded}
+        self.t0 = time.perf_counter() if t0 is None else t0
+        self.timings = {} if timings is None else timings
+        self.data_spec = data_spec
+        self.dataset = {"name": data.name, "protocol": data.protocol, "fingerprint": data.fingerprint(),
+                        "meta": data.meta}
+        self.cache: Any = None
+
+    def start(self) -> Any:
+        """Refuse an output that would replace another result (before encoding; checked again when
+        writing); open and return the embedding cache (None with ``use_cache`` off)."""
+        from hnbench.cache import EmbeddingCache  # imports numpy: only to run
+
+        s = self.settings
+        if self.output_dir is not None:
+            check_target(EvalResult(model=self.encoder.info.to_dict(), metrics={}, task=self.task.name,
+                                    settings=self.recorded, dataset=self.dataset), self.output_dir, s.overwrite)
+        self.cache = EmbeddingCache.for_encoder(self.encoder, s.cache_dir, amp=s.amp) if s.use_cache else None
+        return self.cache
+
+    def finish(self, metrics: dict[str, Any], ci95: dict[str, Any], img: Any, txt: Any,
+               **dataset: Any) -> EvalResult:
+        """The result of the run (``dataset``: counts added to the data record), written if there is an output."""
+        from hnbench.evaluate import token_stats
+
+        self.timings.update(encode_images=img.seconds, encode_texts=txt.seconds,
+                            total=time.perf_counter() - self.t0)
+        data = self.data
+        result = EvalResult(
+            model=self.encoder.info.to_dict(), task=self.task.name, metrics={self.task.groups[0]: metrics}, ci95=ci95,
+            dataset={**self.dataset, "n_images": data.n_images, **dataset, "source": data.source,
+                     "skipped": {k: len(v) for k, v in data.skipped.items()},
+                     **({"spec": self.data_spec.recorded()} if self.data_spec is not None else {})},
+            tokens=token_stats(txt.lengths, self.encoder.info.context_length),
+            settings={**self.recorded, "cache": self.cache is not None,
+                      "encoding": {"cache_key": self.cache.key if self.cache else None,
+                                   "encoded": {"images": img.n_encoded, "texts": txt.n_encoded},
+                                   "cached": {"images": img.n_cached, "texts": txt.n_cached}}},
+            timings={k: round(v, 4) for k, v in self.timings.items()})
+        if self.output_dir is not None:
+            write_result(result, self.output_dir, overwrite=self.settings.overwrite)
+        return result
