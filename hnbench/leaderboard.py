@@ -420,6 +420,7 @@ def _header(frame: pd.DataFrame, mk: _Markup, command: str, sort: str, baseline:
 def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, sig: Tests) -> pd.DataFrame:
     cols = ["benchmark", "protocol", "context_length", "search", "rank", "model", "kind", *METRICS]
     out: pd.DataFrame = t[cols].copy()
+    out["rank"] = out["rank"].astype("Int64")  # "1", not pandas' float rank "1.0" (empty where unranked)
     out[METRICS] = out[METRICS].round(2)
     if base is not None:
         for col in METRICS:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # for the entries' types only: importing them here would load
     from hnbench.data.benchmarks.spec import BenchmarkSpec
     from hnbench.models.base import Encoder
 
-__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "OBJECTIVES", "RECIPES", "RECIPE_DIR", "TEXT_ENCODERS", "Registry",
+__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODEL_CHECKS", "MODELS", "OBJECTIVES", "RECIPES", "RECIPE_DIR", "TEXT_ENCODERS", "Registry",
            "Target", "model_family"]
 
 RECIPE_DIR = Path(__file__).parent / "train" / "recipes"
@@ -133,6 +133,9 @@ MODELS.register("open_clip", "hnbench.models.openclip:load_openclip", prefixes=(
                 help="open_clip architecture: ViT-B-32, hnbench-tiny, hf-hub:ORG/NAME, local-dir:DIR")
 MODELS.register("hf", "hnbench.models.hf:load", prefixes=("hf:",),
                 help="transformers CLIP: hf:ORG/NAME or a save_pretrained directory")
+# what a family can check of (model, weights) without building the model (hardness checks every pair first)
+MODEL_CHECKS: Registry[Callable[..., None]] = Registry("model family check")
+MODEL_CHECKS.register("open_clip", "hnbench.models.openclip:check_openclip")
 
 
 def model_family(model: str) -> str:
