@@ -237,7 +237,9 @@ def _run_hardness(args: argparse.Namespace) -> int:
     from hnbench.hardness.captions import load_captions
     from hnbench.hardness.run import hardness, hardness_many, model_pairs
 
-    pairs = model_pairs(args.model, args.pretrained, model_config=args.model_config)  # all checked, none loaded
+    settings = settings_from_args(HardnessSettings, args)
+    settings.validate(args.output)  # the flags first; several models: every (model, weights) pair before any loads
+    pairs = model_pairs(args.model, args.pretrained, model_config=args.model_config, check=len(args.model) > 1)
     label = None if args.label_field == "none" else args.label_field
     spec = spec_from_args(DataSpec, args, dataset=None)  # the data flags, for each --dataset
     options = {k: v for k, v in spec.set_fields().items() if k not in ("data_root", "protocol")}
@@ -256,7 +258,7 @@ def _run_hardness(args: argparse.Namespace) -> int:
 
         data = [DataSpec.from_record(read_result(args.results[0]).dataset).override(**spec.set_fields())]
     kw = dict(model_config=args.model_config, data_root=args.data_root, protocol=args.protocol,
-              dataset_options=options or None, label_field=label, settings=settings_from_args(HardnessSettings, args))
+              dataset_options=options or None, label_field=label, settings=settings)
     if len(data) * len(pairs) == 1:
         reports = [hardness(data[0], pairs[0][0], pretrained=pairs[0][1], output_dir=args.output, **kw)]
     else:

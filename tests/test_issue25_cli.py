@@ -268,8 +268,8 @@ def test_issue25_hardness_weights_never_pass_to_the_next_model(micro_config, tmp
             "--output", str(tmp_path / "out")]
     before = snapshot(tmp_path)
     assert main([*base, "--model", "hnb-micro", "--pretrained", "x.safetensors", "--model", "minilm"]) == 2
-    assert capsys.readouterr().err == ("hnbench: error: 1 --pretrained values for 2 --model values: give one per "
-                                       "--model, in order ('none' for a model without weights)\n")
+    assert capsys.readouterr().err == ("hnbench: error: 1 --pretrained values for 2 models: give one per --model, "
+                                       "in order ('none' for a model without weights)\n")
     assert main([*base, "--model", "hnb-micro", "--pretrained", "none", "--model", "hnb-micro", "--pretrained",
                  str(tmp_path / "gone.safetensors")]) == 2
     assert capsys.readouterr().err == f"hnbench: error: checkpoint not found: {tmp_path}/gone.safetensors\n"
@@ -301,3 +301,41 @@ def test_issue25_hardness_none_weights_run_and_a_failure_leaves_nothing(micro_co
     assert main([*base, "--model", "hnb-micro", "--model", "hnb-micro", "--pretrained", "none", "--pretrained",
                  "none", "--output", str(tmp_path / "two")]) == 130
     assert len(calls) == 2 and not (tmp_path / "two").exists() and snapshot(tmp_path) == before
+
+
+# --- docs ------------------------------------------------------------------------------------------------
+def _readme_block(heading: str) -> str:
+    text = (REPO / "README.md").read_text()
+    section = text[text.index(heading):]
+    return section[section.index("```python\n") + 10:section.index("\n```", section.index("```python\n"))]
+
+
+@pytest.mark.slow
+def test_issue25_readme_encoder_protocol_example_scores_a_custom_model(tmp_path, monkeypatch, capsys):
+    from hnbench.models.base import Encoder
+
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {"__name__": "readme_example"}
+    exec(compile(_readme_block("## Scoring your own model: the encoder protocol"), "README.md", "exec"), scope)
+    assert isinstance(scope["ColourEncoder"](), Encoder)  # the protocol, as documented
+    result = scope["result"]
+    assert result.model["arch"] == "colour-histogram" and result.dataset["name"] == "synthdense"
+    assert result.metrics["t2i"]["R@10"] > 10 * 100 * 10 / result.dataset["n_images"]  # ten times chance
+    assert Path(result.path).parent == tmp_path / "results" / "colours"
+    assert "| t2i" in capsys.readouterr().out
+
+
+def test_issue25_readme_documents_the_cpu_torch_install_and_keeps_its_two_commands():
+    from packaging.specifiers import SpecifierSet
+
+    text = (REPO / "README.md").read_text()
+    pinned = re.search(r"^torch==(\S+)$", (REPO / "constraints.txt").read_text(), re.M).group(1)
+    claim = re.search(r"since `torch==(\S+)` in `constraints.txt` is satisfied by `(\S+)\+cpu`", text)
+    assert claim and claim.groups() == (pinned, pinned)
+    assert SpecifierSet(f"=={pinned}").contains(f"{pinned}+cpu")  # so pip keeps the CPU build
+    assert (".venv/bin/pip install -c constraints.txt torch torchvision --index-url "
+            "https://download.pytorch.org/whl/cpu\n") in text
+    for command in ('python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e . && .venv/bin/hnbench demo',
+                    'python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e ".[dev]" && '
+                    '.venv/bin/python -m pytest'):
+        assert f"```bash\n{command}\n```" in text

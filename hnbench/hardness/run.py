@@ -211,19 +211,19 @@ NO_WEIGHTS = "none"  # a --pretrained value: this --model takes no weights (a ra
 
 
 def model_pairs(models: Sequence[Any], pretrained: Sequence[str | None] | None = None, *,
-                model_config: str | None = None) -> list[tuple[Any, str | None]]:
-    """The (model, weights) pairs of repeated ``--model`` / ``--pretrained`` values, each checked before any
-    loads (:func:`hnbench.models.check_model`): one model with several weights, or one weights value per model,
-    in order (:data:`NO_WEIGHTS` for a model without); weights never pass from one model to another."""
+                model_config: str | None = None, check: bool = True) -> list[tuple[Any, str | None]]:
+    """The (model, weights) pairs of repeated ``--model`` / ``--pretrained`` values, each checked (``check``)
+    before any loads (:func:`hnbench.models.check_model`): one model with several weights, or one weights value
+    per model, in order (:data:`NO_WEIGHTS` for a model without); weights never pass from one model to another."""
     models, weights = list(models), [None if p == NO_WEIGHTS else p for p in pretrained or []]
     if len(models) == 1 and len(weights) > 1:  # one architecture, several checkpoints
         models = models * len(weights)
     if not weights:
         weights = [None] * len(models)
     if len(weights) != len(models):
-        raise ConfigError(f"{len(weights)} --pretrained values for {len(models)} --model values: give one per "
-                          f"--model, in order ('{NO_WEIGHTS}' for a model without weights)")
-    for m, pt in zip(models, weights):
+        raise ConfigError(f"{len(weights)} --pretrained values for {len(models)} models: give one per --model, in "
+                          f"order ('{NO_WEIGHTS}' for a model without weights)")
+    for m, pt in zip(models if check else (), weights):
         if not isinstance(m, str):
             continue
         if m in TEXT_ENCODERS:
