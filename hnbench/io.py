@@ -391,7 +391,8 @@ def value_text(value: Any, digits: int | None = None, *, scale: float = 1.0, suf
                none: str = NO_VALUE) -> str:
     """``value`` as a person reads it, never a Python spelling: None and NaN are ``none`` ("–"), a number is
     ``scale · value`` with ``digits`` decimals (else its shortest form, ``12.0`` as ``12``) and ``suffix``,
-    a bool is ``true``/``false``, a sequence its items joined by spaces, anything else its text."""
+    a bool is ``true``/``false``, a sequence its items joined by spaces and a mapping ``key value, ...`` (an empty
+    one ``none``), anything else its text."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, numbers.Real):
@@ -403,8 +404,10 @@ def value_text(value: Any, digits: int | None = None, *, scale: float = 1.0, suf
         return (str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)) + suffix
     if value is None:
         return none
-    if isinstance(value, (list, tuple)):
-        return " ".join(value_text(v, digits, scale=scale, none=none) for v in value) + suffix
+    if isinstance(value, (list, tuple)):  # as a repeated flag takes them; none at all: ``none``
+        return " ".join(value_text(v, digits, scale=scale, none=none) for v in value) + suffix if value else none
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {value_text(v, digits, scale=scale, none=none)}" for k, v in value.items()) or none
     return str(value) + suffix
 
 

@@ -17,7 +17,6 @@ import pytest
 from conftest import assert_one_line_error, make_pairs, snapshot, write_jsonl
 
 from hnbench.cli import build_parser, main
-from hnbench.io import value_text
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,9 +35,12 @@ def _help(*argv: str) -> str:
 
 # --- raw Python values ---------------------------------------------------------------------------------
 def test_issue25_value_text_never_spells_python():
+    from hnbench.io import value_text
+
     assert [value_text(v) for v in (None, float("nan"), True, 12.0, 38.8, (0.0, 0.5, 1.0), "cpu")] == \
         ["–", "–", "true", "12", "38.8", "0 0.5 1", "cpu"]
     assert value_text(None, none="none") == "none" and value_text(0.1234, 1, scale=100, suffix="%") == "12.3%"
+    assert value_text((), none="none") == "none" and value_text({"used": True, "n": 0}) == "used true, n 0"
 
 
 def test_issue25_datasets_info_on_a_manifest_says_no_none(tmp_path, capsys):
@@ -152,12 +154,14 @@ def test_issue25_batch_size_means_the_encoder_batch_in_every_command(micro_confi
     assert new["settings"]["batch_size"] == old["settings"]["batch_size"] == 4
 
 
-@pytest.mark.parametrize("argv", [["-q", "cache", "ls"], ["cache", "-q", "ls"], ["cache", "ls", "-q"],
+@pytest.mark.parametrize("argv", [["cache", "-q", "ls"], ["cache", "ls", "-q"],
                                   ["datasets", "list", "--quiet"], ["eval", "-q", "--model", "m", "--dataset", "d",
                                                                     "--output", "o"]])
 def test_issue25_global_flags_before_or_after_the_subcommand(argv):
     args = build_parser().parse_args(argv)
     assert args.quiet is True and args.verbose is False
+    before = build_parser().parse_args(["-q", *(a for a in argv if a not in ("-q", "--quiet"))])
+    assert before.quiet is True and vars(before) == vars(args)  # one command, wherever the flag is
 
 
 def test_issue25_eval_q_after_the_subcommand_runs(scored, micro_config, tmp_path, capsys):
@@ -288,6 +292,10 @@ def test_issue25_hardness_none_weights_run_and_a_failure_leaves_nothing(micro_co
             "--n-batches", "2", "--in-batch-size", "4"]
     assert main([*base, "--model", "hnb-micro", "--pretrained", "none", "--output", str(tmp_path / "ok")]) == 0
     assert json.loads((tmp_path / "ok" / "hardness.json").read_text())["encoder"]["pretrained"] is None
+    settings_block = (tmp_path / "ok" / "report.md").read_text().split("## Settings")[1]
+    assert "\nlabel_field: none\n" in settings_block  # was "label_field: None"
+    assert "None" not in settings_block and "True" not in settings_block and "{" not in settings_block
+    assert "\nedges: 0 0.5 0.7 0.8 0.9 1\n" in settings_block
     real, calls = run.hardness, []
 
     def second_fails(*a, **k):  # the second model's run fails after the first finished
@@ -321,7 +329,7 @@ def test_issue25_readme_encoder_protocol_example_scores_a_custom_model(tmp_path,
     result = scope["result"]
     assert result.model["arch"] == "colour-histogram" and result.dataset["name"] == "synthdense"
     assert result.metrics["t2i"]["R@10"] > 10 * 100 * 10 / result.dataset["n_images"]  # ten times chance
-    assert Path(result.path).parent == tmp_path / "results" / "colours"
+    assert Path(result.path).resolve().parent == tmp_path.resolve() / "results" / "colours"
     assert "| t2i" in capsys.readouterr().out
 
 
