@@ -53,7 +53,7 @@ from hnbench.io import DIGEST_BYTES, atomic_write_bytes, content_digest
 from hnbench.paths import cache_dir
 
 __all__ = ["MARKER", "CacheStats", "CorruptShardError", "EmbeddingCache", "ShardStore", "check_root", "clear",
-           "default_root", "disk_usage", "list_models", "model_spec", "plan_clear"]
+           "default_root", "disk_usage", "generated_data", "list_models", "model_spec", "plan_clear"]
 
 logger = logging.getLogger(__name__)
 
@@ -480,6 +480,22 @@ def list_models(root: str | Path | None = None) -> list[dict[str, Any]]:
                     pass
             row[f"{kind}_items"], row[f"{kind}_shards"] = n, len(shards)
         rows.append(row)
+    return rows
+
+
+GENERATED = ("synthdense",)  # data sets hnbench generates into its cache folder, beside embeddings/
+
+
+def generated_data(base: str | Path | None = None) -> list[dict[str, Any]]:
+    """The data sets hnbench generated in its cache folder ``base`` (default :func:`hnbench.paths.cache_dir`;
+    ``<base>/synthdense/<fingerprint>``): name, path, images (the files of its splits' ``images/``) and bytes.
+    They are not embeddings: ``hnbench cache clear`` leaves them."""
+    folder = Path(base) if base is not None else cache_dir()
+    rows = []
+    for name in GENERATED:
+        for d in sorted(p for p in (folder / name).glob("*") if p.is_dir() and not p.is_symlink()):
+            images = sum(1 for p in d.glob("*/images/*") if _plain_file(p))
+            rows.append({"name": f"{name}/{d.name}", "path": str(d), "images": images, "bytes": _size(d)})
     return rows
 
 

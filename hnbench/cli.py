@@ -19,7 +19,14 @@ from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import human_bytes
 from hnbench.registry import RECIPES, TASKS, TEXT_ENCODERS
-from hnbench.settings import BrowseSettings, CompareSettings, EvalSettings, HardnessSettings, field_types
+from hnbench.settings import (
+    BrowseSettings,
+    CompareSettings,
+    EvalSettings,
+    HardnessSettings,
+    field_types,
+    negated_help,
+)
 from hnbench.sidecars.options import SegmentsSettings
 from hnbench.specs import DataSpec, ModelSpec
 from hnbench.train.config import TrainConfig, load_recipe
@@ -62,8 +69,6 @@ def spec_from_args(cls: type[_T], args: argparse.Namespace, **given: Any) -> _T:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hnbench", description=__doc__)
     parser.add_argument("--version", action="version", version=f"hnbench {__version__}")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars, warnings only")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
     ev = sub.add_parser("eval", help="score a model on an image–caption set (R@K both directions)")
@@ -92,7 +97,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare_parser(sub)
     _add_browse_parser(sub)
     _add_segments_parser(sub)
+    _add_global_flags(parser)
     return parser
+
+
+def _add_global_flags(p: argparse.ArgumentParser, *, top: bool = True) -> None:
+    """-q / -v on ``p`` and on every subcommand below it, so ``hnbench -q eval`` and ``hnbench eval -q`` are one
+    command (below the top the default is "not given", so a subcommand never resets a flag given before it)."""
+    default: Any = False if top else argparse.SUPPRESS
+    p.add_argument("-q", "--quiet", action="store_true", default=default, help="no progress bars, warnings only")
+    p.add_argument("-v", "--verbose", action="store_true", default=default, help="debug logging")
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # an alias maps to the same parser
+                _add_global_flags(child, top=False)
 
 
 # --- datasets (benchmarks) -------------------------------------------------------------------------
@@ -208,7 +226,9 @@ def _add_hardness_parser(sub: _Subparsers) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--model", action="append", required=True,
                    help=f"a model as for eval, or a text-only encoder: {TEXT_ENCODERS.describe()}; repeat to compare")
-    g.add_argument("--pretrained", action="append", help="weights for each --model (one, or one per model)")
+    g.add_argument("--pretrained", action="append",
+                   help="weights of each --model, in order ('none': that model has none); several for one --model: "
+                        "each is measured")
     _add_spec_args(p, required=False)  # --dataset, --model and --pretrained are the ones above (repeatable)
     p.add_argument("--output", required=True, help="directory for hardness.json, plots/, report.md")
     _add_settings_args(p, HardnessSettings)
@@ -217,8 +237,11 @@ def _add_hardness_parser(sub: _Subparsers) -> None:
 
 def _run_hardness(args: argparse.Namespace) -> int:
     from hnbench.hardness.captions import load_captions
-    from hnbench.hardness.run import hardness, hardness_many
+    from hnbench.hardness.run import hardness, hardness_many, model_pairs
 
+    settings = settings_from_args(HardnessSettings, args)
+    settings.validate(args.output)  # the flags first; several models: every (model, weights) pair before any loads
+    pairs = model_pairs(args.model, args.pretrained, model_config=args.model_config, check=len(args.model) > 1)
     label = None if args.label_field == "none" else args.label_field
     spec = spec_from_args(DataSpec, args, dataset=None)  # the data flags, for each --dataset
     options = {k: v for k, v in spec.set_fields().items() if k not in ("data_root", "protocol")}
@@ -237,12 +260,12 @@ def _run_hardness(args: argparse.Namespace) -> int:
 
         data = [DataSpec.from_record(read_result(args.results[0]).dataset).override(**spec.set_fields())]
     kw = dict(model_config=args.model_config, data_root=args.data_root, protocol=args.protocol,
-              dataset_options=options or None, label_field=label, settings=settings_from_args(HardnessSettings, args))
-    if len(data) * max(len(args.model), len(args.pretrained or [])) == 1:
-        reports = [hardness(data[0], args.model[0], pretrained=(args.pretrained or [None])[0],
-                            output_dir=args.output, **kw)]
+              dataset_options=options or None, label_field=label, settings=settings)
+    if len(data) * len(pairs) == 1:
+        reports = [hardness(data[0], pairs[0][0], pretrained=pairs[0][1], output_dir=args.output, **kw)]
     else:
-        reports = hardness_many(data, args.model, pretrained=args.pretrained, output_dir=args.output, **kw)
+        reports = hardness_many(data, [m for m, _ in pairs], pretrained=[p for _, p in pairs], output_dir=args.output,
+                                **kw)
     for r in reports:
         t = r.text
         assert t.buckets is not None  # the text statistics always carry the in-batch buckets
@@ -270,6 +293,11 @@ def _add_cache_parser(sub: _Subparsers) -> None:
         c.set_defaults(handler=_run_cache)
 
 
+def _weights(row: dict[str, Any]) -> str:
+    """The weights column of ``cache ls``: the pretrained tag or file, "random init" where the model had none."""
+    return str(row["pretrained"]) if row["pretrained"] else "random init" if row["arch"] else "–"
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
@@ -281,16 +309,23 @@ def _run_cache(args: argparse.Namespace) -> int:
         raise ConfigError("--cache-dir is empty (an unset variable?): name the cache folder, or leave the flag out "
                           "for the default one")
     root = args.cache_dir or cache.default_root()
+    generated = [] if args.cache_dir else cache.generated_data()  # in the hnbench cache folder, beside root
     if args.cache_command == "ls":
         rows = cache.list_models(root)
-        print(tabulate([[r["key"], r["arch"], r["pretrained"] or "", (r["fingerprint"] or "")[:16], r["precision"],
+        print(tabulate([[r["key"], r["arch"], _weights(r), (r["fingerprint"] or "")[:16], r["precision"],
                          r["context_length"], r["image_items"], r["text_items"], human_bytes(r["bytes"])] for r in rows],
                        headers=["key", "arch", "weights", "fingerprint", "precision", "ctx", "images", "texts",
                                 "size"]) if rows else f"no cached embeddings in {root}")
+        for g in generated:
+            print(f"generated data {g['name']}: {g['images']:,} images, {human_bytes(g['bytes'])} in {g['path']} "
+                  "(not embeddings: cache clear keeps it)")
     elif args.cache_command == "du":
         for name, size in cache.disk_usage(root).items():
             print(f"{human_bytes(size):>10}  {name}")
         print(f"({root})")
+        for g in generated:
+            print(f"{human_bytes(g['bytes']):>10}  generated data {g['name']} ({g['images']:,} images; "
+                  f"cache clear keeps it)")
     else:
         plan = cache.plan_clear(root, models=args.model, kind=args.kind)
         if not plan:
@@ -336,6 +371,7 @@ def _add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = 
         kind = kinds[f.name][0]  # X | None → X
         origin = typing.get_origin(kind)
         if kind is bool and default is True:
+            kw["help"] = negated_help(meta).replace("%", "%%")
             group.add_argument("--no-" + flag[2:], action="store_const", const=False,
                                default=None if sparse else True, **kw)
             continue
@@ -360,6 +396,21 @@ def _add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = 
         if f.name in required:
             kw["required"] = True
         group.add_argument(flag, default=None if sparse else default, **kw)
+        if meta.get("renamed_from"):  # the former spelling: the same option, with a deprecation line
+            group.add_argument(meta["renamed_from"], **{**kw, "help": argparse.SUPPRESS, "required": False,
+                                                        "action": _renamed(flag)})
+
+
+def _renamed(flag: str) -> type[argparse.Action]:
+    """An argparse action storing a value given under a flag's former name, with a line saying its new one."""
+
+    class Renamed(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                     option_string: str | None = None) -> None:
+            print(f"hnbench: warning: {option_string} is now {flag} here (the old spelling will go)", file=sys.stderr)
+            setattr(namespace, self.dest, values)
+
+    return Renamed
 
 
 def _group(p: argparse.ArgumentParser, title: str) -> argparse._ArgumentGroup:

@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import logging
+import numbers
 import os
 import re
 import stat
@@ -22,10 +23,10 @@ from typing import Any
 
 from hnbench.errors import ConfigError, DataError, HnbenchError
 
-__all__ = ["DIGEST_BYTES", "MAX_JSON_BYTES", "MAX_TABLE_BYTES", "atomic_write_bytes", "check_output", "content_digest",
-           "csv_bytes", "csv_cell", "csv_frame", "file_beside", "file_digests", "human_bytes", "is_record", "loads_json",
+__all__ = ["DIGEST_BYTES", "MAX_JSON_BYTES", "MAX_REPORTED", "Problems", "MAX_TABLE_BYTES", "atomic_write_bytes", "check_output", "content_digest",
+           "csv_bytes", "csv_cell", "csv_frame", "file_beside", "file_digests", "follow_umask", "human_bytes", "is_record", "loads_json",
            "markdown_code", "markdown_text", "process_umask", "read_json_untrusted", "read_rows", "read_text_utf8",
-           "read_untrusted", "record_output", "script_json", "sha256_file", "write_temp"]
+           "read_untrusted", "record_output", "script_json", "sha256_file", "value_text", "write_temp"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,12 @@ def process_umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def follow_umask(path: str | Path) -> None:
+    """Give ``path`` the mode a plain ``open`` would under the umask (a writer such as safetensors' creates its
+    files 0600, so a colleague could not read a checkpoint every other output lets them read)."""
+    os.chmod(path, 0o666 & ~process_umask())
 
 
 def write_temp(path: Path, data: bytes) -> str:
@@ -112,9 +119,49 @@ def read_text_utf8(path: Path) -> str:
                         f"save the file as UTF-8") from None
 
 
-def read_rows(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
-    """The rows of a ``.csv``/``.tsv`` (with a header) or JSONL file (one object a line) and the line of each."""
+MAX_REPORTED = 10  # problems named in one error line; the rest are counted
+
+
+class Problems:
+    """The bad rows or items of one input, collected and then raised together as one line (each with its file
+    and line where known, the first :data:`MAX_REPORTED` named, the rest counted), so a file is fixed in one
+    pass rather than one error per rerun."""
+
+    def __init__(self, what: str):
+        self.what, self.items, self.droppable = what, list[tuple[str | None, str]](), 0
+
+    def add(self, where: str | None, problem: str, *, droppable: bool = False) -> None:
+        """One problem at ``where`` (``path:line``; None: the input as a whole); ``droppable``: ``--skip-invalid``
+        would drop the item instead."""
+        self.items.append((where, problem))
+        self.droppable += droppable
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def check(self) -> None:
+        """Raise the problems collected, if any, as one :class:`DataError` line."""
+        n = len(self.items)
+        if not n:
+            return
+        hint = "" if not self.droppable else " (pass --skip-invalid to drop it)" if n == 1 else \
+            " (pass --skip-invalid to drop the unusable items)"
+        if n == 1:
+            where, problem = self.items[0]
+            raise DataError(f"{where or self.what}: {problem}{hint}")
+        named = "; ".join(f"{w}: {p}" if w else p for w, p in self.items[:MAX_REPORTED])
+        more = f"; and {n - MAX_REPORTED} more" if n > MAX_REPORTED else ""
+        raise DataError(f"{self.what}: {n} problems: {named}{more}{hint}")
+
+
+def read_rows(path: Path, problems: Problems | None = None) -> tuple[list[dict[str, Any]], list[int]]:
+    """The rows of a ``.csv``/``.tsv`` (with a header) or JSONL file (one object a line) and the line of each.
+
+    A malformed line is added to ``problems`` and left out (without ``problems``: all of them are raised
+    together at the end, :class:`Problems`)."""
     text = read_text_utf8(path)
+    own = problems is None
+    problems = Problems(str(path)) if problems is None else problems
     rows: list[dict[str, Any]] = []
     lines: list[int] = []
     if path.suffix in (".csv", ".tsv"):
@@ -123,22 +170,26 @@ def read_rows(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
         for row in reader:
             n = reader.line_num
             if None in row or any(v is None for v in row.values()):
-                raise DataError(f"{path}:{n}: row has a different number of fields than the header "
-                                f"{reader.fieldnames}")
+                problems.add(f"{path}:{n}", f"row has a different number of fields than the header {reader.fieldnames}")
+                continue
             rows.append(row)
             lines.append(n)
-        return rows, lines
-    for n, line in enumerate(text.split("\n"), start=1):  # not splitlines(): U+2028, U+0085 may be in a string
-        if not line.strip():
-            continue
-        try:
-            row = loads_json(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{n}: not valid JSON ({e.msg})") from e
-        if not isinstance(row, dict):
-            raise DataError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-        lines.append(n)
+    else:
+        for n, line in enumerate(text.split("\n"), start=1):  # not splitlines(): U+2028, U+0085 may be in a string
+            if not line.strip():
+                continue
+            try:
+                row = loads_json(line)
+            except json.JSONDecodeError as e:
+                problems.add(f"{path}:{n}", f"not valid JSON ({e.msg})")
+                continue
+            if not isinstance(row, dict):
+                problems.add(f"{path}:{n}", f"expected a JSON object, got {type(row).__name__}")
+                continue
+            rows.append(row)
+            lines.append(n)
+    if own:
+        problems.check()
     return rows, lines
 
 
@@ -333,6 +384,31 @@ def file_beside(json_path: str | Path, name: object, what: str, *, error: type[H
 _MARKDOWN_SPECIAL = re.compile(r"[\\`*<>|&~]|_+|(?<=\])\(")
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+NO_VALUE = "–"  # what a page, report or console line shows where a value is missing or undefined
+
+
+def value_text(value: Any, digits: int | None = None, *, scale: float = 1.0, suffix: str = "",
+               none: str = NO_VALUE) -> str:
+    """``value`` as a person reads it, never a Python spelling: None and NaN are ``none`` ("–"), a number is
+    ``scale · value`` with ``digits`` decimals (else its shortest form, ``12.0`` as ``12``) and ``suffix``,
+    a bool is ``true``/``false``, a sequence its items joined by spaces and a mapping ``key value, ...`` (an empty
+    one ``none``), anything else its text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, numbers.Real):
+        x = scale * float(value)
+        if x != x:
+            return none
+        if digits is not None:
+            return f"{x:.{digits}f}{suffix}"
+        return (str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)) + suffix
+    if value is None:
+        return none
+    if isinstance(value, (list, tuple)):  # as a repeated flag takes them; none at all: ``none``
+        return " ".join(value_text(v, digits, scale=scale, none=none) for v in value) + suffix if value else none
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {value_text(v, digits, scale=scale, none=none)}" for k, v in value.items()) or none
+    return str(value) + suffix
 
 
 def markdown_text(value: object) -> str:

@@ -479,6 +479,7 @@ def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, si
     out: pd.DataFrame = t[cols].copy()
     if task is not None and task.name != "retrieval":  # a retrieval row keeps the columns it always had
         out.insert(0, "task", task.name)
+    out["rank"] = out["rank"].astype("Int64")  # "1", not pandas' float rank "1.0" (empty where unranked)
     out[metrics] = out[metrics].round(2)
     if base is not None:
         for col in metrics:

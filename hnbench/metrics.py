@@ -78,9 +78,10 @@ def _check_ks(ks: Sequence[int]) -> list[int]:
 
 
 def recall_at_k(ranks: npt.ArrayLike, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
-    """R@K = 100 * #{q : rank_q <= K} / N, in percent."""
+    """R@K = 100 * #{q : rank_q <= K} / N, in percent (one division of integers, so 97 of 250 is 38.8, not
+    the 38.800000000000004 of 100 · 0.388)."""
     r = _as_ranks(ranks)
-    return {f"R@{k}": float(100.0 * np.mean(r <= k)) for k in _check_ks(ks)}
+    return {f"R@{k}": 100 * int(np.count_nonzero(r <= k)) / r.size for k in _check_ks(ks)}
 
 
 def rank_summary(ranks: npt.ArrayLike) -> dict[str, float]:

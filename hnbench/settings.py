@@ -32,15 +32,15 @@ from hnbench.validate import (
 )
 
 __all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "check_declared", "from_options", "identity_fields",
-           "option", "option_help", "resume_free", "same_as"]
+           "negated_help", "option", "option_help", "resume_free", "same_as"]
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None = None, flag: str | None = None,
            choices: Sequence[str] | None = None, cli: bool = True, record: bool | str = False,
            resume_free: bool = False, identity: bool = False, sep: str | None = None, minimum: float | None = None,
            above: float | None = None, maximum: float | None = None, below: float | None = None,
-           reads: Sequence[str] | None = None, default_factory: Any = dataclasses.MISSING,
-           **argparse_extra: Any) -> Any:
+           reads: Sequence[str] | None = None, default_factory: Any = dataclasses.MISSING, off: str | None = None,
+           renamed_from: str | None = None, **argparse_extra: Any) -> Any:
     """A dataclass field with the metadata the CLI, resume check and result record read.
 
     ``flag`` defaults to ``--field-name`` (a bool whose default is True becomes ``--no-<flag>``);
@@ -53,10 +53,12 @@ def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None =
     a float field (always a finite number) lies within ``minimum``/``maximum`` (inclusive) and
     ``above``/``below`` (exclusive), where declared (checked by :func:`check_minimums`); ``choices`` are
     the only values a field takes (checked by :func:`check_choices`, None allowed where it is the default);
-    ``reads``: the kinds of data that read a data field (:class:`hnbench.specs.DataSpec`); other keywords
-    (nargs, const, metavar) go to argparse as they are.
+    ``reads``: the kinds of data that read a data field (:class:`hnbench.specs.DataSpec`); ``off``: for a bool
+    that is on by default, what its ``--no-<flag>`` does (``help`` says what the option does when on; the
+    flag's help is generated from both, :func:`negated_help`); ``renamed_from``: the flag's former spelling,
+    still accepted with a deprecation line; other keywords (nargs, const, metavar) go to argparse as they are.
     """
-    meta = {"help": help, "group": group, "flag": flag, "choices": tuple(choices) if choices else None,
+    meta = {"help": help, "off": off, "renamed_from": renamed_from, "group": group, "flag": flag, "choices": tuple(choices) if choices else None,
             "cli": cli, "record": record, "resume_free": resume_free, "identity": identity, "sep": sep,
             "minimum": minimum, "above": above, "maximum": maximum, "below": below,
             "reads": tuple(reads) if reads else None, "argparse": argparse_extra}
@@ -73,6 +75,13 @@ def same_as(cls: type, name: str, default: Any = dataclasses.MISSING, **changes:
     if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=f.default_factory, metadata=meta)
     return dataclasses.field(default=f.default if default is dataclasses.MISSING else default, metadata=meta)
+
+
+def negated_help(meta: Mapping[str, Any]) -> str:
+    """The help of a default-on bool's ``--no-<flag>`` (``meta``: its field's metadata): what that flag does
+    (``off``), then what the option does when left on."""
+    off = meta.get("off") or "turn this off"
+    return f"{off} (without it: {meta['help']})"
 
 
 def option_help(cls: type, name: str) -> str:
@@ -200,7 +209,7 @@ class EvalSettings:
     ks: tuple[int, ...] = option(DEFAULT_KS, group="evaluation", record=True, identity=True, flag="--k",
                                  help="recall cut-offs")
     ci: bool = option(True, group="evaluation", record=True, identity=True,
-                      help="bootstrap confidence intervals of R@K (on by default; --no-ci skips them)")
+                      help="bootstrap confidence intervals of R@K", off="skip the confidence intervals")
     seed: int = option(0, group="evaluation", record="if_set", identity=True, minimum=0,
                        help="seed of the bootstrap resampling (default 0)")
     templates: str = option("openai", group="evaluation", record="if_set", identity=True,
@@ -220,8 +229,8 @@ class EvalSettings:
     context_length: int | None = option(None, minimum=1, group="model", help="text context length (default: the model's)")
     skip_invalid: bool = option(False, group="data",
                                 help="drop and count missing/corrupt images and empty captions instead of failing")
-    use_cache: bool = option(True, group="evaluation", flag="--cache",
-                             help="read and write the embedding cache (on by default; --no-cache: neither)")
+    use_cache: bool = option(True, group="evaluation", flag="--cache", help="read and write the embedding cache",
+                             off="neither read nor write the embedding cache: encode everything")
     cache_dir: str | None = option(None, group="evaluation",
                                    help="embedding cache directory (default: $HNBENCH_CACHE/embeddings, else "
                                         "$XDG_CACHE_HOME/hnbench/embeddings, else ~/.cache/hnbench/embeddings)")
@@ -265,7 +274,8 @@ class HardnessSettings:
 
     device: str = option("cpu", group="model", help="cpu or cuda (default: cpu)")
     context_length: int | None = same_as(EvalSettings, "context_length", identity=True)
-    batch_size: int = option(128, group="statistics", identity=True, minimum=1, help="B of the in-batch negative buckets (default 128)")
+    batch_size: int = option(128, group="statistics", identity=True, minimum=1, flag="--in-batch-size",
+                             renamed_from="--batch-size", help="B of the in-batch negative buckets (default 128)")
     n_batches: int = option(200, group="statistics", identity=True, minimum=1, help="random batches to average (default 200)")
     edges: tuple[float, ...] = option(DEFAULT_EDGES, group="statistics", identity=True,
                                       help="similarity bucket edges (default 0 0.5 0.7 0.8 0.9 1)")
@@ -278,7 +288,8 @@ class HardnessSettings:
                                  help="pairs sampled beyond --exact-max")
     seed: int = option(0, group="statistics", identity=True, help="seed of the sampled pairs and batches (default 0)")
     images: bool = option(True, group="statistics", identity=True,
-                          help="measure the image side too where images exist (--no-images: text side only)")
+                          help="measure the image side too where images exist",
+                          off="measure the text side only")
     results: tuple[str, ...] = option((), group="statistics", identity=True, action="append", metavar="FILE",
                                       help="an eval result JSON of this dataset: R@1 by hardness and the model's "
                                            "confusions; repeatable")
@@ -286,8 +297,7 @@ class HardnessSettings:
                          help="pairs / wrong queries listed in the report (default 10)")
     encode_batch_size: int = option(64, minimum=1, help="images per encoder batch (captions: at least 64)")
     num_workers: int | None = option(None, minimum=0, help="image decoding workers")
-    use_cache: bool = option(True, flag="--cache",
-                             help="read and write the embedding cache (on by default; --no-cache: neither)")
+    use_cache: bool = same_as(EvalSettings, "use_cache", group=None)
     overwrite: bool = option(False, help="replace a report made from other data, model or statistics settings "
                                           "(a rerun from the same inputs replaces its own)")
     progress: bool = option(True, cli=False, help="progress bars (the CLI's -q turns them off)")

@@ -64,7 +64,7 @@ def test_bad_eval_argument_is_one_line_before_loading(capsys, tmp_path, bad, nam
     assert out == "" and not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("bad,name", [(["--device", "tpu"], "--device"), (["--batch-size", "0"], "--batch-size"),
+@pytest.mark.parametrize("bad,name", [(["--device", "tpu"], "--device"), (["--in-batch-size", "0"], "--in-batch-size"),
                                       (["--encode-batch-size", "-3"], "--encode-batch-size"),
                                       (["--edges", "0.5", "0.2"], "--edges"), (["--threshold", "7"], "--threshold"),
                                       (["--context-length", "0"], "--context-length")])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import re
@@ -15,7 +16,7 @@ from hnbench.data import load_dataset
 from hnbench.errors import ConfigError
 from hnbench.evaluate import evaluate, run_evaluation
 from hnbench.models import load_model
-from hnbench.settings import EvalSettings, HardnessSettings, check_minimums, field_types
+from hnbench.settings import EvalSettings, HardnessSettings, check_minimums, field_types, negated_help
 from hnbench.train.config import TrainConfig
 
 
@@ -25,8 +26,13 @@ def _subparser(name: str):
     return parser, sub.choices[name]
 
 
+def _declared_help(action, meta) -> str:
+    """The help a flag is generated with: the declared one, or for ``--no-X`` what that flag does (issue 25)."""
+    return negated_help(meta) if action.option_strings[0].startswith("--no-") else meta["help"]
+
+
 def _by_dest(p) -> dict:
-    return {a.dest: a for a in p._actions}
+    return {a.dest: a for a in p._actions if a.help != argparse.SUPPRESS}  # not a renamed flag's old spelling
 
 
 @pytest.mark.parametrize("command", ["eval", "demo"])
@@ -39,8 +45,8 @@ def test_every_eval_setting_is_a_flag_with_its_help(command):
     for f in flagged:
         assert f.name in actions, f"--{f.name} missing on hnbench {command}"
         action = actions[f.name]
-        assert action.help.replace("%%", "%") == f.metadata["help"]
         assert action.option_strings and action.option_strings[0].startswith("--")
+        assert action.help.replace("%%", "%") == _declared_help(action, f.metadata)
         if f.metadata["choices"]:
             assert list(action.choices) == list(f.metadata["choices"])
     assert actions["ks"].option_strings == ["--k"] and actions["ci"].option_strings == ["--no-ci"]
@@ -136,7 +142,7 @@ def test_train_flags_come_from_train_config_fields(tmp_path):
         action = actions[f.name]
         assert action.default is None, f"--{f.name} would override a recipe's {f.name} unasked"
         if f.name not in ("model", "pretrained", "model_config", "dataset", "data_root", "protocol"):  # shared
-            assert action.help == f.metadata["help"]
+            assert action.help == _declared_help(action, f.metadata)
         if f.metadata["choices"]:
             assert list(action.choices) == list(f.metadata["choices"])
     # recipe keys are field names
@@ -167,7 +173,7 @@ def test_every_hardness_setting_is_a_flag_and_the_cli_matches_python(tmp_path):
     actions = _by_dest(p)
     for f in dataclasses.fields(HardnessSettings):
         if f.metadata["cli"]:
-            assert actions[f.name].help.replace("%%", "%") == f.metadata["help"]
+            assert actions[f.name].help.replace("%%", "%") == _declared_help(actions[f.name], f.metadata)
     base = ["hardness", "--dataset", "d", "--model", "m", "--output", str(tmp_path)]
     assert parser.parse_args(base) is not None
     from hnbench.cli import settings_from_args

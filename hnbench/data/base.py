@@ -21,7 +21,7 @@ import numpy as np
 from PIL import Image
 
 from hnbench.errors import DataError, ImageLoadError
-from hnbench.io import content_digest, file_digests
+from hnbench.io import Problems, content_digest, file_digests
 from hnbench.paths import cache_dir
 
 logger = logging.getLogger(__name__)
@@ -320,26 +320,34 @@ def build_dataset(
     source: str | None = None,
     meta: dict[str, Any] | None = None,
     keep_empty: bool = False,
+    where: Sequence[str] | None = None,
+    problems: Problems | None = None,
 ) -> ImageTextDataset:
     """Group ``(image_id, image_ref, captions)`` records into a dataset, validating as it goes.
 
     Records with the same image id are merged (their captions concatenated, in order). An empty or
     non-text (e.g. numeric) caption or a missing image file is an error naming the item, or — with
     ``skip_invalid`` — the item is dropped and counted once in ``dataset.skipped``; ``keep_empty``
-    keeps empty captions (a benchmark protocol whose reference loader queries with them).
-    ``make_source(refs, ids)`` builds the :class:`ImageSource` for the surviving images.
+    keeps empty captions (a benchmark protocol whose reference loader queries with them). Every such error
+    is reported together (:class:`hnbench.io.Problems`; ``problems``: the caller's, holding what it found
+    first), each at its record's ``where`` (``path:line``) where given. ``make_source(refs, ids)`` builds the
+    :class:`ImageSource` for the surviving images.
     """
+    problems = problems if problems is not None else Problems(name)
     order: list[str] = []
     refs: dict[str, str] = {}
     caps: dict[str, list[str]] = {}
+    at: dict[str, str | None] = {}  # image id → where its first record is
+    reported: set[str] = set()  # images with a caption problem already reported
     skipped: dict[str, list[str]] = {}
-    for image_id, ref, texts in records:
+    for k, (image_id, ref, texts) in enumerate(records):
+        here = where[k] if where is not None else None
         if image_id in refs and refs[image_id] != ref:
-            raise DataError(f"{name}: image id {image_id!r} refers to two files: {refs[image_id]!r} and {ref!r}")
+            problems.add(here, f"image id {image_id!r} refers to two files: {refs[image_id]!r} and {ref!r}")
+            continue
         if image_id not in refs:
             order.append(image_id)
-            refs[image_id] = ref
-            caps[image_id] = []
+            refs[image_id], caps[image_id], at[image_id] = ref, [], here
         for text in texts:
             problem = _caption_problem(text)
             if problem and problem.startswith("empty caption") and keep_empty and isinstance(text, str):
@@ -348,7 +356,9 @@ def build_dataset(
                 if skip_invalid:
                     skipped.setdefault(problem.split(" (")[0], []).append(image_id)
                     continue
-                raise DataError(f"{name}: {problem} for image {image_id!r} (pass --skip-invalid to drop it)")
+                problems.add(here, f"{problem} for image {image_id!r}", droppable=True)
+                reported.add(image_id)
+                continue
             caps[image_id].append(text)
     counted = {i for ids in skipped.values() for i in ids}
     kept = []
@@ -359,20 +369,23 @@ def build_dataset(
             if skip_invalid:
                 skipped.setdefault("image without caption", []).append(image_id)
                 continue
-            raise DataError(f"{name}: image {image_id!r} has no caption (pass --skip-invalid to drop it)")
+            if image_id not in reported:
+                problems.add(at[image_id], f"image {image_id!r} has no caption", droppable=True)
+            continue
         kept.append(image_id)
     src = make_source([refs[i] for i in kept], kept)
     if isinstance(src, FileImages):
         missing = src.missing()
         if missing and not skip_invalid:
-            i = missing[0]
-            raise DataError(f"{name}: image {src.ids[i]!r} not found at {src.paths[i]} "
-                            f"({len(missing)} missing; pass --skip-invalid to drop them)")
+            for i in missing:
+                problems.add(at[src.ids[i]], f"image {src.ids[i]!r} not found at {src.paths[i]}", droppable=True)
+        problems.check()  # before the missing files are counted as skipped: they were reported
         if missing:
             skipped.setdefault("missing image", []).extend(src.ids[i] for i in missing)
             gone = set(missing)
             kept = [x for k, x in enumerate(kept) if k not in gone]
             src = src.subset([k for k in range(len(src)) if k not in gone])
+    problems.check()
     captions, caption_ids, caption_image = [], [], []
     for k, image_id in enumerate(kept):
         many = len(caps[image_id]) > 1

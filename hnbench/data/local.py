@@ -21,7 +21,7 @@ from typing import Any
 
 from hnbench.data.base import FileImages, HFImages, ImageTextDataset, build_dataset, check_inside
 from hnbench.errors import DataError
-from hnbench.io import read_rows
+from hnbench.io import Problems, read_rows
 
 logger = logging.getLogger(__name__)
 
@@ -77,27 +77,36 @@ def load_manifest(
     path = Path(path)
     if not path.is_file():
         raise DataError(f"manifest not found: {path}")
-    rows, lines = read_rows(path)
+    problems = Problems(str(path))  # every bad row, with its line, in one error (read, then each row's values)
+    rows, lines = read_rows(path, problems)
     if not rows:
+        problems.check()
         raise DataError(f"{path}: manifest has no rows")
     columns = sorted(set().union(*(r.keys() for r in rows)))
     img_col = _pick(columns, image_column, IMAGE_COLUMNS, "image", str(path))
     cap_col = _pick(columns, caption_column, CAPTION_COLUMNS, "caption", str(path))
     base = Path(base_dir) if base_dir is not None else path.parent
     _warn_duplicates(path, rows, lines)
-    records = []
+    records, where = [], []
     for n, row in zip(lines, rows):
         ref = row.get(img_col)
         if not isinstance(ref, str) or not ref:
-            raise DataError(f"{path}:{n}: row has no {img_col!r} value")
+            problems.add(f"{path}:{n}", f"row has no {img_col!r} value")
+            continue
         if not allow_outside_paths:
-            check_inside(base, ref, f"{path}:{n}", "this manifest")
+            try:
+                check_inside(base, ref, f"{path}:{n}", "this manifest")
+            except DataError as e:
+                problems.add(None, str(e))
+                continue
         texts = row.get(cap_col)
         texts = texts if isinstance(texts, list) else [texts if texts is not None else ""]
         image_id = str(row["id"]) if row.get("id") not in (None, "") else ref
         records.append((image_id, str(base / ref), texts))
+        where.append(f"{path}:{n}")
     return build_dataset(name or path.stem, records, make_source=FileImages, skip_invalid=skip_invalid,
-                         source=str(path), meta={"format": "manifest", "columns": [img_col, cap_col]})
+                         source=str(path), meta={"format": "manifest", "columns": [img_col, cap_col]},
+                         where=where, problems=problems)
 
 
 def load_imagefolder(directory: str | Path, **kwargs: Any) -> ImageTextDataset:

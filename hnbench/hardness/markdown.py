@@ -11,7 +11,7 @@ from tabulate import tabulate
 from hnbench import textdiff
 from hnbench.hardness.schema import HardnessReport, Pair, PairList
 from hnbench.hardness.stats import Distribution
-from hnbench.io import markdown_code, markdown_text
+from hnbench.io import markdown_code, markdown_text, value_text
 
 
 def highlight(a: str, b: str) -> tuple[str, str]:
@@ -48,14 +48,11 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def _f(v: Any, nd: int = 3) -> str:
-    try:
-        return "–" if v is None or v != v else f"{v:.{nd}f}"
-    except (TypeError, ValueError):
-        return str(v)
+    return value_text(v, nd)
 
 
 def _pct(v: Any, nd: int = 1) -> str:
-    return "–" if v is None or v != v else f"{100 * v:.{nd}f}%"
+    return value_text(v, nd, scale=100, suffix="%")
 
 
 def _dist_row(name: str, d: Distribution) -> dict[str, str]:
@@ -177,7 +174,7 @@ def render_report(r: HardnessReport, *, n_show: int = 10) -> str:
                     "— similarity", f"(rank {w.rank}, hardness {w.hardness:.3f}) — caption similarity"), ""]
         if rec.file:
             md += [f"All errors: [{markdown_code(rec.file)}]({rec.file})", ""]
-    md += ["## Settings", "", "```", *(f"{k}: {' '.join(str(v).splitlines())}" for k, v in st.items()), "```", ""]
+    md += ["## Settings", "", "```", *(f"{k}: {' '.join(value_text(v, none='none').splitlines())}" for k, v in st.items()), "```", ""]
     return "\n".join(md)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ from hnbench.hardness.outputs import compare, write_outputs
 from hnbench.hardness.recall import load_per_query, recall_by_hardness
 from hnbench.hardness.schema import HardnessReport, write_report
 from hnbench.io import check_output, record_output
-from hnbench.models import load_model
+from hnbench.models import check_model, load_model
 from hnbench.registry import TEXT_ENCODERS
 from hnbench.settings import HardnessSettings, from_options, identity_fields
 from hnbench.specs import DataSpec
@@ -175,15 +176,8 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
     s = from_options(HardnessSettings, settings, {k: v for k, v in kwargs.items() if k in fields})
     kwargs = {k: v for k, v in kwargs.items() if k not in fields}
     s.validate(output_dir)
-    pretrained = list(pretrained) if pretrained else [None] * len(models)
-    if len(models) == 1 and len(pretrained) > 1:  # one architecture, several checkpoints
-        models = list(models) * len(pretrained)
-    if len(pretrained) not in (1, len(models)):
-        raise ConfigError(f"{len(pretrained)} --pretrained values for {len(models)} models: give one, or one per "
-                          "--model")
-    if len(pretrained) == 1:
-        pretrained = pretrained * len(models)
     model_config = kwargs.pop("model_config", None)
+    models, pretrained = map(list, zip(*model_pairs(models, pretrained, model_config=model_config)))
     for d in datasets:  # every data set's options, before the first is loaded
         if isinstance(d, str) and Path(d).suffix != ".txt":
             DataSpec.of(d, kwargs.get("dataset_options"), data_root=kwargs.get("data_root"),
@@ -193,15 +187,49 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
               "model_config": model_config, "statistics": _statistics(s),
               **{k: kwargs.get(k) for k in ("data_root", "protocol", "dataset_options", "label_field")}}
     check_output(Path(output_dir) / "comparison.json", "a hardness comparison", inputs, overwrite=s.overwrite)
-    reports = []
-    for m, pt in zip(models, pretrained):
-        enc = _load_encoder(m, pt, model_config, s.context_length, s.device)
-        for d in datasets:
-            name = Path(d).stem if isinstance(d, str) else getattr(d, "name", "data")
-            text_only = isinstance(m, str) and m in TEXT_ENCODERS
-            weights = f"-{_slug(Path(pt).stem)}" if pt and not text_only else ""
-            sub = Path(output_dir) / f"{_slug(name)}__{_slug(m if isinstance(m, str) else enc.info.arch)}{weights}"
-            reports.append(hardness(d, enc, output_dir=sub, settings=s, **kwargs))
-    record_output(Path(output_dir) / "comparison.json", inputs)
-    compare(reports, output_dir)
+    reports: list[HardnessReport] = []
+    made = [p for p in (Path(output_dir), *Path(output_dir).parents) if not p.exists()]  # removed on failure
+    try:
+        for m, pt in zip(models, pretrained):
+            enc = _load_encoder(m, pt, model_config, s.context_length, s.device)
+            for d in datasets:
+                name = Path(d).stem if isinstance(d, str) else getattr(d, "name", "data")
+                weights = f"-{_slug(Path(pt).stem)}" if pt else ""
+                sub = Path(output_dir) / f"{_slug(name)}__{_slug(m if isinstance(m, str) else enc.info.arch)}{weights}"
+                made += [] if sub.exists() else [sub]
+                reports.append(hardness(d, enc, output_dir=sub, settings=s, **kwargs))
+        record_output(Path(output_dir) / "comparison.json", inputs)
+        compare(reports, output_dir)
+    except BaseException:  # a failure (or ^C) part-way leaves no partial comparison behind
+        for p in reversed(made):
+            shutil.rmtree(p, ignore_errors=True)
+        raise
     return reports
+
+
+NO_WEIGHTS = "none"  # a --pretrained value: this --model takes no weights (a random init, a text-only encoder)
+
+
+def model_pairs(models: Sequence[Any], pretrained: Sequence[str | None] | None = None, *,
+                model_config: str | None = None, check: bool = True) -> list[tuple[Any, str | None]]:
+    """The (model, weights) pairs of repeated ``--model`` / ``--pretrained`` values, each checked (``check``)
+    before any loads (:func:`hnbench.models.check_model`): one model with several weights, or one weights value
+    per model, in order (:data:`NO_WEIGHTS` for a model without); weights never pass from one model to another."""
+    models, weights = list(models), [None if p == NO_WEIGHTS else p for p in pretrained or []]
+    if len(models) == 1 and len(weights) > 1:  # one architecture, several checkpoints
+        models = models * len(weights)
+    if not weights:
+        weights = [None] * len(models)
+    if len(weights) != len(models):
+        raise ConfigError(f"{len(weights)} --pretrained values for {len(models)} models: give one per --model, in "
+                          f"order ('{NO_WEIGHTS}' for a model without weights)")
+    for m, pt in zip(models if check else (), weights):
+        if not isinstance(m, str):
+            continue
+        if m in TEXT_ENCODERS:
+            if pt is not None:
+                raise ConfigError(f"--model {m} is a text-only encoder and takes no weights, got --pretrained {pt} "
+                                  f"(give '{NO_WEIGHTS}' for it)")
+            continue
+        check_model(m, pt, model_config=model_config)
+    return list(zip(models, weights))

@@ -11,7 +11,7 @@ from hnbench.models.family import family_of
 from hnbench.models.peft_loading import is_adapter_dir, load_with_adapter
 from hnbench.validate import check_precision
 
-__all__ = ["Encoder", "ModelInfo", "TokenizedTexts", "load_model"]
+__all__ = ["Encoder", "ModelInfo", "TokenizedTexts", "check_model", "load_model"]
 
 
 def load_model(
@@ -44,6 +44,14 @@ def load_model(
         where = pretrained if pretrained and Path(pretrained).is_dir() else model
         raise CheckpointError(f"{where}: refused to unpickle a weights file: it holds objects other than tensors "
                               f"({_first_reason(e)}). Convert it to safetensors from a trusted environment.") from e
+
+
+def check_model(model: str, pretrained: str | None = None, *, model_config: str | Path | None = None) -> None:
+    """What can be checked of ``model`` and its weights without loading them (one line each): for open_clip the
+    architecture, a weights file's existence, a tag's name and whether it can be fetched. Another family, or an
+    adapter directory, is checked when it loads."""
+    if not (pretrained is not None and is_adapter_dir(pretrained)):
+        family_of(model).check(model, pretrained, model_config=model_config)
 
 
 def _first_reason(e: Exception) -> str:

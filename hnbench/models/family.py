@@ -90,6 +90,10 @@ class ModelFamily:
                                  context_length=int(encoder.info.context_length),
                                  padding="longest" if encoder.dynamic_padding else "context")
 
+    def check(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None) -> None:
+        """What can be checked of (``model``, ``pretrained``) without building anything (one line each); by
+        default nothing: the family checks when it loads."""
+
     def tower_of(self, param_name: str) -> str:
         """``"image"``, ``"text"`` or ``"shared"`` for a parameter name of the family's CLIP module."""
         raise NotImplementedError(f"{self.name}: no tower split declared, so it cannot be trained")

@@ -27,6 +27,7 @@ from hnbench.models.checkpoint import (
 )
 from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing
 from hnbench.models.longclip_tables import convert_longclip_state_dict
+from hnbench.models.tags import check_tag, offline_download
 from hnbench.validate import check_model_config_name
 
 logger = logging.getLogger(__name__)
@@ -188,6 +189,24 @@ def resolve_pretrained(arch: str, pretrained: str | None) -> tuple[str | None, s
     return None, pretrained
 
 
+def _check(arch: str, pretrained: str | None, model_config: str | Path | None
+           ) -> tuple[str, str | None, str | None, str | None, bool]:
+    """``(arch, schema, local file, tag, offline)`` of an open_clip model, checked before it is built (the
+    architecture exists, a weights file exists, a tag is known and can be fetched: :func:`check_tag`)."""
+    import open_clip
+
+    register_builtin_configs()
+    if model_config is not None:
+        arch = register_model_config(model_config, name=arch or None)
+    schema = arch.split(":", 1)[0] + ":" if arch.startswith(("hf-hub:", "local-dir:")) else None
+    if schema is None and arch.replace("/", "-") not in open_clip.list_models():
+        hint = did_you_mean(arch, open_clip.list_models())
+        hint = f"; {hint}" if hint else ""
+        raise ConfigError(f"unknown open_clip architecture {arch!r}{hint} (or pass --model-config FILE.json)")
+    local_file, tag = (None, None) if schema else resolve_pretrained(arch, pretrained)
+    return arch, schema, local_file, tag, check_tag(arch, tag) if tag else False
+
+
 def load_openclip(
     arch: str,
     pretrained: str | None = None,
@@ -204,15 +223,7 @@ def load_openclip(
     so two runs share a fingerprint and a cache entry; ``None`` draws from torch's global RNG."""
     import open_clip
 
-    register_builtin_configs()
-    if model_config is not None:
-        arch = register_model_config(model_config, name=arch or None)
-    schema = arch.split(":", 1)[0] + ":" if arch.startswith(("hf-hub:", "local-dir:")) else None
-    if schema is None and arch.replace("/", "-") not in open_clip.list_models():
-        hint = did_you_mean(arch, open_clip.list_models())
-        hint = f"; {hint}" if hint else ""
-        raise ConfigError(f"unknown open_clip architecture {arch!r}{hint} (or pass --model-config FILE.json)")
-    local_file, tag = (None, None) if schema else resolve_pretrained(arch, pretrained)
+    arch, schema, local_file, tag, offline = _check(arch, pretrained, model_config)
     local_sd = None
     if local_file:
         local_sd, long_ctx = convert_longclip_state_dict(read_state_dict(local_file))
@@ -223,14 +234,13 @@ def load_openclip(
         kwargs["force_context_length"] = context_length
     seed = init_seed if not (schema or local_file or tag) else None
     try:
-        with _quiet_random_init(enabled=bool(local_file) or seed is not None), _seeded(seed):
+        with _quiet_random_init(enabled=bool(local_file) or seed is not None), _seeded(seed), offline_download(offline):
             model, _, preprocess = open_clip.create_model_and_transforms(
                 arch, pretrained=tag, pretrained_text=False, **kwargs)
-    except RuntimeError as e:
+    except (RuntimeError, FileNotFoundError) as e:
         if tag:
-            raise CheckpointError(f"could not get open_clip weights {arch}/{tag}: {e} "
-                                  f"(tags need the internet; known tags: "
-                                  f"{open_clip.list_pretrained_tags_by_model(arch)})") from e
+            raise CheckpointError(f"could not get open_clip weights {arch}/{tag}: {' '.join(str(e).split())[:300]} "
+                                  "(or pass a weights file: --pretrained PATH.safetensors)") from e
         raise
     if local_sd is not None:
         sd = local_sd
@@ -293,6 +303,10 @@ class OpenCLIPFamily(ModelFamily):
              init_seed: int | None = 0) -> OpenCLIPEncoder:
         return load_openclip(model, pretrained, model_config=model_config, context_length=context_length,
                              device=device, precision=precision, init_seed=init_seed)
+
+    def check(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None) -> None:
+        """What :func:`load_openclip` checks before it builds anything (one line each), without building."""
+        _check(model, pretrained, model_config)
 
     def weight_files(self, model: str, pretrained: str | None, model_config: str | Path | None) -> list[str] | None:
         if model.startswith("hf-hub:"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from hnbench.io import script_json
+from hnbench.io import script_json, value_text
 from hnbench.pages.page import Page, Row
 from hnbench.textdiff import diff_words
 from hnbench.textdiff import render as render_diff
@@ -117,8 +117,8 @@ def _hardness(page: Page) -> str:
     out = ["<h2>Recall by hardness</h2>", "<p>Bucket = similarity of the query's hardest-negative caption (i2t: the "
            "hardest over the image's captions); R@1 in %.</p>"]
     for rec in page.hardness:
-        body = "".join(f"<tr><td>{E(a.label)}</td><td>{a.n}</td><td>{a.r_at_1:.1f}</td><td>{b.n}</td>"
-                       f"<td>{b.r_at_1:.1f}</td></tr>" for a, b in zip(rec["t2i"], rec["i2t"]))
+        body = "".join(f"<tr><td>{E(a.label)}</td><td>{a.n}</td><td>{value_text(a.r_at_1, 1)}</td><td>{b.n}</td>"
+                       f"<td>{value_text(b.r_at_1, 1)}</td></tr>" for a, b in zip(rec["t2i"], rec["i2t"]))
         out.append(f"<h3>{E(rec['label'])}</h3><table class=\"hardness\"><tr><th>bucket</th><th>t2i n</th>"
                    f"<th>t2i R@1</th><th>i2t n</th><th>i2t R@1</th></tr>{body}</table>")
     return "".join(out)

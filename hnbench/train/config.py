@@ -87,7 +87,7 @@ class TrainConfig:
     init_logit_scale: float | None = option(None, above=0, group="objective",
                                             help="set s (not its log) before training")
     train_logit_scale: bool = option(True, group="objective",
-                                     help="train the logit scale (on by default; --no-train-logit-scale freezes it)")
+                                     help="train the logit scale", off="freeze the logit scale")
     data_fraction: float = option(1.0, above=0, maximum=1, group="optimisation",
                                   help="train on this seeded fraction of the images (paper: 0.2)")
     group_by: str | None = option(None, group="optimisation",
@@ -134,7 +134,7 @@ class TrainConfig:
     eval_every: int = option(1, minimum=1, group="run, diagnostics, evaluation", resume_free=True,
                              help="epochs between evaluations")
     eval_at_start: bool = option(True, group="run, diagnostics, evaluation", resume_free=True,
-                                 help="evaluate before training too (on by default; --no-eval-at-start: not)")
+                                 help="evaluate before training too", off="evaluate only after training epochs")
     eval_batch_size: int = option(64, minimum=1, group="run, diagnostics, evaluation", resume_free=True,
                                   help="encoder batch of the evaluations")
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from safetensors.torch import save_file
 from torch import nn
 
+from hnbench.io import follow_umask
 from hnbench.models.base import TrainableEncoder
 from hnbench.train.adapters import save_adapter
 
@@ -96,6 +97,14 @@ def export_checkpoints(model: nn.Module, encoder: TrainableEncoder, config: Any,
             outputs["checkpoint"] = _save_hf(merged, encoder, out_dir) if hf else _save_open_clip(merged, config, out_dir)
         else:
             outputs["checkpoint"] = outputs["adapter"]
-        return outputs
+        return _umask_modes(outputs)
     outputs["checkpoint"] = _save_hf(model, encoder, out_dir) if hf else _save_open_clip(model, config, out_dir)
+    return _umask_modes(outputs)
+
+
+def _umask_modes(outputs: dict[str, Path]) -> dict[str, Path]:
+    """Every file of ``outputs`` with the umask's mode (peft's and transformers' safetensors files are 0600)."""
+    for path in outputs.values():
+        for f in [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]:
+            follow_umask(f)
     return outputs

@@ -24,7 +24,7 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from hnbench.errors import CheckpointError, ConfigError
-from hnbench.io import atomic_write_bytes, human_bytes
+from hnbench.io import atomic_write_bytes, follow_umask, human_bytes
 from hnbench.models.checkpoint import load_into, load_torch, read_state_dict
 from hnbench.settings import resume_free
 from hnbench.train.config import TrainConfig
@@ -76,6 +76,7 @@ def save_state(run_dir: Path, module: torch.nn.Module, optimizer: torch.optim.Op
         tmp.mkdir(parents=True)
         save_file({k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()},
                   str(tmp / "model.safetensors"))
+        follow_umask(tmp / "model.safetensors")
         torch.save({
             "step": state.step, "epoch": state.epoch, "batch_in_epoch": state.batch_in_epoch,
             "epoch_generator_state": state.epoch_generator_state, "epoch_records": state.epoch_records,

@@ -259,7 +259,8 @@ class _Run:
             self._evaluate(0, 0)
         stopped = False
         resumed_epoch = state.epoch if c.resume else None
-        with tqdm(total=self.total, initial=state.step, desc=f"train ({'' if c.objective == 'clip' else c.objective + ', '}{c.loss})",
+        bar_total = min(self.total, c.stop_at_step or self.total)  # where this run stops (the schedule keeps total)
+        with tqdm(total=bar_total, initial=state.step, desc=f"train ({'' if c.objective == 'clip' else c.objective + ', '}{c.loss})",
                   disable=not self.progress or not dist.is_main) as bar:
             for epoch in range(state.epoch, c.epochs):
                 if epoch == resumed_epoch:  # continue exactly where the saved state stopped

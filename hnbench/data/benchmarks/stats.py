@@ -121,9 +121,11 @@ def render_info(info: dict[str, Any]) -> str:
         status = check.get("status", "n/a")
         if status == "mismatch allowed":
             status = f"MISMATCH allowed, published {check['expected']}"
-        lines += [f"  loaded {info['protocol']} from {info['data_root']}: n_images {info['n_images']}, "
-                  f"n_captions {info['n_captions']} (count check: {status}; skipped: {info['skipped'] or 'none'}; "
-                  f"caption rule {info.get('caption_rule')})",
+        protocol = f" {info['protocol']}" if info.get("protocol") else ""
+        rule = f"; caption rule {info['caption_rule']}" if info.get("caption_rule") else ""
+        lines += [f"  loaded{protocol} from {info['data_root']}: n_images {info['n_images']}, "
+                  f"n_captions {info['n_captions']} (count check: {status}; skipped: {info['skipped'] or 'none'}"
+                  f"{rule})",
                   f"  fingerprint: {info['fingerprint']}",
                   f"  caption words: mean {w['mean']}, median {w['median']}, p95 {w['p95']}, max {w['max']}",
                   f"  caption tokens: mean {t['mean']}, median {t['median']}, p95 {t['p95']}, max {t['max']}; "

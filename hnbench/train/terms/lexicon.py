@@ -58,7 +58,8 @@ class FilterOptions:
     """Which lexicons StructXLIP's filtered caption drops (spec §3.2; the shipped DOCCI script removes colours)."""
 
     filter_colors: bool = option(True, group="objective",
-                                 help="StructXLIP: drop colour words from the filtered caption (shipped script: on)")
+                                 help="StructXLIP: drop colour words from the filtered caption (shipped script: on)",
+                                 off="StructXLIP: keep colour words in the filtered caption")
     filter_materials: bool = option(False, group="objective", help="StructXLIP: drop material words too")
     filter_textures: bool = option(False, group="objective", help="StructXLIP: drop texture words too")
     filter_insect: bool = option(False, group="objective",
