@@ -250,7 +250,7 @@ def test_evaluate_accepts_paths_for_dataset_weights_and_model_config(tmp_path, m
 def test_evaluate_refuses_a_dataset_of_another_type_before_loading_the_model(tmp_path):
     from hnbench.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="dataset must be a name, a path or an ImageTextDataset, got int"):
+    with pytest.raises(ConfigError, match="dataset must be a name, a path or the loaded data of the retrieval task, got int"):
         evaluate("no-such-model", 42, output_dir=tmp_path / "out")  # type: ignore[arg-type]
     assert not (tmp_path / "out").exists()
 

@@ -61,7 +61,7 @@ def test_hardness_report_is_not_replaced_by_another_data_or_setting(micro_config
     (tmp_path / "a.txt").write_text("\n".join(f"a red square number {i} on a dark background" for i in range(12)))
     (tmp_path / "b.txt").write_text("\n".join(f"{w} bird flying over a lake" for w in "abcdefghijkl"))
     out = tmp_path / "h"
-    base = ["-q", "hardness", "--model", "hnb-micro", "--model-config", str(micro_config), "--batch-size", "4",
+    base = ["-q", "hardness", "--model", "hnb-micro", "--model-config", str(micro_config), "--in-batch-size", "4",
             "--n-batches", "2", "--output", str(out)]
     _same_then_other_then_overwrite([*base, "--captions", str(tmp_path / "a.txt")],
                                     [*base, "--captions", str(tmp_path / "b.txt")], out, capsys, "hardness.json")
@@ -119,7 +119,7 @@ def test_issue20_item9_hardness_outputs_are_one_set_and_browse_refuses_a_mixed_o
     data = str(results["a"].parent.parent / "m.jsonl")
     out = tmp_path / "hard"
     base = ["-q", "hardness", "--dataset", data, "--model", "hnb-micro", "--model-config", str(micro_config),
-            "--batch-size", "4", "--n-batches", "2", "--no-cache", "--output", str(out)]
+            "--in-batch-size", "4", "--n-batches", "2", "--no-cache", "--output", str(out)]
     assert main([*base, "--context-length", "8"]) == 0
     old_json = (out / "hardness.json").read_bytes()
     summary = json.loads(old_json)

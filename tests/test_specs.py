@@ -229,7 +229,7 @@ def test_issue21_every_flag_of_every_subcommand_has_help():
         text = p.format_help()
         for action in p._actions:
             for flag in action.option_strings:
-                assert flag in text, (prog, flag)
+                assert flag in text or action.help == argparse.SUPPRESS, (prog, flag)  # a renamed flag's old spelling
     assert seen > 100
 
 

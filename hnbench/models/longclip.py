@@ -18,7 +18,6 @@ from hnbench.models.longclip_tables import (
     stretch_positional_embedding,
     stretched_length,
 )
-from hnbench.models.openclip import OpenCLIPEncoder
 
 __all__ = ["KEEP", "convert_longclip_state_dict", "stretch_openclip", "stretch_positional_embedding",
            "stretched_length"]
@@ -47,4 +46,5 @@ def stretch_openclip(encoder: Any, context_length: int | None = None, *, keep: i
     new_info = type(info)(**{**info.to_dict(), "context_length": new_len,
                              "fingerprint": state_dict_fingerprint(model.state_dict()),
                              "extra": {**info.extra, "stretched_from": int(pe.shape[0])}})
-    return OpenCLIPEncoder(model.to(device), tokenizer, encoder.image_transform, new_info)
+    # the encoder's own class (OpenCLIPEncoder): this module sits below hnbench.models.openclip, whose adapter calls it
+    return type(encoder)(model.to(device), tokenizer, encoder.image_transform, new_info)

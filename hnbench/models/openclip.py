@@ -341,9 +341,7 @@ class OpenCLIPFamily(ModelFamily):
         return ["c_fc", "c_proj"]
 
     def stretch(self, encoder: Any, context_length: int) -> OpenCLIPEncoder:
-        from hnbench.models.longclip import (
-            stretch_openclip,  # Long-CLIP's table arithmetic (imports this module)
-        )
+        from hnbench.models.longclip import stretch_openclip  # Long-CLIP's table arithmetic
 
         stretched: OpenCLIPEncoder = stretch_openclip(encoder, context_length)
         return stretched
