@@ -73,6 +73,30 @@ class TrainConfig:
                                help="peak learning rate of FineLIP's aggregation module (same schedule)")
     finelip_weight_decay: float | None = option(None, minimum=0, group="objective",
                                                 help="weight decay of FineLIP's module (default: --weight-decay)")
+    # GOAL (--objective goal; hnbench.train.terms.goal.GoalOptions reads these)
+    goal_global_weight: float = option(1.0, minimum=0, group="GOAL",
+                                       help="GOAL: weight of the global image–long-caption term L_org (authors: 1)")
+    goal_segment_weight: float = option(0.5, minimum=0, group="GOAL",
+                                        help="GOAL: weight of the crop–sentence InfoNCE L_seg (authors: 0.5)")
+    goal_patch_weight: float = option(1.0, minimum=0, group="GOAL",
+                                      help="GOAL: weight of the box-pooled patch term L_patch (authors: 1)")
+    goal_text_weight: float = option(1.0, minimum=0, group="GOAL",
+                                     help="GOAL: weight of the span-pooled text term L_text (authors: 1)")
+    goal_segment_hn: bool = option(False, group="GOAL",
+                                   help="GOAL: with --loss hn, L_HN on the segment term too (Ḡ from the "
+                                        "sentence embeddings; which one the paper swapped is unverified)")
+    goal_compat: bool = option(False, group="GOAL",
+                               help="GOAL: reproduce the authors' quirks (patch size hard-coded 16, per-axis box "
+                                    "scale, sentence span one token late); default: exact mapping")
+    # side inputs (segments for GOAL)
+    segments: str | None = option(None, group="side inputs", metavar="SIDECAR.json",
+                                  help="the segment sidecar (default: beside a synthdense split, written from its "
+                                       "geometry on first use; else where `hnbench segments` writes it)")
+    segment_choice: str = option("best", group="side inputs", choices=("best", "random"),
+                                 help="each image's segment per epoch: best (highest similarity, GOAL's) or random "
+                                      "(seeded by --seed, the epoch and the image)")
+    crop_margin: float = option(0.0, minimum=0, group="side inputs",
+                                help="grow a segment's crop by this fraction of its box on each side (GOAL: 0)")
     # optimisation
     accum_steps: int = option(1, group="optimisation", minimum=1, help="micro-batches per optimizer step")
     accum_mode: str = option("loss", group="optimisation", choices=("loss", "cached"),
@@ -96,6 +120,9 @@ class TrainConfig:
     # Long-CLIP and PEFT
     stretch_context: int | None = option(None, minimum=1, group="PEFT and Long-CLIP",
                                          help="stretch the text positions the Long-CLIP way (77 → 248)")
+    position_table: str = option("trainable", group="PEFT and Long-CLIP", choices=("trainable", "frozen-20"),
+                                 help="the text position table: trainable (every row, GOAL's and StructXLIP's 248-row "
+                                      "table) or frozen-20 (Long-CLIP's: the first 20 rows keep their weights)")
     peft: str | None = option(None, group="PEFT and Long-CLIP", choices=("lora", "dora"), help="LoRA or DoRA adapters")
     lora_r: int = option(16, minimum=1, group="PEFT and Long-CLIP", help="adapter rank")
     lora_alpha: float = option(32.0, above=0, group="PEFT and Long-CLIP", help="adapter scale α")

@@ -8,7 +8,7 @@ t the caption and t̃ the lexicon-filtered caption (:mod:`hnbench.train.terms.le
     L = λ_g·L_org + λ_SC(e)·L_SC + λ_RGB(e)·L_RGB + λ_LSC(e)·L_LSC
 
 - L_org: symmetric InfoNCE of (v, t) — the term L_HN replaces (``loss="hn"``):
-  :func:`hnbench.train.terms.global_loss` (spec §3.1 item 1, ``structxlip/train.py``);
+  :func:`hnbench.train.objectives.global_term` (spec §3.1 item 1, ``structxlip/train.py``);
 - L_SC: symmetric InfoNCE of (e, t̃) over the images with an edge map, the scale detached;
 - L_RGB: mean over those images of 1 − cos(v, e);
 - L_LSC: multi-positive InfoNCE of caption chunks against all valid edge crops of the batch, scale
@@ -40,11 +40,11 @@ from torch import Tensor, nn
 from hnbench.distributed import DistContext
 from hnbench.settings import option
 from hnbench.train.losses import as_scale, compute_dtype, hn_clip_loss
-from hnbench.train.terms import gather_all, weighted_total
+from hnbench.train.terms import gather_all
 
 __all__ = ["STRUCTXLIP_TERMS", "StructXLIPOptions", "chunk_spans", "clamp_logit_scale_", "chunk_embeddings",
            "local_structure_loss", "local_structure_term", "rgb_structure_loss", "schedule_factor", "structure_loss",
-           "structxlip_total", "structxlip_weights"]
+           "structxlip_weights"]
 
 STRUCTXLIP_TERMS = ("global", "structure", "rgb_structure", "local_structure")
 
@@ -297,12 +297,6 @@ def structxlip_weights(epoch: int, options: StructXLIPOptions = StructXLIPOption
             "structure": o.structxlip_structure_weight * factor(o.structxlip_structure_floor),
             "rgb_structure": o.structxlip_rgb_weight * factor(o.structxlip_rgb_floor),
             "local_structure": o.structxlip_local_weight * factor(o.structxlip_local_floor)}
-
-
-def structxlip_total(terms: dict[str, Tensor], epoch: int, options: StructXLIPOptions = StructXLIPOptions()) -> Tensor:
-    """λ_g·L_org + λ_SC(e)·L_SC + λ_RGB(e)·L_RGB + λ_LSC(e)·L_LSC over ``terms`` keyed by
-    :data:`STRUCTXLIP_TERMS` at ``epoch`` (spec §3.1 "Total")."""
-    return weighted_total(terms, structxlip_weights(epoch, options))
 
 
 def clamp_logit_scale_(log_scale: Tensor, options: StructXLIPOptions = StructXLIPOptions()) -> Tensor:
