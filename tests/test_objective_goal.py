@@ -314,3 +314,25 @@ def test_issue22_tiny_goal_recipe_trains_logs_terms_and_eval_scores_it(tmp_path,
     assert main(["eval", "--model", "hnbench-tiny", "--pretrained", str(run / "checkpoint.safetensors"),
                  "--dataset", "synthdense", "--output", str(tmp_path / "eval")]) == 0
     assert "R@1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("table", ["frozen-20", "trainable"])
+def test_issue22_position_table_modes(micro_config, tmp_path, table):
+    """Long-CLIP's frozen-20 mode keeps the first 20 rows of the text position table as loaded; GOAL's
+    trainable mode trains every row."""
+    from safetensors.torch import load_file
+
+    from hnbench.models import load_model
+    from hnbench.train.trainer import seed_everything, train
+
+    long = " with many more plain words that fill the text context of the micro model right up to its end"
+    pairs = make_pairs(tmp_path, n=8)
+    data = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c + long} for p, c in pairs])
+    cfg = {"model": "hnb-micro", "model_config": str(micro_config), "dataset": str(data), "loss": "infonce",
+           "epochs": 1, "batch_size": 4, "lr": 1e-2, "warmup_steps": 1, "num_workers": 0, "seed": 3,
+           "position_table": table, "output": str(tmp_path / "run")}
+    seed_everything(3)  # the trainer's initialisation, for the rows as loaded
+    start = load_model("hnb-micro", model_config=str(micro_config), init_seed=None).model.positional_embedding.detach()
+    after = load_file(str(train(TrainConfig.from_dict(cfg), progress=False)))["positional_embedding"]
+    moved = [not torch.equal(after[r], start[r]) for r in range(start.shape[0])]  # 32 positions, all used
+    assert moved == ([False] * 20 + [True] * 12 if table == "frozen-20" else [True] * 32)
