@@ -336,3 +336,52 @@ def test_issue22_position_table_modes(micro_config, tmp_path, table):
     after = load_file(str(train(TrainConfig.from_dict(cfg), progress=False)))["positional_embedding"]
     moved = [not torch.equal(after[r], start[r]) for r in range(start.shape[0])]  # 32 positions, all used
     assert moved == ([False] * 20 + [True] * 12 if table == "frozen-20" else [True] * 32)
+
+
+# ----------------------------------------------------------------------------- README: "Adding an objective"
+
+def _readme_section(start: str, end: str) -> str:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    return text[text.index(start):text.index(end, text.index(start))]
+
+
+def test_issue22_readme_lists_the_objectives_and_its_token_term_is_the_code():
+    import inspect
+    import re
+
+    from hnbench.registry import OBJECTIVES
+    from hnbench.train.objectives import clip
+
+    listed = re.search(r"--objective ([a-z|]+)`", _readme_section("### Objectives", "**FineLIP**")).group(1)
+    assert listed.split("|") == OBJECTIVES.names()
+    block = _readme_section("**Adding an objective**", "## How hard")
+    snippet = block[block.index("```python") + len("```python"):block.index("```", block.index("```python") + 3)]
+    source = inspect.getsource(clip.token_term)
+
+    def lines(text: str) -> list[str]:  # code lines, comments and docstrings left out
+        return [ln.split("  #")[0].rstrip() for ln in text.splitlines()
+                if ln.strip() and not ln.strip().startswith(('"""', "#", "λ"))]
+
+    shown = lines(snippet[:snippet.index("def build")])
+    assert shown == lines(source), "the README's token-level term is not the code of objectives/clip.py"
+
+
+def test_issue22_each_objective_is_one_module_a_registry_line_and_a_recipe():
+    """The README's claim, held by every framework there is: its module in hnbench/train/objectives/ with a
+    ``build``, one line in registry.py naming it, and a built-in recipe that selects it."""
+    import importlib
+    from pathlib import Path
+
+    from hnbench.registry import OBJECTIVES, RECIPES
+
+    root = Path(__file__).resolve().parents[1] / "hnbench"
+    registry = (root / "registry.py").read_text()
+    assert {"clip", "finelip", "goal"} <= set(OBJECTIVES.names())
+    for name in OBJECTIVES.names():
+        module = f"hnbench.train.objectives.{name}"
+        assert registry.count(f'OBJECTIVES.register("{name}", "{module}:build"') == 1
+        assert callable(importlib.import_module(module).build)
+        assert (root / "train" / "objectives" / f"{name}.py").is_file()
+        assert any(load_recipe(r).get("objective", "clip") == name for r in RECIPES.names()), name
