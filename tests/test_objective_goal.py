@@ -53,7 +53,7 @@ def test_issue22_goal_closed_form_per_term_on_a_hand_sized_batch():
     out["text_states"] = torch.tensor([[[9, 9], [1, 0], [0, 1], [5, 5]],
                                        [[9, 9], [3, 3], [0, 4], [5, 5]]], dtype=torch.float64)
     side = {"boxes": [(0, 0, 2, 2), (2, 0, 4, 4)], "image_sizes": [(4, 4), (4, 4)], "spans": [(1, 3), (2, 3)]}
-    heads = TowerHeads(lambda h: h, lambda h: h, input_size=4, patch_size=2)
+    heads = TowerHeads(lambda h: h, lambda h: h, lambda h: h, input_size=4, patch_size=2)
     obj = Objective(terms=build(TrainConfig(objective="goal", loss="infonce")))
     assert [(t.name, t.weight) for t in obj.terms] == [("global", 1.0), ("segment", 0.5), ("patch", 1.0), ("text", 1.0)]
     total = obj(out, mask=None, g_text=None, text_mask=None, tokens=torch.zeros(2, 4, dtype=torch.long),
@@ -82,7 +82,7 @@ def test_issue22_goal_compat_uses_patch_16_and_shifts_the_span_one_token():
     out = {"image_states": torch.zeros(1, 1 + 16, 2), "text_states": torch.zeros(1, 8, 2)}
     x = TermInputs(out, torch.zeros(1, 8), [0], side={"boxes": [(0, 0, 16, 16)], "image_sizes": [(32, 32)],
                                                        "spans": [(2, 4)]},
-                   heads=TowerHeads(lambda h: h, lambda h: h, input_size=32, patch_size=8))
+                   heads=TowerHeads(lambda h: h, lambda h: h, lambda h: h, input_size=32, patch_size=8))
     exact, compat = GoalOptions(), GoalOptions(goal_compat=True)
     assert patch_mask(x, exact)[0].nonzero().flatten().tolist() == [1, 2, 5, 6]  # the model's patch 8: 2×2 patches
     assert patch_mask(x, compat)[0].nonzero().flatten().tolist() == [1]  # hard-coded 16: one patch of a 2×2 grid

@@ -19,7 +19,6 @@ from hnbench.train.terms.structxlip import (
     StructXLIPOptions,
     chunk_embeddings,
     chunk_spans,
-    clamp_logit_scale_,
     local_structure_loss,
     local_structure_term,
     rgb_structure_loss,
@@ -146,14 +145,6 @@ def test_hn_at_gamma_zero_equals_infonce() -> None:
                        structure_loss(v, t, has, 33.0))
     assert not torch.equal(structure_loss(v, t, has, 33.0, loss="hn", gamma=0.5, options=on),
                            structure_loss(v, t, has, 33.0, loss="hn", gamma=0.5))
-
-
-def test_logit_scale_clamp() -> None:
-    p = nn.Parameter(torch.tensor(4.6052))
-    clamp_logit_scale_(p)
-    assert float(p.detach()) == 3.5 and p.requires_grad
-    q = nn.Parameter(torch.tensor(-1.0))
-    assert float(clamp_logit_scale_(q).detach()) == 0.0
 
 
 def _text_head(width: int, dim: int) -> tuple[nn.LayerNorm, nn.Linear]:

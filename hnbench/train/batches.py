@@ -21,8 +21,8 @@ from torch.utils.data import BatchSampler, RandomSampler, Sampler
 
 from hnbench.errors import ConfigError
 
-__all__ = ["GlobalBatchSampler", "PairItems", "PlannedSegment", "SegmentItems", "SegmentPlan", "group_positions",
-           "subset_fraction"]
+__all__ = ["EdgeItems", "GlobalBatchSampler", "PairItems", "PlannedSegment", "SegmentItems", "SegmentPlan",
+           "group_positions", "subset_fraction"]
 
 
 class PairItems(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
@@ -107,6 +107,27 @@ class SegmentItems(PairItems):
         image = self.source.open(i)
         crop = crop_box(image, self.plan.pick(i, self.epoch).box, self.margin)
         return self.transform(image), i, self.transform(crop)
+
+
+class EdgeItems(PairItems):
+    """Image position → (pixels, position, its edge map's pixels, (K, 3, H, W) the edge map cropped at its first K
+    ``boxes`` (black where it has fewer), (K,) which crops are real) — StructXLIP's inputs, through ``transform``."""
+
+    def __init__(self, source: Any, transform: Any, edges: Any, boxes: list[list[Any]], k: int):
+        super().__init__(source, transform)
+        self.edges, self.boxes, self.k = edges, boxes, k
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, torch.Tensor, torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        from PIL import Image
+
+        from hnbench.sidecars.segments import crop_box
+
+        edge = self.edges.open(i)
+        boxes = self.boxes[i][:self.k]
+        blank = self.transform(Image.new("RGB", edge.size))
+        crops = [self.transform(crop_box(edge, box)) for box in boxes] + [blank] * (self.k - len(boxes))
+        valid = torch.arange(self.k) < len(boxes)
+        return self.transform(self.source.open(i)), i, self.transform(edge), torch.stack(crops), valid
 
 
 class GlobalBatchSampler(Sampler[list[int]]):

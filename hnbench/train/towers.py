@@ -30,9 +30,14 @@ class TowerHeads:
     (``input_size`` pixels square, ``patch_size``) that maps a box to its patch tokens."""
 
     image: Callable[[Tensor], Tensor]
-    text: Callable[[Tensor], Tensor]
+    text_ln: Callable[[Tensor], Tensor]  # the final LayerNorm alone (StructXLIP's chunks: its compat double LN)
+    text_proj: Callable[[Tensor], Tensor]  # the text projection alone
     input_size: int
     patch_size: int
+
+    def text(self, h: Tensor) -> Tensor:
+        """Final LayerNorm, then the projection."""
+        return self.text_proj(self.text_ln(h))
 
 
 class CLIPTowers(nn.Module):
@@ -48,7 +53,8 @@ class CLIPTowers(nn.Module):
 
     ``extra`` (name → tensor): side inputs that go through a tower in the same call (one forward, as data
     parallelism requires): float pixels through the vision tower, token ids through the text tower, each
-    concatenated after the batch and split off again as ``out[name]``, (N, D) L2-normalised.
+    concatenated after the batch and split off again as ``out[name]``, (N, D) L2-normalised (and their token
+    features as ``out[name + "_states"]`` etc.).
     """
 
     def __init__(self, model: nn.Module, framework: str, *, max_logit_scale: float = 100.0,
@@ -97,8 +103,11 @@ class CLIPTowers(nn.Module):
             parts = torch.split(out[side], [n, *rows])
             out[side] = parts[0]
             out.update(zip(group, parts[1:]))
-            for key in [k for k in out if k.startswith(side + "_")]:  # token features: the batch's rows only
-                out[key] = out[key][:n]
+            for key in [k for k in out if k.startswith(side + "_")]:  # token features: split alike, e.g.
+                suffix = key[len(side) + 1:]  # text_states → text_states (the batch's) + filtered_states
+                pieces = torch.split(out[key], [n, *rows])
+                out[key] = pieces[0]
+                out.update({f"{name}_{suffix}": piece for name, piece in zip(group, pieces[1:])})
         return out
 
     def _forward(self, pixels: Tensor, tokens: Tensor, with_tokens: bool | str) -> dict[str, Tensor]:
@@ -148,8 +157,7 @@ class CLIPTowers(nn.Module):
             h = visual.ln_post(h)
             return h @ visual.proj if visual.proj is not None else h
 
-        def text(h: Tensor) -> Tensor:
-            h = m.ln_final(h)
+        def text_proj(h: Tensor) -> Tensor:
             proj = m.text_projection
             if proj is None:
                 return h
@@ -157,7 +165,7 @@ class CLIPTowers(nn.Module):
             return out
 
         size, patch = visual.image_size, visual.patch_size
-        return TowerHeads(image, text, int(size[0] if isinstance(size, tuple) else size),
+        return TowerHeads(image, m.ln_final, text_proj, int(size[0] if isinstance(size, tuple) else size),
                           int(patch[0] if isinstance(patch, tuple) else patch))
 
     def _image_with_tokens(self, pixels: Tensor, cls: bool = False) -> tuple[Tensor, Tensor]:

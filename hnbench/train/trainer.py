@@ -41,9 +41,11 @@ from hnbench.models import load_model
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
 from hnbench.models.longclip import KEEP, stretch_openclip
 from hnbench.registry import LOSSES, OBJECTIVES
+from hnbench.sidecars.edges import require_edges
 from hnbench.sidecars.segments import default_sidecar_path, require_segments
 from hnbench.train.adapters import apply_peft
 from hnbench.train.batches import (
+    EdgeItems,
     GlobalBatchSampler,
     PairItems,
     SegmentItems,
@@ -67,6 +69,7 @@ from hnbench.train.state import (
     write_failed,
 )
 from hnbench.train.step import MicroBatch, Objective, run_step
+from hnbench.train.terms.lexicon import FilterOptions, filter_caption
 from hnbench.train.towers import CLIPTowers, bpe_encode, freeze_position_rows, param_groups
 from hnbench.validate import check_device
 
@@ -74,7 +77,7 @@ logger = logging.getLogger(__name__)
 
 # the batch inputs this trainer produces when an objective's terms declare them (objectives.INPUTS)
 _RUN_INPUTS = frozenset({"pixels", "tokens", "global_features", "image_ids", "token_features", "token_features_cls",
-                         "token_states", "segments"})
+                         "token_states", "segments", "edge_maps", "filtered_captions"})
 _SIDE_INPUTS = frozenset({"segments", "edge_maps", "filtered_captions"})  # made from the data, beside (image, caption)
 
 
@@ -155,12 +158,16 @@ class _Run:
                               "--accum-mode cached does not carry: use --accum-mode loss")
         self.ds: Any = None
         self.sidecar: Any = None
+        self.edges: Any = None
         self.side_record: dict[str, Any] = {}
         if side:  # the side inputs are checked before any model loads: the data first
             self.ds = self._load_data()
-            if "segments" in side:
-                self.sidecar = require_segments(self.ds, c.segments, needed_by=f"--objective {c.objective}",
-                                                every_image=True)
+            needed_by = f"--objective {c.objective}"
+            if "segments" in side:  # GOAL trains one segment of every image; edge crops take what there is
+                self.sidecar = require_segments(self.ds, c.segments, needed_by=needed_by,
+                                                every_image="edge_maps" not in side)
+            if "edge_maps" in side:
+                self.edges = require_edges(self.ds, c.edge_settings(), needed_by=needed_by)
         self.out_dir = Path(c.output)
         encoder = load_model(c.model, c.pretrained, model_config=c.model_config,
                              context_length=c.context_length, device=device, init_seed=None)  # seeded above
@@ -208,8 +215,22 @@ class _Run:
         self.sampler = GlobalBatchSampler(n, c.batch_size, drop_last=n >= c.batch_size, generator=self.generator,
                                           rank=dist.rank, world_size=dist.world_size, groups=groups)
         self.plan: SegmentPlan | None = None
+        self.filtered: list[str] | None = None
         items = PairItems(self.ds.images, self.encoder.image_transform)
-        if self.sidecar is not None:
+        if self.edges is not None:  # StructXLIP: edge maps, edge crops at the best segments' boxes, filtered captions
+            boxes = [[] if e is None else [seg.box for seg in e.segments] for e in self.sidecar.per_image(self.ds)]
+            items = EdgeItems(self.ds.images, self.encoder.image_transform, self.edges, boxes, c.structxlip_top_k)
+            options = FilterOptions.of(c)
+            self.filtered = [filter_caption(text, options) for text in self.ds.captions]
+            self.filtered_tokens = self.encoder.tokenize(self.filtered).tokens
+            self.encode = bpe_encode(self.encoder)
+            self.side_record["edge_maps"] = self.edges.settings.recorded()
+            self.side_record["filtered_captions"] = {"lexicons": asdict(options),
+                                                     "changed": sum(a != b for a, b in zip(self.filtered,
+                                                                                            self.ds.captions))}
+            self.side_record["segments"] = {"path": str(self.sidecar_path), "writer": self.sidecar.writer,
+                                            "parameters": self.sidecar.parameters, "top_k": c.structxlip_top_k}
+        elif self.sidecar is not None:
             self.plan = SegmentPlan.build(self.sidecar, self.ds, bpe_encode(self.encoder),
                                           self.encoder.info.context_length, choice=c.segment_choice, seed=c.seed)
             items = SegmentItems(self.ds.images, self.encoder.image_transform, self.plan, c.crop_margin)
@@ -256,13 +277,20 @@ class _Run:
     def sidecar_path(self) -> Path:
         return Path(self.config.segments) if self.config.segments else default_sidecar_path(self.ds)
 
-    def _side_inputs(self, glob: list[int], epoch: int, batch: list[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """This rank's side inputs of global batch ``glob``: (through the towers, for the terms)."""
-        if self.plan is None:
-            return {}, {}
+    def _side_inputs(self, glob: list[int], caps: list[int], epoch: int,
+                     batch: list[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """This rank's side inputs of global batch ``glob`` (captions ``caps``): (through the towers, for the terms)."""
         device, dist = self.dist.device, self.dist
         b = self.config.batch_size // dist.world_size
         local = glob if dist.world_size == 1 else glob[dist.rank * b:(dist.rank + 1) * b]
+        if self.filtered is not None:
+            local_caps = caps if dist.world_size == 1 else caps[dist.rank * b:(dist.rank + 1) * b]
+            extra = {"edge": batch[2].to(device), "edge_crops": batch[3].flatten(0, 1).to(device),
+                     "filtered": self.filtered_tokens[local_caps].to(device)}
+            return extra, {"crop_valid": batch[4].to(device), "filtered_captions": [self.filtered[j] for j in local_caps],
+                           "encode": self.encode}
+        if self.plan is None:
+            return {}, {}
         segs = [self.plan.pick(int(i), epoch) for i in local]
         rows = [self.sentence_row[s.sentence] for s in segs]
         extra = {"crop": batch[2].to(device), "sentence": self.sentence_tokens[rows].to(device)}
@@ -358,7 +386,7 @@ class _Run:
             caps = [int(self.rng.choice(self.captions_of[int(i)])) for i in glob]
             if self.plan is not None:  # the long caption is the one the segment's spans index
                 caps = [self.plan.pick(int(i), state.epoch).caption for i in glob]
-            extra, side = self._side_inputs(glob, state.epoch, batch)
+            extra, side = self._side_inputs(glob, caps, state.epoch, batch)
             local = caps if dist.world_size == 1 else caps[dist.rank * b:(dist.rank + 1) * b]
             tokens = self.tokens[local].to(device)
             g_text = None
