@@ -378,7 +378,7 @@ def test_issue22_each_objective_is_one_module_a_registry_line_and_a_recipe():
 
     root = Path(__file__).resolve().parents[1] / "hnbench"
     registry = (root / "registry.py").read_text()
-    assert {"clip", "finelip", "goal"} <= set(OBJECTIVES.names())
+    assert {"clip", "finelip", "goal", "structxlip"} <= set(OBJECTIVES.names())
     for name in OBJECTIVES.names():
         module = f"hnbench.train.objectives.{name}"
         assert registry.count(f'OBJECTIVES.register("{name}", "{module}:build"') == 1
