@@ -24,6 +24,7 @@ from hnbench.train.step import MicroBatch, Objective, run_step
 from hnbench.train.towers import TowerHeads
 
 GOAL_TERMS = {"global", "segment", "patch", "text"}
+GOAL = ("--objective", "goal")
 
 
 def _unit(*rows: tuple[float, float]) -> torch.Tensor:
@@ -179,14 +180,14 @@ def _refused(tmp_path, monkeypatch, capsys, args, *words):
 
     monkeypatch.setattr(trainer_module, "load_model", no_model)
     run = tmp_path / "run"
-    rc = main(["train", "--objective", "goal", "--batch-size", "4", "--output", str(run), *args])
+    rc = main(["train", "--batch-size", "4", "--output", str(run), *args])
     assert rc == 2 and not run.exists()
     assert_one_line_error(capsys.readouterr().err, *words)
 
 
 def test_issue22_goal_without_a_sidecar_says_how_to_make_one(tmp_path, monkeypatch, capsys):
     data = _data(tmp_path)
-    _refused(tmp_path, monkeypatch, capsys, ["--dataset", str(data)], "segment sidecar", "hnbench segments")
+    _refused(tmp_path, monkeypatch, capsys, [*GOAL, "--dataset", str(data)], "segment sidecar", "hnbench segments")
 
 
 def _image(key, value):
@@ -205,16 +206,16 @@ def _image(key, value):
 def test_issue22_goal_refuses_a_bad_sidecar_in_one_line(tmp_path, monkeypatch, capsys, change, words):
     data = _data(tmp_path)
     path = _sidecar(tmp_path, data, first=change)
-    _refused(tmp_path, monkeypatch, capsys, ["--dataset", str(data), "--segments", str(path)], *words)
+    _refused(tmp_path, monkeypatch, capsys, [*GOAL, "--dataset", str(data), "--segments", str(path)], *words)
 
 
 def test_issue22_goal_refuses_an_image_without_a_segment_and_cached_accumulation(tmp_path, monkeypatch, capsys):
     data = _data(tmp_path)
     path = _sidecar(tmp_path, data, first=_image("segment", []))
-    _refused(tmp_path, monkeypatch, capsys, ["--dataset", str(data), "--segments", str(path)],
+    _refused(tmp_path, monkeypatch, capsys, [*GOAL, "--dataset", str(data), "--segments", str(path)],
              "every image", "hnbench segments")
     path = _sidecar(tmp_path, data)
-    _refused(tmp_path, monkeypatch, capsys, ["--dataset", str(data), "--segments", str(path), "--accum-steps", "2",
+    _refused(tmp_path, monkeypatch, capsys, [*GOAL, "--dataset", str(data), "--segments", str(path), "--accum-steps", "2",
                                              "--accum-mode", "cached"], "side inputs", "--accum-mode loss")
 
 

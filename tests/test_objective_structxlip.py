@@ -10,32 +10,17 @@ import math
 import pytest
 import torch
 import torch.multiprocessing as mp
-import torch.nn.functional as F
-from conftest import assert_one_line_error
 from open_clip.tokenizer import SimpleTokenizer
-from test_objective_goal import _data, _free_port, _sidecar, _towers, _train_worker
+from test_objective_goal import _data, _free_port, _nce, _refused, _sidecar, _towers, _train_worker, _unit
 
 from hnbench.cli import main
-from hnbench.train import trainer as trainer_module
 from hnbench.train.config import TrainConfig, load_recipe
 from hnbench.train.objectives.structxlip import MAX_LOGIT_SCALE, build
 from hnbench.train.step import MicroBatch, Objective, run_step
 from hnbench.train.towers import TowerHeads
 
 TERMS = {"global", "structure", "rgb_structure", "local_structure"}
-
-
-def _unit(*rows: tuple[float, float]) -> torch.Tensor:
-    return F.normalize(torch.tensor(rows, dtype=torch.float64), dim=-1)
-
-
-def _nce(a: torch.Tensor, b: torch.Tensor, s: float) -> float:
-    logits = [[s * float(a[i] @ b[j]) for j in range(len(b))] for i in range(len(a))]
-
-    def ce(rows: list[list[float]]) -> float:
-        return sum(math.log(sum(math.exp(v) for v in r)) - r[i] for i, r in enumerate(rows)) / len(rows)
-
-    return 0.5 * (ce(logits) + ce([list(c) for c in zip(*logits)]))
+SX = ("--objective", "structxlip")
 
 
 def _hand_batch():
@@ -128,24 +113,13 @@ def test_issue22_structxlip_hn_at_gamma_zero_equals_infonce_bit_for_bit(micro_co
 
 # ----------------------------------------------------------------------------- missing side inputs
 
-def _refused(tmp_path, monkeypatch, capsys, args, *words):
-    def no_model(*a, **k):
-        raise AssertionError("a model was loaded before the side inputs were checked")
-
-    monkeypatch.setattr(trainer_module, "load_model", no_model)
-    run = tmp_path / "run"
-    rc = main(["train", "--objective", "structxlip", "--batch-size", "4", "--output", str(run), *args])
-    assert rc == 2 and not run.exists()
-    assert_one_line_error(capsys.readouterr().err, *words)
-
-
 def test_issue22_structxlip_refuses_missing_side_inputs_in_one_line(tmp_path, monkeypatch, capsys):
     data = _data(tmp_path)
-    _refused(tmp_path, monkeypatch, capsys, ["--dataset", str(data)], "segment sidecar", "hnbench segments")
+    _refused(tmp_path, monkeypatch, capsys, [*SX, "--dataset", str(data)], "segment sidecar", "hnbench segments")
     sidecar = _sidecar(tmp_path, data)
-    _refused(tmp_path, monkeypatch, capsys, ["--dataset", str(data), "--segments", str(sidecar), "--edges", "outline"],
+    _refused(tmp_path, monkeypatch, capsys, [*SX, "--dataset", str(data), "--segments", str(sidecar), "--edges", "outline"],
              "outline", "synthdense", "--edges canny")
-    _refused(tmp_path, monkeypatch, capsys, ["--dataset", str(data), "--segments", str(sidecar), "--edge-blur", "4"],
+    _refused(tmp_path, monkeypatch, capsys, [*SX, "--dataset", str(data), "--segments", str(sidecar), "--edge-blur", "4"],
              "blur", "odd")
 
 

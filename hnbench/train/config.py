@@ -6,7 +6,7 @@ import re
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.io import read_text_utf8
@@ -15,6 +15,8 @@ from hnbench.settings import EvalSettings, check_declared, check_types, option, 
 from hnbench.sidecars.options import EdgeSettings
 from hnbench.specs import DataSpec, ModelSpec
 from hnbench.validate import check_device_name
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -274,6 +276,12 @@ class TrainConfig:
         if protocol == "train" and kind not in DataSpec.reads("protocol"):
             protocol = None
         return DataSpec.of(self.dataset, self.dataset_options, protocol=protocol, data_root=self.data_root)[0]
+
+
+def options_of(cls: type[T], config: TrainConfig) -> T:
+    """A run's option group ``cls`` (GoalOptions, StructXLIPOptions, ...: fields declared ``same_as`` TrainConfig's)
+    made from ``config``'s fields of the same names."""
+    return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})  # type: ignore[arg-type]
 
 
 def load_recipe(name_or_path: str) -> dict[str, Any]:

@@ -53,7 +53,7 @@ from hnbench.train.batches import (
     group_positions,
     subset_fraction,
 )
-from hnbench.train.config import TrainConfig, load_recipe  # noqa: F401  (load_recipe: re-exported)
+from hnbench.train.config import TrainConfig, load_recipe, options_of  # noqa: F401  (load_recipe: re-exported)
 from hnbench.train.diagnostics import measure, summarize_epoch
 from hnbench.train.export import export_checkpoints
 from hnbench.train.objectives import check_inputs
@@ -220,7 +220,7 @@ class _Run:
         if self.edges is not None:  # StructXLIP: edge maps, edge crops at the best segments' boxes, filtered captions
             boxes = [[] if e is None else [seg.box for seg in e.segments] for e in self.sidecar.per_image(self.ds)]
             items = EdgeItems(self.ds.images, self.encoder.image_transform, self.edges, boxes, c.structxlip_top_k)
-            options = FilterOptions.of(c)
+            options = options_of(FilterOptions, c)
             self.filtered = [filter_caption(text, options) for text in self.ds.captions]
             self.filtered_tokens = self.encoder.tokenize(self.filtered).tokens
             self.encode = bpe_encode(self.encoder)

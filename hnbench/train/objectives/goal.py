@@ -19,6 +19,7 @@ from typing import Any
 from torch import Tensor
 
 from hnbench.registry import LOSSES
+from hnbench.train.config import options_of
 from hnbench.train.objectives.base import ALWAYS, Term, TermInputs, global_term
 from hnbench.train.terms.geometry import box_patch_mask
 from hnbench.train.terms.goal import (
@@ -74,4 +75,4 @@ def goal_terms(loss: str, gamma: float, options: GoalOptions, label_smoothing: f
 
 def build(config: Any) -> list[Term]:
     """GOAL's terms for a :class:`~hnbench.train.config.TrainConfig`."""
-    return goal_terms(config.loss, config.gamma, GoalOptions.of(config), config.label_smoothing)
+    return goal_terms(config.loss, config.gamma, options_of(GoalOptions, config), config.label_smoothing)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from hnbench.registry import LOSSES
+from hnbench.train.config import options_of
 from hnbench.train.objectives.base import ALWAYS, Term, TermInputs, global_term
 from hnbench.train.terms.structxlip import (
     StructXLIPOptions,
@@ -76,4 +77,4 @@ def structxlip_terms(loss: str, gamma: float, options: StructXLIPOptions, label_
 
 def build(config: Any) -> list[Term]:
     """StructXLIP's terms for a :class:`~hnbench.train.config.TrainConfig`."""
-    return structxlip_terms(config.loss, config.gamma, StructXLIPOptions.of(config), config.label_smoothing)
+    return structxlip_terms(config.loss, config.gamma, options_of(StructXLIPOptions, config), config.label_smoothing)

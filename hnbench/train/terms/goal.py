@@ -24,7 +24,7 @@ before normalising is not reproduced (``F.normalize`` is used).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -54,11 +54,6 @@ class GoalOptions:
     goal_text_weight: float = same_as(TrainConfig, "goal_text_weight")
     goal_segment_hn: bool = same_as(TrainConfig, "goal_segment_hn")
     goal_compat: bool = same_as(TrainConfig, "goal_compat")
-
-    @classmethod
-    def of(cls, config: TrainConfig) -> GoalOptions:
-        """A run's GOAL options (its TrainConfig fields of the same names)."""
-        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
 
 def goal_segment_loss(crop: Tensor, sentence: Tensor, logit_scale: Tensor | float, *, loss: str = "infonce",
                       gamma: float = 0.5, options: GoalOptions = GoalOptions(),

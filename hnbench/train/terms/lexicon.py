@@ -14,7 +14,7 @@ dependency parsing, which the released code does not do).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 
 from hnbench.settings import same_as
@@ -63,11 +63,6 @@ class FilterOptions:
     filter_textures: bool = same_as(TrainConfig, "filter_textures")
     filter_insect: bool = same_as(TrainConfig, "filter_insect")
     filter_min_words: int = same_as(TrainConfig, "filter_min_words")
-
-    @classmethod
-    def of(cls, config: TrainConfig) -> FilterOptions:
-        """A run's filter options (its TrainConfig fields of the same names)."""
-        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
 
 @lru_cache(maxsize=8)
 def _pattern(name: str) -> re.Pattern[str]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -75,11 +75,6 @@ class StructXLIPOptions:
     structxlip_structure_hn: bool = same_as(TrainConfig, "structxlip_structure_hn")
     structxlip_compat_double_ln: bool = same_as(TrainConfig, "structxlip_compat_double_ln")
     structxlip_compat_span_shift: bool = same_as(TrainConfig, "structxlip_compat_span_shift")
-
-    @classmethod
-    def of(cls, config: TrainConfig) -> StructXLIPOptions:
-        """A run's StructXLIP options (its TrainConfig fields of the same names)."""
-        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
 
 def _has_edges(has_edge: Tensor, b: int) -> Tensor:
     if has_edge.shape != (b,):
