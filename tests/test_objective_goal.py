@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import socket
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from conftest import assert_one_line_error, make_pairs, write_jsonl
+from test_train_distributed import _free_port, _train_worker
 
 from hnbench.cli import main
 from hnbench.data import load_dataset
@@ -244,21 +243,6 @@ def test_issue22_goal_trains_logs_every_term_and_records_its_side_inputs(micro_c
     seg = meta["side_inputs"]["segments"]
     assert seg["path"] == str(sidecar) and seg["writer"] == "grid-clip" and seg["choice"] == "best"
     assert meta["config"]["goal_compat"] is False and meta["config"]["goal_segment_weight"] == 0.5
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _train_worker(rank: int, world: int, port: int, cfg: dict) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    from hnbench.train.trainer import train
-
-    train(TrainConfig.from_dict(cfg), progress=False)
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from open_clip.tokenizer import SimpleTokenizer
-from test_objective_goal import _data, _free_port, _nce, _refused, _sidecar, _towers, _train_worker, _unit
+from test_objective_goal import _data, _nce, _refused, _sidecar, _towers, _unit
+from test_train_distributed import _free_port, _train_worker
 
 from hnbench.cli import main
 from hnbench.train.config import TrainConfig, load_recipe
