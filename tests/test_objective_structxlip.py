@@ -194,3 +194,18 @@ def test_issue22_tiny_structxlip_recipe_trains_logs_terms_and_eval_scores_it(tmp
     assert main(["eval", "--model", "hnbench-tiny", "--pretrained", str(run / "checkpoint.safetensors"),
                  "--dataset", "synthdense", "--output", str(tmp_path / "eval")]) == 0
     assert "R@1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["goal", "structxlip"])
+def test_issue22_side_input_objectives_train_under_bf16_autocast(micro_config, name):
+    """The terms run outside autocast: the bf16 token states meet the towers' heads in their fp32 weights."""
+    import test_objective_goal
+
+    from hnbench.registry import OBJECTIVES
+
+    towers, enc = _towers(micro_config)
+    mb = (test_objective_goal._micro_batch if name == "goal" else _micro_batch)(enc)
+    obj = Objective(terms=OBJECTIVES.get(name)(TrainConfig(objective=name)))
+    value = run_step(towers, towers, [mb], obj, autocast=lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+    assert math.isfinite(value) and len(obj.last_terms) == 4 and all(math.isfinite(v) for v in obj.last_terms.values())
+    assert all(p.grad is not None for n, p in towers.named_parameters() if "ln_final" in n or "ln_post" in n)

@@ -153,9 +153,14 @@ class CLIPTowers(nn.Module):
         if getattr(visual, "attn_pool", None) is not None:
             raise ConfigError("GOAL's pooling needs a ViT without attention pooling (pool_type 'tok' or 'avg')")
 
+        # the terms run outside autocast: a pooled state (bf16 under AMP) goes through the heads in their own dtype
         def image(h: Tensor) -> Tensor:
-            h = visual.ln_post(h)
+            h = visual.ln_post(h.to(visual.ln_post.weight.dtype))
             return h @ visual.proj if visual.proj is not None else h
+
+        def text_ln(h: Tensor) -> Tensor:
+            out: Tensor = m.ln_final(h.to(m.ln_final.weight.dtype))
+            return out
 
         def text_proj(h: Tensor) -> Tensor:
             proj = m.text_projection
@@ -165,7 +170,7 @@ class CLIPTowers(nn.Module):
             return out
 
         size, patch = visual.image_size, visual.patch_size
-        return TowerHeads(image, m.ln_final, text_proj, int(size[0] if isinstance(size, tuple) else size),
+        return TowerHeads(image, text_ln, text_proj, int(size[0] if isinstance(size, tuple) else size),
                           int(patch[0] if isinstance(patch, tuple) else patch))
 
     def _image_with_tokens(self, pixels: Tensor, cls: bool = False) -> tuple[Tensor, Tensor]:
