@@ -171,6 +171,10 @@ OBJECTIVES.register("clip", "hnbench.train.objectives.clip:build",
                     help="the global term (--loss) plus --token-loss-weight × the token-level term")
 OBJECTIVES.register("finelip", "hnbench.train.objectives.finelip:build",
                     help="FineLIP: token aggregation + late-interaction margin hinge; L_HN per --finelip-swap")
+OBJECTIVES.register("goal", "hnbench.train.objectives.goal:build",
+                    help="GOAL: the global term (--loss) + 0.5 × crop–sentence InfoNCE + box/span pooling terms")
+OBJECTIVES.register("structxlip", "hnbench.train.objectives.structxlip:build",
+                    help="StructXLIP: the global term (--loss) + edge-map, RGB–edge and chunk–edge-crop terms")
 
 # --- built-in training recipes: every TOML/YAML file in hnbench/train/recipes/ (target: its path) ----
 RECIPES: Registry[Path] = Registry("recipe")

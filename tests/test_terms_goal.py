@@ -12,8 +12,7 @@ from torch import nn
 
 from hnbench.distributed import DistContext
 from hnbench.settings import check_declared
-from hnbench.train.losses import info_nce_loss
-from hnbench.train.terms import global_loss
+from hnbench.train.losses import hn_clip_loss, info_nce_loss
 from hnbench.train.terms.geometry import box_patch_indices, box_patch_mask, to_input_box
 from hnbench.train.terms.goal import (
     GOAL_TERMS,
@@ -21,7 +20,6 @@ from hnbench.train.terms.goal import (
     goal_patch_loss,
     goal_segment_loss,
     goal_text_loss,
-    goal_total,
     pool_tokens,
     sentence_token_span,
     span_mask,
@@ -117,9 +115,8 @@ def test_pooling_term_closed_form() -> None:
 def test_weights_are_1_half_1_1() -> None:
     o = GoalOptions()
     assert (o.goal_global_weight, o.goal_segment_weight, o.goal_patch_weight, o.goal_text_weight) == (1, 0.5, 1, 1)
-    terms = dict(zip(GOAL_TERMS, torch.tensor([2.0, 4.0, 8.0, 16.0]).unbind(), strict=True))
-    assert float(goal_total(terms)) == 2 + 0.5 * 4 + 8 + 16
-    assert float(goal_total(terms, dataclasses.replace(o, goal_segment_weight=0.0))) == 26.0
+    assert GOAL_TERMS == ("global", "segment", "patch", "text")
+    assert dataclasses.replace(o, goal_segment_weight=0.0).goal_segment_weight == 0.0
 
 
 def _features(b: int = 4, d: int = 8, seed: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,12 +127,12 @@ def _features(b: int = 4, d: int = 8, seed: int = 2) -> tuple[torch.Tensor, torc
 
 def test_hn_at_gamma_zero_equals_infonce_exactly() -> None:
     v, t = _features()
-    hn = global_loss(v, t, 100.0, loss="hn", gamma=0.0)
-    nce = global_loss(v, t, 100.0, loss="infonce")
+    hn = hn_clip_loss(v, t, 100.0, gamma=0.0)
+    nce = info_nce_loss(v, t, 100.0)
     assert torch.equal(hn, nce) and torch.equal(nce, info_nce_loss(v, t, 100.0))
     g_hn, g_nce = torch.autograd.grad(hn, (v, t)), torch.autograd.grad(nce, (v, t))
     assert all(torch.equal(a, b) for a, b in zip(g_hn, g_nce, strict=True))
-    assert not torch.equal(global_loss(v, t, 100.0, loss="hn", gamma=0.5), nce)
+    assert not torch.equal(hn_clip_loss(v, t, 100.0, gamma=0.5), nce)
 
 
 def test_segment_term_takes_hn_only_when_switched_on() -> None:
@@ -144,8 +141,6 @@ def test_segment_term_takes_hn_only_when_switched_on() -> None:
     assert torch.equal(goal_segment_loss(c, s, 100.0, loss="hn", gamma=0.5), nce)
     on = GoalOptions(goal_segment_hn=True)
     assert not torch.equal(goal_segment_loss(c, s, 100.0, loss="hn", gamma=0.5, options=on), nce)
-    with pytest.raises(ValueError, match="infonce or hn"):
-        global_loss(c, s, 100.0, loss="nce")
 
 
 def test_options_are_declared_fields() -> None:
@@ -194,11 +189,11 @@ def _terms(x: dict[str, torch.Tensor], ctx: DistContext | None) -> dict[str, tor
     head = nn.Linear(6, 5).double()
     chunks = [x["chunks"][i, :int(x["counts"][i])] for i in range(x["chunks"].shape[0])]
     return {
-        "goal_global": global_loss(x["v"], x["t"], x["s"], loss="hn", gamma=0.5, context=ctx),
+        "goal_global": hn_clip_loss(x["v"], x["t"], x["s"], 0.5, context=ctx),
         "goal_segment": goal_segment_loss(x["crop"], x["sent"], x["s"], context=ctx),
         "goal_patch": goal_patch_loss(x["states"], x["mask"], head, x["crop"], context=ctx),
         "goal_text": goal_text_loss(x["states"], x["mask"], head, x["sent"], context=ctx),
-        "sx_global": global_loss(x["v"], x["t"], x["s"], loss="hn", gamma=0.5, context=ctx),
+        "sx_global": hn_clip_loss(x["v"], x["t"], x["s"], 0.5, context=ctx),
         "sx_structure": structure_loss(x["edge"], x["filt"], x["has_edge"], x["s"], context=ctx),
         "sx_rgb": rgb_structure_loss(x["v"], x["edge"], x["has_edge"], context=ctx),
         "sx_local": local_structure_loss(chunks, x["crops"], x["valid"], x["s"], context=ctx),

@@ -307,18 +307,25 @@ def how_to_make(dataset: ImageTextDataset, path: Path) -> str:
 
 
 def require_segments(dataset: ImageTextDataset, path: str | Path | None = None, *,
-                     needed_by: str = "this objective") -> SegmentSidecar:
+                     needed_by: str = "this objective", every_image: bool = False) -> SegmentSidecar:
     """The checked sidecar of ``dataset`` (at ``path``, else :func:`default_sidecar_path`), for a trainer to
     call before any model loads. synthdense's is written from its geometry on first use; for other data a
     missing sidecar is a :class:`DataError` naming it and how to make it, and one that names images not in
-    the data, boxes outside their image or spans outside their caption is refused."""
+    the data, boxes outside their image or spans outside their caption is refused; ``every_image``: so is
+    one that leaves an image of the data without a segment (a trainer that needs one per image)."""
     where = Path(path) if path is not None else default_sidecar_path(dataset)
     if not where.exists() and path is None and dataset.name == "synthdense":
         synthdense_segments(dataset).write(where)
     if not os.path.lexists(where):
         raise DataError(f"{needed_by} needs a segment sidecar for {dataset.name!r} and there is none at {where}; "
                         + how_to_make(dataset, where))
-    return read_segments(where, dataset)
+    sidecar = read_segments(where, dataset)
+    if every_image:
+        for image_id, entry in zip(dataset.image_ids, sidecar.per_image(dataset)):
+            if entry is None or not entry.segments:
+                raise DataError(f"{needed_by} needs a segment for every image and {where} has none for image "
+                                f"{image_id!r} (a sidecar of part of the data?); " + how_to_make(dataset, where))
+    return sidecar
 
 
 # --- writers --------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import collections
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,8 @@ from torch.utils.data import BatchSampler, RandomSampler, Sampler
 
 from hnbench.errors import ConfigError
 
-__all__ = ["GlobalBatchSampler", "PairItems", "group_positions", "subset_fraction"]
+__all__ = ["EdgeItems", "GlobalBatchSampler", "PairItems", "PlannedSegment", "SegmentItems", "SegmentPlan",
+           "group_positions", "subset_fraction"]
 
 
 class PairItems(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
@@ -34,6 +36,98 @@ class PairItems(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         return self.transform(self.source.open(i)), i
+
+
+@dataclass(frozen=True)
+class PlannedSegment:
+    """One usable segment of an image: its box (image pixels) in an image of ``image_size``, the position of
+    the long caption its spans index, its sentence, and the sentence's token span [a, b) in that caption."""
+
+    box: tuple[float, float, float, float]
+    image_size: tuple[int, int]
+    caption: int
+    sentence: str
+    span: tuple[int, int]
+
+
+@dataclass
+class SegmentPlan:
+    """Each image's usable segments (best first) and the rule that picks one per epoch: ``best`` (GOAL's top-1)
+    or ``random`` (seeded by the run's seed, the epoch and the image position: any rank, any loader worker,
+    a resumed run pick the same)."""
+
+    segments: list[list[PlannedSegment]]
+    choice: str = "best"
+    seed: int = 0
+
+    def pick(self, i: int, epoch: int) -> PlannedSegment:
+        segs = self.segments[i]
+        if self.choice == "best" or len(segs) == 1:
+            return segs[0]
+        return segs[int(np.random.default_rng([self.seed, 22, epoch, i]).integers(len(segs)))]
+
+    @classmethod
+    def build(cls, sidecar: Any, ds: Any, encode: Callable[[str], Sequence[int]], context_length: int, *,
+              choice: str = "best", seed: int = 0) -> SegmentPlan:
+        """From a checked :class:`~hnbench.sidecars.segments.SegmentSidecar` of ``ds``: segments whose sentence
+        survives the caption's truncation to ``context_length`` tokens; an image left with none is refused."""
+        from hnbench.sidecars.segments import token_span
+
+        caption_of: dict[tuple[int, str], int] = {}
+        for j, (text, k) in enumerate(zip(ds.captions, ds.caption_image.tolist())):
+            caption_of.setdefault((int(k), text), j)
+        plan = []
+        for i, entry in enumerate(sidecar.per_image(ds)):
+            assert entry is not None and entry.segments, "checked before the model loaded (require_segments)"
+            keep = []
+            for s in entry.segments:
+                span = token_span(entry.caption, s.char_span, encode, context_length=context_length)
+                if span is not None:
+                    keep.append(PlannedSegment(s.box, (entry.width, entry.height), caption_of[(i, entry.caption)],
+                                               s.sentence, span))
+            if not keep:
+                raise ConfigError(f"image {entry.id!r}: every segment's sentence lies past the {context_length}-token "
+                                  "context of its caption (truncated away): a longer context (--stretch-context) or "
+                                  "a sidecar with earlier sentences")
+            plan.append(keep)
+        return cls(plan, choice, seed)
+
+
+class SegmentItems(PairItems):
+    """Image position → (pixels, position, the pixels of its segment's crop this epoch); set :attr:`epoch`
+    before each pass (loader workers start with the dataset's state at each pass)."""
+
+    def __init__(self, source: Any, transform: Any, plan: SegmentPlan, margin: float = 0.0):
+        super().__init__(source, transform)
+        self.plan, self.margin, self.epoch = plan, margin, 0
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, torch.Tensor]:  # type: ignore[override]
+        from hnbench.sidecars.segments import crop_box
+
+        image = self.source.open(i)
+        crop = crop_box(image, self.plan.pick(i, self.epoch).box, self.margin)
+        return self.transform(image), i, self.transform(crop)
+
+
+class EdgeItems(PairItems):
+    """Image position → (pixels, position, its edge map's pixels, (K, 3, H, W) the edge map cropped at its first K
+    ``boxes`` (black where it has fewer), (K,) which crops are real) — StructXLIP's inputs, through ``transform``."""
+
+    def __init__(self, source: Any, transform: Any, edges: Any, boxes: list[list[Any]], k: int):
+        super().__init__(source, transform)
+        self.edges, self.boxes, self.k = edges, boxes, k
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, torch.Tensor, torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        from PIL import Image
+
+        from hnbench.sidecars.segments import crop_box
+
+        edge = self.edges.open(i)
+        boxes = self.boxes[i][:self.k]
+        blank = self.transform(Image.new("RGB", edge.size))
+        crops = [self.transform(crop_box(edge, box)) for box in boxes] + [blank] * (self.k - len(boxes))
+        valid = torch.arange(self.k) < len(boxes)
+        return self.transform(self.source.open(i)), i, self.transform(edge), torch.stack(crops), valid
 
 
 class GlobalBatchSampler(Sampler[list[int]]):

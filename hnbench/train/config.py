@@ -6,14 +6,17 @@ import re
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.io import read_text_utf8
 from hnbench.registry import LOSSES, OBJECTIVES, RECIPES, TASKS
 from hnbench.settings import EvalSettings, check_declared, check_types, option, same_as
+from hnbench.sidecars.options import EdgeSettings
 from hnbench.specs import DataSpec, ModelSpec
 from hnbench.validate import check_device_name
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -73,6 +76,89 @@ class TrainConfig:
                                help="peak learning rate of FineLIP's aggregation module (same schedule)")
     finelip_weight_decay: float | None = option(None, minimum=0, group="objective",
                                                 help="weight decay of FineLIP's module (default: --weight-decay)")
+    # GOAL (--objective goal; hnbench.train.terms.goal.GoalOptions reads these)
+    goal_global_weight: float = option(1.0, minimum=0, group="GOAL",
+                                       help="GOAL: weight of the global image–long-caption term L_org (authors: 1)")
+    goal_segment_weight: float = option(0.5, minimum=0, group="GOAL",
+                                        help="GOAL: weight of the crop–sentence InfoNCE L_seg (authors: 0.5)")
+    goal_patch_weight: float = option(1.0, minimum=0, group="GOAL",
+                                      help="GOAL: weight of the box-pooled patch term L_patch (authors: 1)")
+    goal_text_weight: float = option(1.0, minimum=0, group="GOAL",
+                                     help="GOAL: weight of the span-pooled text term L_text (authors: 1)")
+    goal_segment_hn: bool = option(False, group="GOAL",
+                                   help="GOAL: with --loss hn, L_HN on the segment term too (Ḡ from the "
+                                        "sentence embeddings; which one the paper swapped is unverified)")
+    goal_compat: bool = option(False, group="GOAL",
+                               help="GOAL: reproduce the authors' quirks (patch size hard-coded 16, per-axis box "
+                                    "scale, sentence span one token late); default: exact mapping")
+    # StructXLIP (--objective structxlip; hnbench.train.terms.structxlip.StructXLIPOptions and
+    # hnbench.train.terms.lexicon.FilterOptions read these)
+    structxlip_global_weight: float = option(1.0, minimum=0, group="StructXLIP",
+                                             help="StructXLIP: weight λ_global of the RGB–caption term L_org")
+    structxlip_structure_weight: float = option(0.5, minimum=0, group="StructXLIP",
+                                                help="StructXLIP: weight λ_SC of the edge-map–filtered-caption term")
+    structxlip_rgb_weight: float = option(0.05, minimum=0, group="StructXLIP",
+                                          help="StructXLIP: weight λ_RGB of the RGB–edge cosine term")
+    structxlip_local_weight: float = option(0.1, minimum=0, group="StructXLIP",
+                                            help="StructXLIP: weight λ_LSC of the chunk–edge-crop term")
+    structxlip_structure_floor: float = option(0.7, minimum=0, maximum=1, group="StructXLIP",
+                                               help="StructXLIP: floor of λ_SC's per-epoch cosine decay")
+    structxlip_rgb_floor: float = option(0.5, minimum=0, maximum=1, group="StructXLIP",
+                                         help="StructXLIP: floor of λ_RGB's per-epoch cosine decay")
+    structxlip_local_floor: float = option(0.4, minimum=0, maximum=1, group="StructXLIP",
+                                           help="StructXLIP: floor of λ_LSC's per-epoch cosine decay")
+    structxlip_warm_epochs: int = option(1, minimum=1, group="StructXLIP",
+                                         help="StructXLIP: epochs of linear weight warm-up ((e+1)/warm)")
+    structxlip_decay_start: int = option(1, minimum=0, group="StructXLIP",
+                                         help="StructXLIP: first epoch of the cosine weight decay")
+    structxlip_decay_end: int = option(8, minimum=1, group="StructXLIP",
+                                       help="StructXLIP: epoch the decay reaches its floor")
+    structxlip_sketch_epochs: int = option(0, minimum=0, group="StructXLIP",
+                                           help="StructXLIP: first epochs with the structure terms only (λ_global 0)")
+    structxlip_chunk_tau: float = option(0.07, above=0, group="StructXLIP",
+                                         help="StructXLIP: chunk term temperature τ (scale min(s/τ, 100))")
+    structxlip_chunk_window: int = option(3, minimum=1, group="StructXLIP",
+                                          help="StructXLIP: base word window of the caption chunks")
+    structxlip_chunk_stride: int = option(1, minimum=1, group="StructXLIP", help="StructXLIP: chunk word stride")
+    structxlip_max_chunks: int = option(64, minimum=1, group="StructXLIP", help="StructXLIP: chunks per caption at most")
+    structxlip_structure_hn: bool = option(False, group="StructXLIP",
+                                           help="StructXLIP: with --loss hn, L_HN on L_SC too (Ḡ from the filtered "
+                                                "captions; unverified what the paper did)")
+    structxlip_compat_double_ln: bool = option(False, group="StructXLIP",
+                                               help="StructXLIP: reproduce the authors' double final LayerNorm "
+                                                    "on chunk states")
+    structxlip_compat_span_shift: bool = option(False, group="StructXLIP",
+                                                help="StructXLIP: reproduce the authors' chunk spans of the "
+                                                     "filtered caption indexing the unfiltered caption's states")
+
+    structxlip_top_k: int = option(3, minimum=1, group="StructXLIP",
+                                   help="StructXLIP: edge crops per image, the sidecar's best segments (argparse 3, "
+                                        "shipped script 2; fewer segments: the rest masked out)")
+    filter_colors: bool = option(True, group="StructXLIP",
+                                 help="StructXLIP: drop colour words from the filtered caption (shipped script: on)",
+                                 off="StructXLIP: keep colour words in the filtered caption")
+    filter_materials: bool = option(False, group="StructXLIP", help="StructXLIP: drop material words too")
+    filter_textures: bool = option(False, group="StructXLIP", help="StructXLIP: drop texture words too")
+    filter_insect: bool = option(False, group="StructXLIP",
+                                 help="StructXLIP: drop the insect-colour lexicon too (the authors' Insect data)")
+    filter_min_words: int = option(2, minimum=1, group="StructXLIP",
+                                   help="StructXLIP: keep the caption unfiltered when fewer non-stop-words remain")
+
+    # edge maps (StructXLIP): hnbench.sidecars.options.EdgeSettings's fields
+    edges: str = same_as(EdgeSettings, "method", group="side inputs")
+    canny_low: float = same_as(EdgeSettings, "canny_low", group="side inputs")
+    canny_high: float = same_as(EdgeSettings, "canny_high", group="side inputs")
+    edge_blur: int = same_as(EdgeSettings, "blur", group="side inputs")
+    edge_line_width: int = same_as(EdgeSettings, "line_width", group="side inputs")
+    # side inputs (segments: GOAL, StructXLIP's edge crops)
+    segments: str | None = option(None, group="side inputs", metavar="SIDECAR.json",
+                                  help="the segment sidecar (default: beside a synthdense split, written from its "
+                                       "geometry on first use; else where `hnbench segments` writes it)")
+    segment_choice: str = option("best", group="side inputs", choices=("best", "random"),
+                                 help="each image's segment per epoch: best (highest similarity, GOAL's) or random "
+                                      "(seeded by --seed, the epoch and the image)")
+    crop_margin: float = option(0.0, minimum=0, group="side inputs",
+                                help="grow a segment's crop by this fraction of its box on each side (GOAL: 0)")
     # optimisation
     accum_steps: int = option(1, group="optimisation", minimum=1, help="micro-batches per optimizer step")
     accum_mode: str = option("loss", group="optimisation", choices=("loss", "cached"),
@@ -96,6 +182,9 @@ class TrainConfig:
     # Long-CLIP and PEFT
     stretch_context: int | None = option(None, minimum=1, group="PEFT and Long-CLIP",
                                          help="stretch the text positions the Long-CLIP way (77 → 248)")
+    position_table: str = option("trainable", group="PEFT and Long-CLIP", choices=("trainable", "frozen-20"),
+                                 help="the text position table: trainable (every row, GOAL's and StructXLIP's 248-row "
+                                      "table) or frozen-20 (Long-CLIP's: the first 20 rows keep their weights)")
     peft: str | None = option(None, group="PEFT and Long-CLIP", choices=("lora", "dora"), help="LoRA or DoRA adapters")
     lora_r: int = option(16, minimum=1, group="PEFT and Long-CLIP", help="adapter rank")
     lora_alpha: float = option(32.0, above=0, group="PEFT and Long-CLIP", help="adapter scale α")
@@ -190,6 +279,11 @@ class TrainConfig:
         return DataSpec.of(self.eval_dataset, self.eval_dataset_options, protocol=self.eval_protocol,
                            data_root=self.eval_data_root)
 
+    def edge_settings(self) -> EdgeSettings:
+        """The run's edge-map detector settings."""
+        return EdgeSettings(method=self.edges, canny_low=self.canny_low, canny_high=self.canny_high,
+                            blur=self.edge_blur, line_width=self.edge_line_width)
+
     def data_spec(self) -> DataSpec:
         """The run's training data as a :class:`DataSpec` (its fields here and in ``dataset_options``); the
         default protocol ``train`` only for data that has protocols."""
@@ -198,6 +292,12 @@ class TrainConfig:
         if protocol == "train" and kind not in DataSpec.reads("protocol"):
             protocol = None
         return DataSpec.of(self.dataset, self.dataset_options, protocol=protocol, data_root=self.data_root)[0]
+
+
+def options_of(cls: type[T], config: TrainConfig) -> T:
+    """A run's option group ``cls`` (GoalOptions, StructXLIPOptions, ...: fields declared ``same_as`` TrainConfig's)
+    made from ``config``'s fields of the same names."""
+    return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})  # type: ignore[arg-type]
 
 
 def load_recipe(name_or_path: str) -> dict[str, Any]:

@@ -39,6 +39,8 @@ class MicroBatch:
     image_ids: list[int]  # global batch, rank order
     caption_texts: list[str]  # global batch, rank order
     g_text: Tensor | None = None  # frozen-encoder text features for Ḡ (local)
+    extra: dict[str, Tensor] = field(default_factory=dict)  # side inputs through the towers (crops, sentences)
+    side: dict[str, Any] = field(default_factory=dict)  # the terms' other side inputs (boxes, spans; local rows)
 
 
 @dataclass
@@ -79,7 +81,12 @@ class Objective:
 
     @property
     def token_mode(self) -> bool | str:
-        """What the towers compute beside the pooled features: False, True (patches, tokens) or "cls"."""
+        """What the towers compute beside the pooled features: False, True (patches, tokens), "cls" or "states"."""
+        kinds = self.needs & {"token_features", "token_features_cls", "token_states"}
+        if "token_states" in kinds:
+            if len(kinds) > 1:
+                raise ConfigError("an objective cannot mix token states with token features")
+            return "states"
         if "token_features_cls" in self.needs:
             if "token_features" in self.needs:
                 raise ConfigError("an objective cannot mix token features with and without CLS")
@@ -103,9 +110,10 @@ class Objective:
 
     def __call__(self, out: dict[str, Tensor], *, mask: Tensor | None, g_text: Tensor | None,
                  text_mask: Tensor | None, tokens: Tensor | None = None,
-                 image_ids: list[int] | None = None) -> Tensor:
+                 image_ids: list[int] | None = None, side: dict[str, Any] | None = None,
+                 heads: Any = None) -> Tensor:
         x = TermInputs(out, tokens if tokens is not None else out["text"], image_ids or [], mask=mask,
-                       g_text=g_text, text_mask=text_mask, context=self.context)
+                       g_text=g_text, text_mask=text_mask, context=self.context, side=side or {}, heads=heads)
         total: Tensor | None = None
         values: dict[str, float] = {}
         for term in self.terms:
@@ -148,17 +156,21 @@ def run_step(model: torch.nn.Module, towers: Any, micro: list[MicroBatch], objec
     loss ("cached"). ``backward`` lets a grad scaler scale the loss.
     """
     if mode == "cached" and len(micro) > 1:
+        if any(mb.extra or mb.side for mb in micro):
+            raise ConfigError("--accum-mode cached does not carry side inputs (segments, edge maps): use "
+                              "--accum-mode loss")
         return _cached_step(model, towers, micro, objective, autocast, backward)
     k = len(micro)
     total = 0.0
     terms: dict[str, float] = {}
+    heads = towers.heads() if objective.token_mode == "states" else None
     for m, mb in enumerate(micro):
         with _sync(model, m == k - 1):
             with autocast():
-                out = model(mb.pixels, mb.tokens, objective.token_mode)
+                out = model(mb.pixels, mb.tokens, objective.token_mode, mb.extra or None)
             loss = objective(out, mask=objective.mask(mb.image_ids, mb.caption_texts), g_text=mb.g_text,
                              text_mask=towers.text_token_mask(mb.tokens) if objective.with_tokens else None,
-                             tokens=mb.tokens, image_ids=mb.image_ids)
+                             tokens=mb.tokens, image_ids=mb.image_ids, side=mb.side, heads=heads)
             backward(loss if k == 1 else loss / k)
         total += float(loss.detach())
         for name, value in objective.last_terms.items():

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,7 +20,24 @@ from torch import Tensor, nn
 from hnbench.errors import ConfigError
 from hnbench.models.hf import eos_attention_mask, feature_tensor
 
-__all__ = ["CLIPTowers"]
+__all__ = ["CLIPTowers", "TowerHeads", "bpe_encode", "freeze_position_rows"]
+
+
+@dataclass(frozen=True)
+class TowerHeads:
+    """The towers' heads as callables on a pooled last-layer state (B, W) → (B, D), unnormalised: ``image``
+    = post-LayerNorm + projection, ``text`` = final LayerNorm + projection; and the vision input geometry
+    (``input_size`` pixels square, ``patch_size``) that maps a box to its patch tokens."""
+
+    image: Callable[[Tensor], Tensor]
+    text_ln: Callable[[Tensor], Tensor]  # the final LayerNorm alone (StructXLIP's chunks: its compat double LN)
+    text_proj: Callable[[Tensor], Tensor]  # the text projection alone
+    input_size: int
+    patch_size: int
+
+    def text(self, h: Tensor) -> Tensor:
+        """Final LayerNorm, then the projection."""
+        return self.text_proj(self.text_ln(h))
 
 
 class CLIPTowers(nn.Module):
@@ -28,7 +47,14 @@ class CLIPTowers(nn.Module):
     L2-normalised features, ``scale`` = exp(logit_scale) clamped at ``max_logit_scale``; with
     ``with_tokens`` also ``image_tokens`` (B, P, D) and ``text_tokens`` (B, T, D) projected into the
     joint space (open_clip only); ``with_tokens="cls"``: ``image_tokens`` (B, 1+P, D) with the CLS token
-    first (every token after ln_post and the projection), as FineLIP reads them.
+    first (every token after ln_post and the projection), as FineLIP reads them; ``with_tokens="states"``:
+    ``image_states`` (B, 1+P, W), the last layer's tokens *before* ln_post (CLS at 0), and ``text_states``
+    (B, T, W) *before* ln_final (GOAL's pooling; :meth:`heads` applies the rest to a pooled state).
+
+    ``extra`` (name → tensor): side inputs that go through a tower in the same call (one forward, as data
+    parallelism requires): float pixels through the vision tower, token ids through the text tower, each
+    concatenated after the batch and split off again as ``out[name]``, (N, D) L2-normalised (and their token
+    features as ``out[name + "_states"]`` etc.).
     """
 
     def __init__(self, model: nn.Module, framework: str, *, max_logit_scale: float = 100.0,
@@ -65,7 +91,31 @@ class CLIPTowers(nn.Module):
         scale: Tensor = self.model.logit_scale.exp().clamp(max=self.max_logit_scale)
         return scale
 
-    def forward(self, pixels: Tensor, tokens: Tensor, with_tokens: bool | str = False) -> dict[str, Tensor]:
+    def forward(self, pixels: Tensor, tokens: Tensor, with_tokens: bool | str = False,
+                extra: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
+        if not extra:
+            return self._forward(pixels, tokens, with_tokens)
+        images = {k: v for k, v in extra.items() if v.is_floating_point()}
+        texts = {k: v for k, v in extra.items() if not v.is_floating_point()}
+        out = self._forward(torch.cat([pixels, *images.values()]), torch.cat([tokens, *texts.values()]), with_tokens)
+        for side, group, n in (("image", images, pixels.shape[0]), ("text", texts, tokens.shape[0])):
+            rows = [v.shape[0] for v in group.values()]
+            parts = torch.split(out[side], [n, *rows])
+            out[side] = parts[0]
+            out.update(zip(group, parts[1:]))
+            for key in [k for k in out if k.startswith(side + "_")]:  # token features: split alike, e.g.
+                suffix = key[len(side) + 1:]  # text_states → text_states (the batch's) + filtered_states
+                pieces = torch.split(out[key], [n, *rows])
+                out[key] = pieces[0]
+                out.update({f"{name}_{suffix}": piece for name, piece in zip(group, pieces[1:])})
+        return out
+
+    def _forward(self, pixels: Tensor, tokens: Tensor, with_tokens: bool | str) -> dict[str, Tensor]:
+        if with_tokens == "states":
+            image, image_states = self._image_states(pixels)
+            text, text_states = self._text_states(tokens)
+            return {"image": image, "text": text, "scale": self.scale(),
+                    "image_states": image_states, "text_states": text_states}
         if with_tokens:
             image, image_tokens = self._image_with_tokens(pixels, cls=with_tokens == "cls")
             text, text_tokens = self._text_with_tokens(tokens)
@@ -78,14 +128,53 @@ class CLIPTowers(nn.Module):
         with torch.no_grad():
             self.model.logit_scale.clamp_(0, math.log(self.max_logit_scale))
 
-    # -- token-level features (FILIP term) ----------------------------------------------------
-    def _image_with_tokens(self, pixels: Tensor, cls: bool = False) -> tuple[Tensor, Tensor]:
+    # -- token-level features (FILIP term, FineLIP, GOAL) --------------------------------------
+    def _visual(self) -> Any:
         if self.framework != "open_clip":
             raise ConfigError("the token-level loss needs per-patch features: open_clip models only for now")
         visual = self.model.visual
         if not all(hasattr(visual, a) for a in ("_embeds", "_pool", "transformer")):
             raise ConfigError(f"the token-level loss needs an open_clip VisionTransformer, not "
                               f"{type(visual).__name__}")
+        return visual
+
+    def _image_states(self, pixels: Tensor) -> tuple[Tensor, Tensor]:
+        """(normalised pooled features, the last layer's tokens before ln_post) — encode_image's own steps."""
+        visual = self._visual()
+        x = visual.transformer(visual._embeds(pixels))
+        pooled, _ = visual._pool(x)
+        if visual.proj is not None:
+            pooled = pooled @ visual.proj
+        return F.normalize(pooled, dim=-1), x
+
+    def heads(self) -> TowerHeads:
+        """The towers' heads and vision geometry (open_clip ViT): see :class:`TowerHeads`."""
+        visual, m = self._visual(), self.model
+        if getattr(visual, "attn_pool", None) is not None:
+            raise ConfigError("GOAL's pooling needs a ViT without attention pooling (pool_type 'tok' or 'avg')")
+
+        # the terms run outside autocast: a pooled state (bf16 under AMP) goes through the heads in their own dtype
+        def image(h: Tensor) -> Tensor:
+            h = visual.ln_post(h.to(visual.ln_post.weight.dtype))
+            return h @ visual.proj if visual.proj is not None else h
+
+        def text_ln(h: Tensor) -> Tensor:
+            out: Tensor = m.ln_final(h.to(m.ln_final.weight.dtype))
+            return out
+
+        def text_proj(h: Tensor) -> Tensor:
+            proj = m.text_projection
+            if proj is None:
+                return h
+            out: Tensor = proj(h) if isinstance(proj, nn.Linear) else h @ proj
+            return out
+
+        size, patch = visual.image_size, visual.patch_size
+        return TowerHeads(image, text_ln, text_proj, int(size[0] if isinstance(size, tuple) else size),
+                          int(patch[0] if isinstance(patch, tuple) else patch))
+
+    def _image_with_tokens(self, pixels: Tensor, cls: bool = False) -> tuple[Tensor, Tensor]:
+        visual = self._visual()
         x = visual.transformer(visual._embeds(pixels))
         pooled, patches = visual._pool(x)
         if cls:
@@ -96,21 +185,32 @@ class CLIPTowers(nn.Module):
             pooled, patches = pooled @ visual.proj, patches @ visual.proj
         return F.normalize(pooled, dim=-1), patches
 
-    def _text_with_tokens(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+    def _text_layers(self, tokens: Tensor) -> Tensor:
+        """The text transformer's last-layer states (B, T, W), before ln_final (open_clip's own steps)."""
+        m = self.model
+        if self.framework != "open_clip" or not hasattr(m, "token_embedding"):
+            raise ConfigError("the token-level loss needs open_clip's built-in text tower (CLIP, not CustomTextCLIP)")
+        cast = m.transformer.get_cast_dtype()
+        x = m.token_embedding(tokens).to(cast) + m.positional_embedding.to(cast)
+        states: Tensor = m.transformer(x, attn_mask=m.attn_mask)
+        return states
+
+    def _text_with_tokens(self, tokens: Tensor, states: Tensor | None = None) -> tuple[Tensor, Tensor]:
         # heavy (open_clip and its model zoo): imported only when the token-level loss runs
         from open_clip.transformer import text_global_pool
 
         m = self.model
-        if not hasattr(m, "token_embedding"):
-            raise ConfigError("the token-level loss needs open_clip's built-in text tower (CLIP, not CustomTextCLIP)")
-        cast = m.transformer.get_cast_dtype()
-        x = m.token_embedding(tokens).to(cast) + m.positional_embedding.to(cast)
-        x = m.ln_final(m.transformer(x, attn_mask=m.attn_mask))
+        x = m.ln_final(self._text_layers(tokens) if states is None else states)
         pooled = text_global_pool(x, tokens, m.text_pool_type, eos_token_id=getattr(m, "text_eos_id", None))
         proj = m.text_projection
         if proj is not None:
             pooled, x = (proj(pooled), proj(x)) if isinstance(proj, nn.Linear) else (pooled @ proj, x @ proj)
         return F.normalize(pooled, dim=-1), x
+
+    def _text_states(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """(normalised pooled features, the last layer's states before ln_final)."""
+        states = self._text_layers(tokens)
+        return self._text_with_tokens(tokens, states)[0], states
 
     def text_token_mask(self, tokens: Tensor) -> Tensor:
         """Real tokens: start token up to and including the end token (argmax for open_clip's BPE)."""
@@ -150,3 +250,25 @@ def param_groups(named: list[tuple[str, nn.Parameter]], weight_decay: float) -> 
     decay = [p for n, p in named if p.ndim >= 2 and "embedding" not in n]
     no_decay = [p for n, p in named if not (p.ndim >= 2 and "embedding" not in n)]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def bpe_encode(encoder: Any) -> Callable[[str], list[int]]:
+    """The encoder's BPE without start/end tokens (open_clip's SimpleTokenizer), for token spans of sentences."""
+    from open_clip.tokenizer import SimpleTokenizer
+
+    tok = encoder.tokenizer
+    if not isinstance(tok, SimpleTokenizer):
+        raise ConfigError(f"segment token spans need open_clip's CLIP tokenizer, not {type(tok).__name__}")
+    encode: Callable[[str], list[int]] = tok.encode
+    return encode
+
+
+def freeze_position_rows(model: nn.Module, rows: int) -> None:
+    """Long-CLIP's frozen rows: the first ``rows`` rows of the text position table get no gradient (so AdamW,
+    which does not decay embeddings, leaves them exactly as loaded); the rest train."""
+    table = getattr(model, "positional_embedding", None)
+    if not isinstance(table, nn.Parameter):
+        raise ConfigError("--position-table frozen-20 needs open_clip's text position table (positional_embedding)")
+    keep = torch.ones_like(table[:, :1])
+    keep[:rows] = 0
+    table.register_hook(lambda grad: grad * keep.to(grad.dtype))  # type: ignore[no-untyped-call]

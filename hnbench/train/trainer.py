@@ -39,11 +39,21 @@ from hnbench.evaluate import evaluate
 from hnbench.io import atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
-from hnbench.models.longclip import stretch_openclip
+from hnbench.models.longclip import KEEP, stretch_openclip
 from hnbench.registry import LOSSES, OBJECTIVES, TASKS
+from hnbench.sidecars.edges import require_edges
+from hnbench.sidecars.segments import default_sidecar_path, require_segments
 from hnbench.train.adapters import apply_peft
-from hnbench.train.batches import GlobalBatchSampler, PairItems, group_positions, subset_fraction
-from hnbench.train.config import TrainConfig, load_recipe  # noqa: F401  (load_recipe: re-exported)
+from hnbench.train.batches import (
+    EdgeItems,
+    GlobalBatchSampler,
+    PairItems,
+    SegmentItems,
+    SegmentPlan,
+    group_positions,
+    subset_fraction,
+)
+from hnbench.train.config import TrainConfig, load_recipe, options_of  # noqa: F401  (load_recipe: re-exported)
 from hnbench.train.diagnostics import measure, summarize_epoch
 from hnbench.train.export import export_checkpoints
 from hnbench.train.objectives import check_inputs
@@ -60,13 +70,16 @@ from hnbench.train.state import (
     write_failed,
 )
 from hnbench.train.step import MicroBatch, Objective, run_step
-from hnbench.train.towers import CLIPTowers, param_groups
+from hnbench.train.terms.lexicon import FilterOptions, filter_caption
+from hnbench.train.towers import CLIPTowers, bpe_encode, freeze_position_rows, param_groups
 from hnbench.validate import check_device
 
 logger = logging.getLogger(__name__)
 
 # the batch inputs this trainer produces when an objective's terms declare them (objectives.INPUTS)
-_RUN_INPUTS = frozenset({"pixels", "tokens", "global_features", "image_ids", "token_features", "token_features_cls"})
+_RUN_INPUTS = frozenset({"pixels", "tokens", "global_features", "image_ids", "token_features", "token_features_cls",
+                         "token_states", "segments", "edge_maps", "filtered_captions"})
+_SIDE_INPUTS = frozenset({"segments", "edge_maps", "filtered_captions"})  # made from the data, beside (image, caption)
 
 
 def seed_everything(seed: int) -> None:
@@ -140,6 +153,22 @@ class _Run:
         if self.objective.modules and dist.world_size > 1 and c.accum_mode == "cached":
             raise ConfigError(f"objective {c.objective!r} trains an extra module: under torchrun use "
                               "--accum-mode loss (cached features are one process only for it)")
+        side = self.objective.needs & _SIDE_INPUTS
+        if side and c.accum_mode == "cached" and c.accum_steps > 1:
+            raise ConfigError(f"objective {c.objective!r} trains on side inputs ({', '.join(sorted(side))}), which "
+                              "--accum-mode cached does not carry: use --accum-mode loss")
+        self.ds: Any = None
+        self.sidecar: Any = None
+        self.edges: Any = None
+        self.side_record: dict[str, Any] = {}
+        if side:  # the side inputs are checked before any model loads: the data first
+            self.ds = self._load_data()
+            needed_by = f"--objective {c.objective}"
+            if "segments" in side:  # GOAL trains one segment of every image; edge crops take what there is
+                self.sidecar = require_segments(self.ds, c.segments, needed_by=needed_by,
+                                                every_image="edge_maps" not in side)
+            if "edge_maps" in side:
+                self.edges = require_edges(self.ds, c.edge_settings(), needed_by=needed_by)
         self.out_dir = Path(c.output)
         encoder = load_model(c.model, c.pretrained, model_config=c.model_config,
                              context_length=c.context_length, device=device, init_seed=None)  # seeded above
@@ -157,6 +186,8 @@ class _Run:
             with torch.no_grad():
                 base_towers.model.logit_scale.fill_(math.log(c.init_logit_scale))
         self.frozen = base_towers.frozen_text_copy() if c.g_source == "frozen_init" and c.loss == "hn" else None
+        if c.position_table == "frozen-20":
+            freeze_position_rows(base_towers.model, KEEP)
         model = self.encoder.model
         if c.peft:
             model = apply_peft(model, framework, c.peft, r=c.lora_r, alpha=c.lora_alpha, dropout=c.lora_dropout,
@@ -167,8 +198,8 @@ class _Run:
         # the terms' trainable modules live beside the towers: checkpointed, resumed and exported with them
         self.towers.extra = torch.nn.ModuleDict({m.name: m.build(self.encoder.info.embed_dim).to(device).train()
                                                  for m in self.objective.modules})
-        ds = load_dataset(c.dataset, data_root=c.data_root, protocol=c.protocol, **c.dataset_options)
-        self.ds = subset_fraction(ds, c.data_fraction, c.seed)
+        if self.ds is None:
+            self.ds = self._load_data()
         if len(self.ds.images) < 2:  # batch_size >= 2 is checked up front; this is the same rule on the data
             left = " after --data-fraction" if c.data_fraction < 1 else ""
             n_images = f"{len(self.ds.images)} image{'' if len(self.ds.images) == 1 else 's'}"
@@ -184,9 +215,35 @@ class _Run:
         groups = group_positions(self.ds.image_ids, c.group_by) if c.group_by else None
         self.sampler = GlobalBatchSampler(n, c.batch_size, drop_last=n >= c.batch_size, generator=self.generator,
                                           rank=dist.rank, world_size=dist.world_size, groups=groups)
-        self.loader = torch.utils.data.DataLoader(
-            PairItems(self.ds.images, self.encoder.image_transform), batch_sampler=self.sampler,
-            num_workers=workers, generator=self.generator)
+        self.plan: SegmentPlan | None = None
+        self.filtered: list[str] | None = None
+        items = PairItems(self.ds.images, self.encoder.image_transform)
+        if self.edges is not None:  # StructXLIP: edge maps, edge crops at the best segments' boxes, filtered captions
+            boxes = [[] if e is None else [seg.box for seg in e.segments] for e in self.sidecar.per_image(self.ds)]
+            items = EdgeItems(self.ds.images, self.encoder.image_transform, self.edges, boxes, c.structxlip_top_k)
+            options = options_of(FilterOptions, c)
+            self.filtered = [filter_caption(text, options) for text in self.ds.captions]
+            self.filtered_tokens = self.encoder.tokenize(self.filtered).tokens
+            self.encode = bpe_encode(self.encoder)
+            self.side_record["edge_maps"] = self.edges.settings.recorded()
+            self.side_record["filtered_captions"] = {"lexicons": asdict(options),
+                                                     "changed": sum(a != b for a, b in zip(self.filtered,
+                                                                                            self.ds.captions))}
+            self.side_record["segments"] = {"path": str(self.sidecar_path), "writer": self.sidecar.writer,
+                                            "parameters": self.sidecar.parameters, "top_k": c.structxlip_top_k}
+        elif self.sidecar is not None:
+            self.plan = SegmentPlan.build(self.sidecar, self.ds, bpe_encode(self.encoder),
+                                          self.encoder.info.context_length, choice=c.segment_choice, seed=c.seed)
+            items = SegmentItems(self.ds.images, self.encoder.image_transform, self.plan, c.crop_margin)
+            sentences = sorted({s.sentence for segs in self.plan.segments for s in segs})
+            self.sentence_row = {text: k for k, text in enumerate(sentences)}
+            self.sentence_tokens = self.encoder.tokenize(sentences).tokens
+            self.side_record["segments"] = {
+                "path": str(self.sidecar_path), "writer": self.sidecar.writer, "parameters": self.sidecar.parameters,
+                "choice": c.segment_choice, "crop_margin": c.crop_margin, "goal_compat": c.goal_compat}
+        self.items = items
+        self.loader = torch.utils.data.DataLoader(items, batch_sampler=self.sampler, num_workers=workers,
+                                                  generator=self.generator)
         self.micro_per_epoch = len(self.sampler)
         self.steps_per_epoch = math.ceil(self.micro_per_epoch / c.accum_steps)
         self.total = self.steps_per_epoch * c.epochs
@@ -211,6 +268,36 @@ class _Run:
             self.ddp = DistributedDataParallel(
                 self.towers, device_ids=[dist.local_rank] if device.startswith("cuda") else None)
         self.eval_ds: Any = None  # the eval task's loaded data (retrieval: an ImageTextDataset)
+
+    def _load_data(self) -> Any:
+        c = self.config
+        ds = load_dataset(c.dataset, data_root=c.data_root, protocol=c.protocol, **c.dataset_options)
+        return subset_fraction(ds, c.data_fraction, c.seed)
+
+    @property
+    def sidecar_path(self) -> Path:
+        return Path(self.config.segments) if self.config.segments else default_sidecar_path(self.ds)
+
+    def _side_inputs(self, glob: list[int], caps: list[int], epoch: int,
+                     batch: list[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """This rank's side inputs of global batch ``glob`` (captions ``caps``): (through the towers, for the terms)."""
+        device, dist = self.dist.device, self.dist
+        b = self.config.batch_size // dist.world_size
+        local = glob if dist.world_size == 1 else glob[dist.rank * b:(dist.rank + 1) * b]
+        if self.filtered is not None:
+            local_caps = caps if dist.world_size == 1 else caps[dist.rank * b:(dist.rank + 1) * b]
+            extra = {"edge": batch[2].to(device), "edge_crops": batch[3].flatten(0, 1).to(device),
+                     "filtered": self.filtered_tokens[local_caps].to(device)}
+            return extra, {"crop_valid": batch[4].to(device), "filtered_captions": [self.filtered[j] for j in local_caps],
+                           "encode": self.encode}
+        if self.plan is None:
+            return {}, {}
+        segs = [self.plan.pick(int(i), epoch) for i in local]
+        rows = [self.sentence_row[s.sentence] for s in segs]
+        extra = {"crop": batch[2].to(device), "sentence": self.sentence_tokens[rows].to(device)}
+        side = {"boxes": [s.box for s in segs], "image_sizes": [s.image_size for s in segs],
+                "spans": [s.span for s in segs]}
+        return extra, side
 
     def _setup_amp(self, device: str) -> None:
         c = self.config
@@ -293,9 +380,15 @@ class _Run:
         b = c.batch_size // dist.world_size
         group: list[MicroBatch] = []
         stop = False
-        for pixels, _ in self.loader:
+        if isinstance(self.items, SegmentItems):
+            self.items.epoch = state.epoch  # before the pass: its workers start with it
+        for batch in self.loader:
+            pixels = batch[0]
             glob = self.sampler.issued.popleft()
             caps = [int(self.rng.choice(self.captions_of[int(i)])) for i in glob]
+            if self.plan is not None:  # the long caption is the one the segment's spans index
+                caps = [self.plan.pick(int(i), state.epoch).caption for i in glob]
+            extra, side = self._side_inputs(glob, caps, state.epoch, batch)
             local = caps if dist.world_size == 1 else caps[dist.rank * b:(dist.rank + 1) * b]
             tokens = self.tokens[local].to(device)
             g_text = None
@@ -303,7 +396,7 @@ class _Run:
                 with torch.no_grad():
                     g_text = self.frozen.encode_text(tokens)
             group.append(MicroBatch(pixels.to(device), tokens, [int(i) for i in glob],
-                                    [self.ds.captions[j] for j in caps], g_text))
+                                    [self.ds.captions[j] for j in caps], g_text, extra, side))
             state.batch_in_epoch += 1
             if len(group) < c.accum_steps and state.batch_in_epoch < self.micro_per_epoch:
                 continue
@@ -461,7 +554,7 @@ class _Run:
                     "outputs": {k: str(Path(v).relative_to(self.out_dir)) for k, v in outputs.items()},
                     "world_size": self.dist.world_size, "stopped_early": stopped and state.step < self.total,
                     "total_steps": self.total,
-                    "n_train_images": self.ds.n_images}
+                    "n_train_images": self.ds.n_images, "side_inputs": self.side_record}
             atomic_write_bytes(self.out_dir / "train_config.json", (json.dumps(meta, indent=2) + "\n").encode())
             logger.info("wrote %s after %d steps", path, state.step)
             if summary := r1_summary(self.out_dir):

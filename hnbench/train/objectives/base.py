@@ -21,9 +21,12 @@ INPUTS: dict[str, str] = {
     "token_features": "per-patch and per-token features in the joint space (open_clip ViT models)",
     "token_features_cls": "all image tokens with CLS and all text positions after the final LayerNorm and "
                           "projection, plus each caption's length (open_clip ViT models)",
+    "token_states": "the last layer's image tokens before the post-LayerNorm and text states before the final "
+                    "LayerNorm, with the towers' heads (open_clip ViT models)",
     "g_text": "text features of a frozen copy of the initial text encoder (--g-source frozen_init)",
     "image_ids": "the global batch's image ids (always known)",
-    "segments": "a segment sidecar (boxes, sentences, token spans): make one with `hnbench segments`",
+    "segments": "a segment sidecar (boxes, sentences, token spans): synthdense writes its own; other data: make "
+                "one with `hnbench segments`",
     "edge_maps": "edge maps of the images: synthdense writes them; real data: pip install 'hnbench[edges]'",
     "filtered_captions": "lexicon-filtered captions (made with the edge maps)",
 }
@@ -41,7 +44,8 @@ class TermInputs:
     g_text: Tensor | None = None
     text_mask: Tensor | None = None  # real tokens (token-level terms)
     context: DistContext = field(default_factory=DistContext)
-    side: dict[str, Any] = field(default_factory=dict)  # segments, edge maps, filtered captions, ...
+    side: dict[str, Any] = field(default_factory=dict)  # segments, edge maps, filtered captions, ... (local rows)
+    heads: Any = None  # the towers' TowerHeads (LN + projection, vision geometry) when a term needs token_states
 
 
 @dataclass

@@ -2,8 +2,9 @@
 
 Each term is a function of tensors and a small frozen options dataclass (fields made with
 :func:`hnbench.settings.option`, so flags and recipe keys can be generated from them) returning a
-differentiable scalar tensor; nothing here holds module state. The objective contract (``hnbench.train``)
-registers and weights them.
+differentiable scalar tensor; nothing here holds module state. The objective contract
+(:mod:`hnbench.train.objectives`) names, weights and schedules them; each framework's global term (the one
+L_HN replaces) is :func:`hnbench.train.objectives.global_term`.
 
 - :mod:`~hnbench.train.terms.geometry`: a segment box in image pixels → the ViT patch tokens it touches.
 - :mod:`~hnbench.train.terms.goal`: GOAL's global, segment, patch-pooling and text-pooling terms.
@@ -20,22 +21,8 @@ import torch
 from torch import Tensor
 
 from hnbench.distributed import DistContext
-from hnbench.train.losses import hn_clip_loss
 
-__all__ = ["LOSS_CHOICES", "gather_all", "global_loss", "weighted_total"]
-
-LOSS_CHOICES = ("infonce", "hn")
-
-
-def global_loss(image: Tensor, text: Tensor, logit_scale: Tensor | float, *, loss: str = "infonce",
-                gamma: float = 0.5, context: DistContext | None = None) -> Tensor:
-    """A framework's global term (``frameworks.md`` §4): symmetric InfoNCE of s·v tᵀ on the normalised global
-    image and text embeddings, no label smoothing, no mask (GOAL's and StructXLIP's L_org, GOAL's L_seg);
-    ``loss="hn"``: L_HN with Ḡ from the detached texts (:func:`hnbench.train.losses.hn_clip_loss`; γ = 0 is
-    that InfoNCE exactly). Data parallel: hnbench's local-loss form, this rank's share."""
-    if loss not in LOSS_CHOICES:
-        raise ValueError(f"loss must be infonce or hn, got {loss!r}")
-    return hn_clip_loss(image, text, logit_scale, gamma if loss == "hn" else 0.0, context=context)
+__all__ = ["gather_all"]
 
 
 def gather_all(context: DistContext | None, *xs: Tensor, grad: Sequence[bool]) -> list[Tensor]:
@@ -55,13 +42,3 @@ def gather_all(context: DistContext | None, *xs: Tensor, grad: Sequence[bool]) -
             out.append(context.gather(x, with_grad=g))
     return out
 
-
-def weighted_total(terms: dict[str, Tensor], weights: dict[str, float]) -> Tensor:
-    """Σ_k weights[k]·terms[k], in the order of ``weights``; the two must name the same terms."""
-    if set(terms) != set(weights):
-        raise ValueError(f"the terms are {', '.join(weights)}, got {', '.join(sorted(terms))}")
-    first = next(iter(weights))
-    total = weights[first] * terms[first]
-    for name in list(weights)[1:]:
-        total = total + weights[name] * terms[name]
-    return total

@@ -6,8 +6,8 @@ sentence T_s::
 
     L = w_g·L_org + w_seg·L_seg + w_patch·L_patch + w_text·L_text      (weights 1 / 0.5 / 1 / 1)
 
-- L_org: symmetric InfoNCE of (image, long caption) — the term L_HN replaces (``loss="hn"``):
-  :func:`hnbench.train.terms.global_loss` (spec §2.1 item 1, ``goal_loss_finetuning.py``);
+- L_org: symmetric InfoNCE of (image, long caption) — the term L_HN replaces (``--loss hn``):
+  :func:`hnbench.train.objectives.global_term` (spec §2.1 item 1, ``goal_loss_finetuning.py``);
 - L_seg: the same on (crop, sentence) pairs; optionally L_HN too, Ḡ from the sentence embeddings;
 - L_patch: mean_i (cos(pool_i, crop_i) − 1)², pool_i = the image's last-layer patch tokens inside the box,
   averaged *before* the vision tower's post-LayerNorm, then post-LN + projection;
@@ -31,12 +31,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from hnbench.distributed import DistContext
-from hnbench.settings import option
-from hnbench.train.losses import compute_dtype
-from hnbench.train.terms import gather_all, global_loss, weighted_total
+from hnbench.settings import same_as
+from hnbench.train.config import TrainConfig
+from hnbench.train.losses import compute_dtype, hn_clip_loss
+from hnbench.train.terms import gather_all
 
 __all__ = ["GOAL_TERMS", "GoalOptions", "goal_patch_loss", "goal_segment_loss",
-           "goal_text_loss", "goal_total", "pool_tokens", "sentence_token_span", "span_mask"]
+           "goal_text_loss", "pool_tokens", "sentence_token_span", "span_mask"]
 
 GOAL_TERMS = ("global", "segment", "patch", "text")
 
@@ -47,21 +48,12 @@ Head = Callable[[Tensor], Tensor]  # a tower's LayerNorm + projection applied to
 class GoalOptions:
     """GOAL's weights and fidelity switches (spec §2.1, §2.4, §2.7)."""
 
-    goal_global_weight: float = option(1.0, minimum=0, group="objective",
-                                       help="GOAL: weight of the global image–long-caption term L_org (authors: 1)")
-    goal_segment_weight: float = option(0.5, minimum=0, group="objective",
-                                        help="GOAL: weight of the crop–sentence InfoNCE L_seg (authors: 0.5)")
-    goal_patch_weight: float = option(1.0, minimum=0, group="objective",
-                                      help="GOAL: weight of the box-pooled patch term L_patch (authors: 1)")
-    goal_text_weight: float = option(1.0, minimum=0, group="objective",
-                                     help="GOAL: weight of the span-pooled text term L_text (authors: 1)")
-    goal_segment_hn: bool = option(False, group="objective",
-                                   help="GOAL: with --loss hn, L_HN on the segment term too (Ḡ from the "
-                                        "sentence embeddings; which one the paper swapped is unverified)")
-    goal_compat: bool = option(False, group="objective",
-                               help="GOAL: reproduce the authors' quirks (patch size hard-coded 16, per-axis box "
-                                    "scale, sentence span one token late); default: exact mapping")
-
+    goal_global_weight: float = same_as(TrainConfig, "goal_global_weight")
+    goal_segment_weight: float = same_as(TrainConfig, "goal_segment_weight")
+    goal_patch_weight: float = same_as(TrainConfig, "goal_patch_weight")
+    goal_text_weight: float = same_as(TrainConfig, "goal_text_weight")
+    goal_segment_hn: bool = same_as(TrainConfig, "goal_segment_hn")
+    goal_compat: bool = same_as(TrainConfig, "goal_compat")
 
 def goal_segment_loss(crop: Tensor, sentence: Tensor, logit_scale: Tensor | float, *, loss: str = "infonce",
                       gamma: float = 0.5, options: GoalOptions = GoalOptions(),
@@ -69,8 +61,7 @@ def goal_segment_loss(crop: Tensor, sentence: Tensor, logit_scale: Tensor | floa
     """L_seg (spec §2.1 item 2): InfoNCE on (crop, sentence) embeddings, sentences of other images the
     negatives; L_HN (Ḡ from the sentences) only with ``loss="hn"`` and ``options.goal_segment_hn``."""
     swap = loss == "hn" and options.goal_segment_hn
-    return global_loss(crop, sentence, logit_scale, loss="hn" if swap else "infonce", gamma=gamma,
-                            context=context)
+    return hn_clip_loss(crop, sentence, logit_scale, gamma if swap else 0.0, context=context)
 
 
 def pool_tokens(states: Tensor, mask: Tensor) -> Tensor:
@@ -143,10 +134,3 @@ def span_mask(spans: Sequence[tuple[int, int]], num_tokens: int) -> Tensor:
         mask[i, start:min(end, num_tokens)] = True
     return mask
 
-
-def goal_total(terms: dict[str, Tensor], options: GoalOptions = GoalOptions()) -> Tensor:
-    """w_g·L_org + w_seg·L_seg + w_patch·L_patch + w_text·L_text over ``terms`` keyed by :data:`GOAL_TERMS`
-    (spec §2.1 "Total", defaults 1 / 0.5 / 1 / 1)."""
-    weights = {"global": options.goal_global_weight, "segment": options.goal_segment_weight,
-               "patch": options.goal_patch_weight, "text": options.goal_text_weight}
-    return weighted_total(terms, weights)

@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from hnbench.settings import option
+from hnbench.settings import same_as
+from hnbench.train.config import TrainConfig
 
 __all__ = ["LEXICONS", "STOPWORDS", "FilterOptions", "filter_caption"]
 
@@ -57,16 +58,11 @@ STOPWORDS = frozenset("a an and are as at be by for from in is it of on or that 
 class FilterOptions:
     """Which lexicons StructXLIP's filtered caption drops (spec §3.2; the shipped DOCCI script removes colours)."""
 
-    filter_colors: bool = option(True, group="objective",
-                                 help="StructXLIP: drop colour words from the filtered caption (shipped script: on)",
-                                 off="StructXLIP: keep colour words in the filtered caption")
-    filter_materials: bool = option(False, group="objective", help="StructXLIP: drop material words too")
-    filter_textures: bool = option(False, group="objective", help="StructXLIP: drop texture words too")
-    filter_insect: bool = option(False, group="objective",
-                                 help="StructXLIP: drop the insect-colour lexicon too (the authors' Insect data)")
-    filter_min_words: int = option(2, minimum=1, group="objective",
-                                   help="StructXLIP: keep the caption unfiltered when fewer non-stop-words remain")
-
+    filter_colors: bool = same_as(TrainConfig, "filter_colors")
+    filter_materials: bool = same_as(TrainConfig, "filter_materials")
+    filter_textures: bool = same_as(TrainConfig, "filter_textures")
+    filter_insect: bool = same_as(TrainConfig, "filter_insect")
+    filter_min_words: int = same_as(TrainConfig, "filter_min_words")
 
 @lru_cache(maxsize=8)
 def _pattern(name: str) -> re.Pattern[str]:

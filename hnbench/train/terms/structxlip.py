@@ -8,13 +8,13 @@ t the caption and t̃ the lexicon-filtered caption (:mod:`hnbench.train.terms.le
     L = λ_g·L_org + λ_SC(e)·L_SC + λ_RGB(e)·L_RGB + λ_LSC(e)·L_LSC
 
 - L_org: symmetric InfoNCE of (v, t) — the term L_HN replaces (``loss="hn"``):
-  :func:`hnbench.train.terms.global_loss` (spec §3.1 item 1, ``structxlip/train.py``);
+  :func:`hnbench.train.objectives.global_term` (spec §3.1 item 1, ``structxlip/train.py``);
 - L_SC: symmetric InfoNCE of (e, t̃) over the images with an edge map, the scale detached;
 - L_RGB: mean over those images of 1 − cos(v, e);
 - L_LSC: multi-positive InfoNCE of caption chunks against all valid edge crops of the batch, scale
   min(s/τ, 100), image b's own valid crops the positives;
 - λ(e): per-epoch cosine decay to a floor (:func:`schedule_factor`); log s clamped to [0, 3.5] after every
-  optimiser step (:func:`clamp_logit_scale_`).
+  optimiser step (the run's ``max_logit_scale`` = e^3.5, as the StructXLIP recipes set it).
 
 Corrected behaviour by default, the authors' quirks behind compat options (spec §3.1 "Quirks"): chunks pool
 the *pre*-final-LayerNorm states of the text they were cut from (the filtered caption); compat: the states
@@ -38,13 +38,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hnbench.distributed import DistContext
-from hnbench.settings import option
+from hnbench.settings import same_as
+from hnbench.train.config import TrainConfig
 from hnbench.train.losses import as_scale, compute_dtype, hn_clip_loss
-from hnbench.train.terms import gather_all, weighted_total
+from hnbench.train.terms import gather_all
 
-__all__ = ["STRUCTXLIP_TERMS", "StructXLIPOptions", "chunk_spans", "clamp_logit_scale_", "chunk_embeddings",
+__all__ = ["STRUCTXLIP_TERMS", "StructXLIPOptions", "chunk_spans", "chunk_embeddings",
            "local_structure_loss", "local_structure_term", "rgb_structure_loss", "schedule_factor", "structure_loss",
-           "structxlip_total", "structxlip_weights"]
+           "structxlip_weights"]
 
 STRUCTXLIP_TERMS = ("global", "structure", "rgb_structure", "local_structure")
 
@@ -56,48 +57,24 @@ class StructXLIPOptions:
     """StructXLIP's weights, schedule, chunking, clamp and fidelity switches (spec §3.1, §3.4; argparse
     defaults — the shipped DOCCI script uses λ_SC 0.25, λ_RGB 0.001, λ_LSC 0.001)."""
 
-    structxlip_global_weight: float = option(1.0, minimum=0, group="objective",
-                                             help="StructXLIP: weight λ_global of the RGB–caption term L_org")
-    structxlip_structure_weight: float = option(0.5, minimum=0, group="objective",
-                                                help="StructXLIP: weight λ_SC of the edge-map–filtered-caption term")
-    structxlip_rgb_weight: float = option(0.05, minimum=0, group="objective",
-                                          help="StructXLIP: weight λ_RGB of the RGB–edge cosine term")
-    structxlip_local_weight: float = option(0.1, minimum=0, group="objective",
-                                            help="StructXLIP: weight λ_LSC of the chunk–edge-crop term")
-    structxlip_structure_floor: float = option(0.7, minimum=0, maximum=1, group="objective",
-                                               help="StructXLIP: floor of λ_SC's per-epoch cosine decay")
-    structxlip_rgb_floor: float = option(0.5, minimum=0, maximum=1, group="objective",
-                                         help="StructXLIP: floor of λ_RGB's per-epoch cosine decay")
-    structxlip_local_floor: float = option(0.4, minimum=0, maximum=1, group="objective",
-                                           help="StructXLIP: floor of λ_LSC's per-epoch cosine decay")
-    structxlip_warm_epochs: int = option(1, minimum=1, group="objective",
-                                         help="StructXLIP: epochs of linear weight warm-up ((e+1)/warm)")
-    structxlip_decay_start: int = option(1, minimum=0, group="objective",
-                                         help="StructXLIP: first epoch of the cosine weight decay")
-    structxlip_decay_end: int = option(8, minimum=1, group="objective",
-                                       help="StructXLIP: epoch the decay reaches its floor")
-    structxlip_sketch_epochs: int = option(0, minimum=0, group="objective",
-                                           help="StructXLIP: first epochs with the structure terms only (λ_global 0)")
-    structxlip_chunk_tau: float = option(0.07, above=0, group="objective",
-                                         help="StructXLIP: chunk term temperature τ (scale min(s/τ, 100))")
-    structxlip_chunk_window: int = option(3, minimum=1, group="objective",
-                                          help="StructXLIP: base word window of the caption chunks")
-    structxlip_chunk_stride: int = option(1, minimum=1, group="objective", help="StructXLIP: chunk word stride")
-    structxlip_max_chunks: int = option(64, minimum=1, group="objective", help="StructXLIP: chunks per caption at most")
-    structxlip_min_log_scale: float = option(0.0, group="objective",
-                                             help="StructXLIP: lower clamp of log s after each optimiser step")
-    structxlip_max_log_scale: float = option(3.5, group="objective",
-                                             help="StructXLIP: upper clamp of log s (s ≤ e^3.5 ≈ 33.1)")
-    structxlip_structure_hn: bool = option(False, group="objective",
-                                           help="StructXLIP: with --loss hn, L_HN on L_SC too (Ḡ from the filtered "
-                                                "captions; unverified what the paper did)")
-    structxlip_compat_double_ln: bool = option(False, group="objective",
-                                               help="StructXLIP: reproduce the authors' double final LayerNorm "
-                                                    "on chunk states")
-    structxlip_compat_span_shift: bool = option(False, group="objective",
-                                                help="StructXLIP: reproduce the authors' chunk spans of the "
-                                                     "filtered caption indexing the unfiltered caption's states")
-
+    structxlip_global_weight: float = same_as(TrainConfig, "structxlip_global_weight")
+    structxlip_structure_weight: float = same_as(TrainConfig, "structxlip_structure_weight")
+    structxlip_rgb_weight: float = same_as(TrainConfig, "structxlip_rgb_weight")
+    structxlip_local_weight: float = same_as(TrainConfig, "structxlip_local_weight")
+    structxlip_structure_floor: float = same_as(TrainConfig, "structxlip_structure_floor")
+    structxlip_rgb_floor: float = same_as(TrainConfig, "structxlip_rgb_floor")
+    structxlip_local_floor: float = same_as(TrainConfig, "structxlip_local_floor")
+    structxlip_warm_epochs: int = same_as(TrainConfig, "structxlip_warm_epochs")
+    structxlip_decay_start: int = same_as(TrainConfig, "structxlip_decay_start")
+    structxlip_decay_end: int = same_as(TrainConfig, "structxlip_decay_end")
+    structxlip_sketch_epochs: int = same_as(TrainConfig, "structxlip_sketch_epochs")
+    structxlip_chunk_tau: float = same_as(TrainConfig, "structxlip_chunk_tau")
+    structxlip_chunk_window: int = same_as(TrainConfig, "structxlip_chunk_window")
+    structxlip_chunk_stride: int = same_as(TrainConfig, "structxlip_chunk_stride")
+    structxlip_max_chunks: int = same_as(TrainConfig, "structxlip_max_chunks")
+    structxlip_structure_hn: bool = same_as(TrainConfig, "structxlip_structure_hn")
+    structxlip_compat_double_ln: bool = same_as(TrainConfig, "structxlip_compat_double_ln")
+    structxlip_compat_span_shift: bool = same_as(TrainConfig, "structxlip_compat_span_shift")
 
 def _has_edges(has_edge: Tensor, b: int) -> Tensor:
     if has_edge.shape != (b,):
@@ -298,16 +275,3 @@ def structxlip_weights(epoch: int, options: StructXLIPOptions = StructXLIPOption
             "rgb_structure": o.structxlip_rgb_weight * factor(o.structxlip_rgb_floor),
             "local_structure": o.structxlip_local_weight * factor(o.structxlip_local_floor)}
 
-
-def structxlip_total(terms: dict[str, Tensor], epoch: int, options: StructXLIPOptions = StructXLIPOptions()) -> Tensor:
-    """λ_g·L_org + λ_SC(e)·L_SC + λ_RGB(e)·L_RGB + λ_LSC(e)·L_LSC over ``terms`` keyed by
-    :data:`STRUCTXLIP_TERMS` at ``epoch`` (spec §3.1 "Total")."""
-    return weighted_total(terms, structxlip_weights(epoch, options))
-
-
-def clamp_logit_scale_(log_scale: Tensor, options: StructXLIPOptions = StructXLIPOptions()) -> Tensor:
-    """Clamp the learned log-scale in place to [``structxlip_min_log_scale``, ``structxlip_max_log_scale``]
-    (default [0, 3.5]) — after every optimiser step, as ``structxlip/train.py``; returns it."""
-    with torch.no_grad():
-        log_scale.clamp_(options.structxlip_min_log_scale, options.structxlip_max_log_scale)
-    return log_scale
