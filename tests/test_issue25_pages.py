@@ -100,6 +100,7 @@ def results(tmp_path_factory, micro_config) -> dict[str, Path]:
 _BROWSE_PROBE = """
 var q = function (s) { return Array.prototype.slice.call(document.querySelectorAll(s)); };
 var imgs = q('#queries img'), rows = q('#queries tbody tr'), items = q('#queries .item');
+rows.forEach(function (tr) { tr.style.contentVisibility = 'visible'; });  // lay out every row, not just those in view
 var r = {thumb: imgs.reduce(function (m, i) { return Math.min(m, i.getBoundingClientRect().width); }, 1e9),
          rows: rows.length, rowMax: rows.reduce(function (m, tr) { return Math.max(m, tr.offsetHeight); }, 0),
          names: items.map(function (it) { var n = it.querySelector('.name'); return [it.querySelector('img').alt,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from hnbench.pages.theme import CSS, SORT_JS
 
 _CSS = """
-table{display:block;overflow-x:auto;max-width:100%}
+table{display:block;overflow-x:auto;max-width:100%;font-size:13px}
 td{white-space:nowrap}
 td:nth-child(2){white-space:normal;min-width:12em;max-width:24em}
 td b{color:#0b3d91}

@@ -15,8 +15,9 @@ from hnbench.textdiff import render as render_diff
 _CSS = """
 #queries th{position:sticky;top:0;z-index:1}
 #queries td{padding:4px 6px}
+#queries tbody tr{content-visibility:auto;contain-intrinsic-size:auto 190px}
 .cap{max-width:34em;display:-webkit-box;-webkit-box-orient:vertical;-webkit-line-clamp:3;overflow:hidden;cursor:pointer}
-.cap.open{display:block;-webkit-line-clamp:unset}
+.cap.open{display:block;-webkit-line-clamp:unset}td>.cap{min-width:16em}
 .caps .cap{margin:0 0 3px;padding:1px 4px;border-left:4px solid #ccd;-webkit-line-clamp:2}
 .caps .cap.pos{border-left-color:#2a2}
 .strip{display:flex;gap:6px;align-items:flex-start}
