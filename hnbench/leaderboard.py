@@ -67,6 +67,7 @@ from hnbench.io import (
     markdown_text,
     record_output,
 )
+from hnbench.pages.board import page as board_page
 from hnbench.registry import BENCHMARK_SPECS, DATASETS, TASKS
 from hnbench.reported import KS, families_of, mapped_families, reported_rows
 from hnbench.results import (
@@ -515,7 +516,7 @@ def _emit(blocks: list[Block], fmt: str) -> str:
             parts.append(f"<{kind}>{body}</{kind}>")
     if fmt == "markdown":
         return "\n\n".join(parts) + "\n"
-    return "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
+    return board_page("\n".join(parts), title=str(blocks[0][1]))  # blocks[0]: the (escaped) h1
 
 
 def _command(results_dirs: Sequence[str | Path], output: str | Path | None, baseline: str | None,

@@ -16,7 +16,7 @@ from hnbench.io import markdown_code, markdown_text, value_text
 
 def highlight(a: str, b: str) -> tuple[str, str]:
     """Both captions escaped for Markdown with the words that differ in bold (:mod:`hnbench.textdiff`'s
-    rule, the same as the browse page's); shared words stay plain."""
+    rule, the same as the browse page's); shared words stay plain, and so do unrelated captions."""
     sa, sb = textdiff.diff_words(a, b)
     return textdiff.render(sa, markdown_text, _bold), textdiff.render(sb, markdown_text, _bold)
 
@@ -29,9 +29,12 @@ def _bold(text: str) -> str:
 
 def word_diff(a: str, b: str, max_items: int = 6) -> list[str]:
     """Where two captions differ, word by word: ``"red cross" → "red circle"`` snippets (one word of
-    context each side), in order; catches swapped attributes that shared-word sets cannot."""
+    context each side), in order; catches swapped attributes that shared-word sets cannot. None between
+    captions that are not near-duplicates (:func:`hnbench.textdiff.near_duplicates`)."""
     wa, wb = textdiff.words(a), textdiff.words(b)
-    out = []
+    out: list[str] = []
+    if not textdiff.near_duplicates(a, b):
+        return out
     for tag, i1, i2, j1, j2 in textdiff.opcodes(a, b):
         if tag == "equal":
             continue
@@ -72,7 +75,11 @@ def pair_block(k: int, p: Pair, *, label_a: str = "", label_b: str = "") -> str:
         ha, hb = highlight(p.a_text, p.b_text or "")
         lines += [f"   > {label_a}{ha}", "   >", f"   > {label_b}{hb}"]
         diff = word_diff(p.a_text or "", p.b_text or "")
-        lines.append(f"\n   differences: {markdown_text('; '.join(diff)) if diff else 'none (identical text)'}")
+        sim = textdiff.similarity(p.a_text or "", p.b_text or "")
+        lines.append(f"\n   differences: {markdown_text('; '.join(diff)) if diff else 'none (identical text)'}"
+                     if sim >= textdiff.NEAR_DUPLICATE else
+                     f"\n   differences: not marked (unrelated captions: word similarity {sim:.2f} < "
+                     f"{textdiff.NEAR_DUPLICATE:g})")
     return "\n".join(lines)
 
 
@@ -144,7 +151,7 @@ def render_report(r: HardnessReport, *, n_show: int = 10) -> str:
         for key in ("structure_text", "structure_image"):
             if key in plots:
                 md += [f"![{key}]({plots[key]})", ""]
-    md += ["## Near-duplicates", ""]
+    md += ["## Near-duplicates", "", textdiff.RULE, ""]
     md += _pairs_section("Caption pairs (each caption and its hardest negative)", t.near_duplicates, n_show,
                          f"caption similarity ≥ {t.near_duplicates.threshold:g}")
     if r.image is not None:

@@ -27,7 +27,7 @@ from hnbench.specs import DataSpec
 if TYPE_CHECKING:
     from hnbench.hardness.schema import HardnessReport
 
-THUMB_PX = 96
+THUMB_PX = 256  # stored size (long side): shown at 128 px, 2× on a HiDPI screen or enlarged on a click
 
 
 def reload_dataset(result: EvalResult, dataset: str | None = None, *, data_root: str | None = None,

@@ -5,24 +5,38 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from hnbench import textdiff
 from hnbench.io import script_json, value_text
 from hnbench.pages.page import Page, Row
+from hnbench.pages.theme import CSS, SORT_JS
 from hnbench.textdiff import diff_words
 from hnbench.textdiff import render as render_diff
 
 _CSS = """
-body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222;background:#fff}
-table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:4px 6px;vertical-align:top}
-th{background:#f3f3f3;cursor:pointer}mark{background:#ffd54a;padding:0 1px}
-.item{display:inline-block;width:110px;margin:2px;vertical-align:top;font-size:12px}
-.item.pos{outline:3px solid #2a2}.cap{max-width:38em}.caps .cap{margin:3px 0;padding:3px;border-left:4px solid #ccc}
-.caps .cap.pos{border-left-color:#2a2}img{display:block;width:96px;height:96px;object-fit:contain;background:#eee}
-.note{background:#fff4e0;padding:6px}.controls{margin:.5em 0}
+#queries th{position:sticky;top:0;z-index:1}
+#queries td{padding:4px 6px}
+#queries tbody tr{content-visibility:auto;contain-intrinsic-size:auto 190px}
+.cap{max-width:34em;display:-webkit-box;-webkit-box-orient:vertical;-webkit-line-clamp:3;overflow:hidden;cursor:pointer}
+.cap.open{display:block;-webkit-line-clamp:unset}td>.cap{min-width:16em}
+.caps .cap{margin:0 0 3px;padding:1px 4px;border-left:4px solid #ccd;-webkit-line-clamp:2}
+.caps .cap.pos{border-left-color:#2a2}
+.strip{display:flex;gap:6px;align-items:flex-start}
+.item,.fig{width:128px;flex:none;font-size:11px;line-height:1.3}.item.pos img{outline:3px solid #2a2;outline-offset:-3px}
+.score{display:block;color:#556}
+.name{display:-webkit-box;-webkit-box-orient:vertical;-webkit-line-clamp:2;overflow:hidden;overflow-wrap:anywhere;
+color:#223}
+.wrong{margin-top:4px;font-size:12px;color:#333}
+img{display:block;width:128px;height:128px;object-fit:contain;background:#e9ecf0;cursor:zoom-in}
+#zoom{position:fixed;inset:0;background:rgba(20,24,32,.85);display:none;align-items:center;justify-content:center;
+flex-direction:column;z-index:9;cursor:zoom-out;color:#fff}
+#zoom.on{display:flex}#zoom img{width:auto;height:auto;max-width:92vw;max-height:86vh;min-width:min(512px,92vw);
+background:none;cursor:zoom-out}
+.controls{margin:.5em 0}
 """
 
 _JS = """
 document.querySelectorAll('img[data-t]').forEach(function (i) { i.src = T[i.dataset.t]; });
-var body = document.querySelector('#queries tbody');
+var body = document.querySelector('#queries tbody'), zoom = document.getElementById('zoom');
 function val(id) { var e = document.getElementById(id); return e ? e.value : ''; }
 function apply() {
   var q = val('filter').toLowerCase(), d = val('dir'), s = val('status'), n = 0;
@@ -33,17 +47,19 @@ function apply() {
   });
   document.getElementById('shown').textContent = n;
 }
-document.querySelectorAll('#queries th').forEach(function (th, c) {
-  th.addEventListener('click', function () {
-    var asc = th.dataset.asc !== '1'; th.dataset.asc = asc ? '1' : '0';
-    var key = function (tr) { var td = tr.cells[c]; return td.dataset.v !== undefined ? td.dataset.v : td.textContent; };
-    Array.prototype.slice.call(body.rows).sort(function (a, b) {
-      var x = key(a), y = key(b), nx = parseFloat(x), ny = parseFloat(y);
-      var r = (isNaN(nx) || isNaN(ny)) ? x.localeCompare(y) : nx - ny;
-      return asc ? r : -r;
-    }).forEach(function (tr) { body.appendChild(tr); });
-  });
+hnbSortable(document.getElementById('queries'));
+body.addEventListener('click', function (e) {
+  var t = e.target;
+  if (t.tagName === 'IMG' && t.dataset.t) {
+    zoom.querySelector('img').src = t.src;
+    zoom.querySelector('span').textContent = t.dataset.t;
+    zoom.classList.add('on');
+  } else if (t.closest && t.closest('.cap')) {
+    t.closest('.cap').classList.toggle('open');
+  }
 });
+zoom.addEventListener('click', function () { zoom.classList.remove('on'); });
+document.addEventListener('keydown', function (e) { if (e.key === 'Escape') { zoom.classList.remove('on'); } });
 ['filter', 'dir', 'status'].forEach(function (id) {
   var e = document.getElementById(id); if (e) { e.addEventListener('input', apply); }
 });
@@ -65,25 +81,33 @@ def _diffed(a: str, b: str) -> tuple[str, str]:
 
 
 def _img(image_id: str) -> str:
-    return f'<img data-t="{E(image_id)}" alt="{E(image_id)}" title="{E(image_id)}">'
+    return f'<img data-t="{E(image_id)}" alt="{E(image_id)}" title="{E(image_id)}" decoding="async">'
+
+
+def _figure(image_id: str, score: float | None = None, positive: bool = False, cls: str = "item") -> str:
+    """A thumbnail with its score (a retrieved item) and its name under it (two lines at most, whole in its
+    tooltip). ``cls``: ``item`` for a retrieved image, ``fig`` for a query's or its true image."""
+    return (f'<div class="{cls}{" pos" if positive else ""}">{_img(image_id)}'
+            + ("" if score is None else f'<span class="score">{score:.3f}</span>')
+            + f'<span class="name" title="{E(image_id)}">{E(image_id)}</span></div>')
 
 
 def _row(r: Row, compare: bool, hardness: bool) -> str:
     query_html, _ = _diffed(r.query_text, r.confuser_text)
     if r.direction == "t2i":
         query = f'<div class="cap">{query_html}</div><small>{E(r.query_id)}</small>'
-        truth = _img(r.gt_image or "")
-        retrieved = "".join(f'<div class="item{" pos" if it["positive"] else ""}">{_img(it["image"])}'
-                            f'{it["score"]:.3f}</div>' for it in r.items)
+        truth = _figure(r.gt_image or "", cls="fig")
+        retrieved = '<div class="strip">' + "".join(
+            _figure(it["image"], it["score"], it["positive"]) for it in r.items) + "</div>"
         wrong = next((it for it in r.items if not it["positive"]), None)
         if wrong is not None:  # the best wrong image's caption, diffed with the query
             retrieved += (f'<div class="cap wrong"><small>{E(wrong["id"])}:</small> '
                           f'{_diffed(r.query_text, wrong["text"])[1]}</div>')
     else:
-        query = _img(r.query_image or "") + f"<small>{E(r.query_id)}</small>"
+        query = _figure(r.query_image or "", cls="fig")
         truth = f'<div class="cap">{query_html}</div>'
         retrieved = '<div class="caps">' + "".join(
-            f'<div class="cap{" pos" if it["positive"] else ""}">{it["score"]:.3f} · '
+            f'<div class="cap{" pos" if it["positive"] else ""}"><small>{it["score"]:.3f} {E(it["id"])}:</small> '
             f'{_diffed(r.query_text, it["text"])[1]}</div>' for it in r.items) + "</div>"
     cells = [f"<td>{r.direction}</td>", f'<td data-v="{r.rank}">{r.rank}</td>',
              f'<td data-v="{r.margin:.6f}">{r.margin:+.3f}</td>' if r.margin > float("-inf") else '<td data-v="-9">–</td>']
@@ -134,7 +158,8 @@ def render(page: Page) -> str:
               "worst first (highest rank, then largest margin = best wrong score − true score). "
               "<mark>Highlighted</mark> words differ between the query's caption and the retrieved item's caption; "
               "shared words are plain (t2i: the caption of the best wrong image; i2t: each retrieved caption against "
-              "the image's true caption). Green: a correct item. Click a column to sort.")
+              f"the image's true caption). {E(textdiff.RULE)} Green: a correct item; under each retrieved image its "
+              "score and id. Click a thumbnail to enlarge it, a caption to show it whole, a column to sort.")
     if compare:
         legend += (f" 'right at 1 for': the query is right at K=1 for only one model (baseline = {E(page.models[0]['label'])}, "
                    f"other = {E(page.models[1]['label'])}); every such query is listed.")
@@ -146,12 +171,14 @@ def render(page: Page) -> str:
     thumbs = script_json(page.thumbs)
     parts: list[Any] = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{E(page.title)}</title>",
-        f"<style>{_CSS}</style></head><body>", f"<h1>{E(page.title)}</h1>",
+        f"<style>{CSS}{_CSS}</style></head><body>",
+        '<div id="zoom" title="click or Esc to close"><img alt="enlarged"><span></span></div>',
+        f"<h1>{E(page.title)}</h1>",
         *(f'<p class="note">{E(n)}</p>' for n in page.notes),
         "<h2>Summary</h2>", _summary(page), "<p>R@K in %, brackets: 95% bootstrap interval. Results: "
         + ", ".join(f"<code>{E(str(m['result']))}</code>" for m in page.models) + "</p>",
         _hardness(page), "<h2>Queries</h2>", f"<p>{legend}</p>", controls,
         '<table id="queries"><thead><tr>' + "".join(f"<th>{h}</th>" for h in heads) + "</tr></thead><tbody>",
         *(_row(r, compare, hardness) for r in page.rows), "</tbody></table>",
-        f"<script>var T = {thumbs};{_JS}</script>", "</body></html>"]
+        f"<script>var T = {thumbs};{SORT_JS}{_JS}</script>", "</body></html>"]
     return "\n".join(parts) + "\n"
