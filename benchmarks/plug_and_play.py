@@ -312,8 +312,10 @@ def _verdict(r: dict[str, Any]) -> str:
     return "L_HN better" if lo > 0 else "InfoNCE better" if hi < 0 else "no difference shown"
 
 
-def render(rows: Sequence[dict[str, Any]], start: dict[str, float] | None, skipped: dict[str, str]) -> str:
-    """The Markdown block: the Table-2-shaped table, the per-seed comparisons, what was not run."""
+def render(rows: Sequence[dict[str, Any]], start: dict[str, float] | None, skipped: dict[str, str],
+           runs: dict[str, dict[str, Any]] | None = None) -> str:
+    """The Markdown block: the Table-2-shaped table, the per-seed comparisons, the runs' training times (from
+    their ``train_config.json`` copies in ``runs``), stored runs without their pair, what was not run."""
     from tabulate import tabulate
 
     from hnbench.io import markdown_text
@@ -339,7 +341,24 @@ def render(rows: Sequence[dict[str, Any]], start: dict[str, float] | None, skipp
         text += tabulate(seed_rows, headers=["framework", "seed", "T2I Δ", "I2T Δ"], tablefmt="github", disable_numparse=True) + "\n"
         text += "\n" + "\n".join(
             f"- {markdown_text(r['framework'])}: " + "; ".join(f"{d.upper()} {_delta(r[d])}: {_verdict(r[d])}"
-                                                               for d in DIRECTIONS) for r in rows) + "\n"
+                                                               for d in DIRECTIONS)
+            + ("" if not start else " (against the start model: InfoNCE " + ", ".join(
+                f"{d.upper()} {r[d]['infonce'] - start[d]:+.2f}" for d in DIRECTIONS) + "; L_HN " + ", ".join(
+                f"{d.upper()} {r[d]['hn'] - start[d]:+.2f}" for d in DIRECTIONS) + ")") for r in rows) + "\n"
+    runs = runs or {}
+    times = {}
+    for name, info in runs.items():
+        run = parse_name(name)
+        if run is not None and isinstance(info.get("seconds"), (int, float)):
+            times.setdefault(run.framework, []).append(float(info["seconds"]))
+    if times:
+        text += ("\nTraining time per run on this machine (the `seconds` hnbench's `train_config.json` records): "
+                 + "; ".join(f"{markdown_text(f)} {statistics.fmean(t):.0f} s (mean of {len(t)})" for f, t in times.items())
+                 + ".\n")
+    in_table = {p[loss] for r in rows for p in r["per_seed"] for loss in LOSSES}
+    alone = sorted(n for n, info in runs.items() if n != START and info.get("result") not in in_table)
+    if alone:
+        text += "\nStored without their pair (not in the table yet): " + ", ".join(markdown_text(n) for n in alone) + ".\n"
     if skipped:
         text += "\nNot run: " + "; ".join(f"{markdown_text(f)} ({markdown_text(why)})" for f, why in skipped.items()) + ".\n"
     return text
@@ -406,7 +425,6 @@ def study(s: StudySettings) -> dict[str, Any]:
 
         m = read_result(found[START]).metrics
         start = {d: m[d]["R@1"] for d in DIRECTIONS}
-    block = render(rows, start, skipped)
     runs = {}
     for name in sorted(found):
         meta = report / "runs" / f"{name}.json"
@@ -417,6 +435,7 @@ def study(s: StudySettings) -> dict[str, Any]:
                                                           .encode()).hexdigest()[:16]}
         else:
             runs[name] = {"result": found[name].name}
+    block = render(rows, start, skipped, runs)
     summary = {"settings": {k: v for k, v in asdict(s).items() if k not in ("report_only", "quiet")},
                "study": s.identity(), "frameworks": rows, "start": start, "skipped": skipped, "runs": runs,
                "seconds": round(time.perf_counter() - t0, 1)}

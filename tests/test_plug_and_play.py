@@ -4,7 +4,6 @@ bad input. Real tiny runs: the bundled hnbench-tiny fine-tuned for one epoch on 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import shutil
 import sys
@@ -16,15 +15,8 @@ from conftest import assert_one_line_error, snapshot
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("plug_and_play", ROOT / "benchmarks" / "plug_and_play.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["plug_and_play"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-pnp = _load()
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts folder: the study imports hn_study beside it
+import plug_and_play as pnp  # noqa: E402
 
 
 def _readme(path: Path) -> Path:
