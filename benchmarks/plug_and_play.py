@@ -20,7 +20,8 @@ folder, so a rerun (another machine, more frameworks, more seeds) does only the 
 without a result continues from what hnbench wrote in ``OUT/runs/<name>/``: a finished training
 (``train_config.json``) is only scored, a resumable state (``last/``) resumes, anything else the run
 wrote is replaced (``--overwrite`` removes only what the run's manifest lists). A framework whose
-recipe or objective does not exist (yet) is reported and skipped.
+recipe or objective does not exist (yet), or whose run hnbench refuses before training (a side input it
+lacks, say), is reported and skipped; the others still run.
 
 The table (framework rows × T2I / I2T R@1 for InfoNCE, L_HN and Δ, like the paper's Table 2) is
 computed from the stored results only and written between markers into ``benchmarks/README.md``
@@ -112,12 +113,13 @@ def parse_name(name: str) -> Run | None:
 
 
 def available(framework: str) -> str | None:
-    """Why ``framework`` cannot run here (None: it can): its objective or its recipe is not registered."""
+    """Why ``framework`` cannot run here (None: it can): its objective is not registered, or its recipe is
+    neither a built-in one nor a file."""
     from hnbench.registry import OBJECTIVES, RECIPES
 
     if framework not in OBJECTIVES:
         return f"objective {framework!r} is not in this hnbench yet"
-    if recipe_of(framework) not in RECIPES:
+    if recipe_of(framework) not in RECIPES and not Path(recipe_of(framework)).is_file():
         return f"no recipe {recipe_of(framework)} yet"
     return None
 
@@ -414,9 +416,16 @@ def study(s: StudySettings) -> dict[str, Any]:
         report.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(report / "plan.json", (json.dumps(s.identity(), indent=1) + "\n").encode())
         for run in tqdm(todo, desc="plug-and-play runs", disable=s.quiet):
-            execute(run, s, log)
-        if frameworks and START not in done:
-            score_start(s, frameworks)
+            if run.framework in skipped:
+                continue
+            try:
+                execute(run, s, log)
+            except ConfigError as e:  # hnbench refused the run before training (e.g. a side input it lacks)
+                skipped[run.framework] = f"hnbench refused {run.name}: {e}"
+                log(f"skipping {run.framework}: {skipped[run.framework]}")
+        ran = [f for f in frameworks if f not in skipped]
+        if ran and START not in done:
+            score_start(s, ran)
     found = stored(results)
     rows = paired(found, Path(s.output) / "compare")
     start = None

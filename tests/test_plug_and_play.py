@@ -195,3 +195,19 @@ def test_issue22_bad_study_input_is_one_line_before_anything_runs(tmp_path, caps
     assert snapshot(tmp_path) == before
     assert pnp.main(_args(tmp_path, "--frameworks", "clip", "--seeds", "0")) == 2
     assert_one_line_error(capsys.readouterr().err, "seeds")
+
+
+def test_issue22_a_framework_whose_runs_hnbench_refuses_is_reported_and_skipped(tmp_path, capsys, monkeypatch):
+    from hnbench.registry import RECIPE_DIR
+
+    recipe = tmp_path / "tiny-synthdense-finelip-b1.toml"  # refused before anything loads: one pair per batch
+    recipe.write_text((RECIPE_DIR / "tiny-synthdense-finelip.toml").read_text().replace("batch_size = 16", "batch_size = 1"))
+    monkeypatch.setitem(pnp.FRAMEWORKS, "finelip", str(recipe))
+    _readme(tmp_path / "README.md")
+    assert pnp.main(_args(tmp_path, "--frameworks", "finelip")) == 0
+    err = capsys.readouterr().err
+    assert "skipping finelip: hnbench refused finelip__infonce__s0: invalid training options: batch_size must be >= 2" in err
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert list(summary["skipped"]) == ["finelip"] and summary["frameworks"] == [] and summary["runs"] == {}
+    assert not (tmp_path / "results").exists() and not (tmp_path / "out" / "runs").exists()  # nothing trained or scored
+    assert "Not run: finelip (hnbench refused" in _block(tmp_path / "README.md")
