@@ -311,7 +311,9 @@ def _verdict(r: dict[str, Any]) -> str:
     lo, hi = r["delta_ci95"]
     if math.isnan(lo):
         return "one seed, no interval"
-    return "L_HN better" if lo > 0 else "InfoNCE better" if hi < 0 else "no difference shown"
+    if lo > 0 or hi < 0:
+        return f"the seed interval excludes 0 ({'L_HN' if lo > 0 else 'InfoNCE'} higher; pooled McNemar p {r['p_value']:.3g})"
+    return f"the seed interval includes 0 (pooled McNemar p {r['p_value']:.3g})"
 
 
 def render(rows: Sequence[dict[str, Any]], start: dict[str, float] | None, skipped: dict[str, str],
