@@ -30,7 +30,7 @@ from torch import nn
 from hnbench.errors import CheckpointError, ConfigError
 from hnbench.io import loads_json
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
-from hnbench.models.checkpoint import POSITION_IDS_SUFFIX, load_into, read_state_dict, save_state_dict
+from hnbench.models.checkpoint import POSITION_IDS_SUFFIX, drop_training_only, load_into, read_state_dict
 from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing
 from hnbench.models.openclip import OpenCLIPEncoder, _seeded
 
@@ -193,6 +193,7 @@ def load_lotlip(model: str, pretrained: str | None = None, *, model_config: str 
     if sd is not None:
         own = clip.state_dict()
         sd = {k: v for k, v in sd.items() if k in own or not k.endswith(_BUFFER_SUFFIXES)}
+        sd = drop_training_only(sd, own, f"LoTLIP checkpoint {pretrained}")
         load_into(clip, {k: v.to(own[k].dtype) if k in own else v for k, v in sd.items()},
                   f"LoTLIP checkpoint {pretrained}")
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
@@ -214,15 +215,10 @@ def load_lotlip(model: str, pretrained: str | None = None, *, model_config: str 
 
 
 class LoTLIPFamily(ModelFamily):
-    """LoTLIP: weights from its checkpoint file; text by its corner-token rule, padded to 128."""
+    """LoTLIP: loads with :func:`load_lotlip`; weights from its checkpoint file; text by its corner-token rule, padded
+    to 128. No LoRA targets or export are declared yet (training LoTLIP is refused by the base class)."""
 
     name = "lotlip"
-
-    def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
-             context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
-             init_seed: int | None = 0) -> LoTLIPEncoder:
-        return load_lotlip(model, pretrained, model_config=model_config, context_length=context_length,
-                           device=device, precision=precision, init_seed=init_seed)
 
     def weight_files(self, model: str, pretrained: str | None, model_config: str | Path | None) -> list[str] | None:
         if not pretrained:
@@ -241,8 +237,5 @@ class LoTLIPFamily(ModelFamily):
             return "shared"
         return "image" if param_name.startswith("visual.") else "text"
 
-    def export(self, module: Any, encoder: Any, out_dir: Path, metadata: dict[str, str]) -> Path:
-        return save_state_dict(module, out_dir / "checkpoint.safetensors", metadata)
 
-
-LOTLIP = LoTLIPFamily()
+LOTLIP = LoTLIPFamily(load_lotlip)

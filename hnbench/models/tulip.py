@@ -24,11 +24,12 @@ from torch import nn
 
 from hnbench.errors import ConfigError
 from hnbench.models.base import ModelInfo, state_dict_fingerprint
-from hnbench.models.checkpoint import load_into, read_state_dict
+from hnbench.models.checkpoint import drop_training_only, load_into, read_state_dict
 from hnbench.models.family import RANDOM_INIT
 from hnbench.models.openclip import (
     OpenCLIPEncoder,
     OpenCLIPFamily,
+    _quiet_random_init,
     _seeded,
     register_builtin_configs,
     register_model_config,
@@ -194,7 +195,7 @@ def load_tulip(model: str, pretrained: str | None = None, *, model_config: str |
     sd = read_state_dict(local_file) if local_file else None  # read (and refused) before anything is built
     ctx = int(context_length or CONTEXT_LENGTH)
     seed = None if sd is not None else init_seed
-    with _seeded(seed):
+    with _quiet_random_init(enabled=True), _seeded(seed):  # only the image tower is kept
         base, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=None, device="cpu")
         clip = RoPETextCLIP(base.visual, vocab_size=int(text["vocab_size"]), width=int(text["width"]),
                             heads=int(text["heads"]), layers=int(text["layers"]), context_length=ctx,
@@ -206,6 +207,7 @@ def load_tulip(model: str, pretrained: str | None = None, *, model_config: str |
         sd = {k: v for k, v in sd.items() if k not in UNUSED_KEYS}
         sd.setdefault("logit_scale", clip.logit_scale.detach().clone())  # a distilled text file has none
         own = clip.state_dict()
+        sd = drop_training_only(sd, own, f"TULIP checkpoint {local_file}")
         load_into(clip, {k: v.to(own[k].dtype) if k in own else v for k, v in sd.items()},
                   f"TULIP checkpoint {local_file}")
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
