@@ -67,20 +67,25 @@ class LoTLIPTokenizer:
         self.sep_token = tokenizer.sep_token
 
     def prepare(self, text: str) -> str:
+        """The caption as the authors' tokenizer hands it to BERT's (their rule keys on a "bert" tokenizer name;
+        a local folder holding a BERT tokenizer counts too)."""
         from open_clip.tokenizer import _clean_whitespace
 
-        if "bert" in self.name:
+        if "bert" in self.name or type(self.tokenizer).__name__.startswith("Bert"):
             text = self.sep_token.join(text.split(". "))
         return str(_clean_whitespace(" ".join(self.corners) + text))
 
-    def __call__(self, texts: Sequence[str], context_length: int) -> torch.Tensor:
-        ids: torch.Tensor = self.tokenizer([self.prepare(t) for t in texts], return_tensors="pt",
-                                           max_length=context_length, padding="max_length",
-                                           truncation=True).input_ids
-        return ids
-
-    def lengths(self, texts: Sequence[str]) -> np.ndarray:
-        return np.array([len(self.tokenizer(self.prepare(t))["input_ids"]) for t in texts], dtype=np.int64)
+    def encode(self, texts: Sequence[str], context_length: int) -> TokenizedTexts:
+        """Ids padded to ``context_length`` (transformers' truncation of one sequence: the tail cut, the closing
+        special token kept) and each caption's untruncated length; one tokenizer pass."""
+        full = self.tokenizer([self.prepare(t) for t in texts], truncation=False)["input_ids"]
+        lengths = np.array([len(x) for x in full], dtype=np.int64)
+        out = torch.full((len(full), context_length), int(self.tokenizer.pad_token_id), dtype=torch.long)
+        for i, x in enumerate(full):
+            if len(x) > context_length:
+                x = x[:context_length - 1] + x[-1:]
+            out[i, :len(x)] = torch.tensor(x)
+        return TokenizedTexts(out, lengths)
 
 
 class CornerTokenText(nn.Module):
@@ -135,8 +140,7 @@ class LoTLIPEncoder(OpenCLIPEncoder):
     """An :class:`OpenCLIPEncoder` whose tokenizer is LoTLIP's rule (true lengths counted after the rule)."""
 
     def tokenize(self, texts: Sequence[str]) -> TokenizedTexts:
-        tok = cast(LoTLIPTokenizer, self.tokenizer)
-        return TokenizedTexts(tok(list(texts), self.info.context_length), tok.lengths(texts))
+        return cast(LoTLIPTokenizer, self.tokenizer).encode(texts, self.info.context_length)
 
 
 def _config(model: str, model_config: str | Path | None) -> tuple[str, dict[str, Any]]:
