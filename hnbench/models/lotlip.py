@@ -30,7 +30,7 @@ from torch import nn
 from hnbench.errors import CheckpointError, ConfigError
 from hnbench.io import loads_json
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
-from hnbench.models.checkpoint import POSITION_IDS_SUFFIX, drop_training_only, load_into, read_state_dict
+from hnbench.models.checkpoint import POSITION_IDS_SUFFIX, load_checkpoint, read_state_dict
 from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing
 from hnbench.models.openclip import OpenCLIPEncoder, _seeded
 
@@ -196,10 +196,8 @@ def load_lotlip(model: str, pretrained: str | None = None, *, model_config: str 
         clip = LoTLIPCLIP(visual, text)
     if sd is not None:
         own = clip.state_dict()
-        sd = {k: v for k, v in sd.items() if k in own or not k.endswith(_BUFFER_SUFFIXES)}
-        sd = drop_training_only(sd, own, f"LoTLIP checkpoint {pretrained}")
-        load_into(clip, {k: v.to(own[k].dtype) if k in own else v for k, v in sd.items()},
-                  f"LoTLIP checkpoint {pretrained}")
+        load_checkpoint(clip, {k: v for k, v in sd.items() if k in own or not k.endswith(_BUFFER_SUFFIXES)},
+                        f"LoTLIP checkpoint {pretrained}")
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     if dtype is not None:
         clip.to(dtype)

@@ -24,7 +24,7 @@ from torch import nn
 
 from hnbench.errors import ConfigError
 from hnbench.models.base import ModelInfo, state_dict_fingerprint
-from hnbench.models.checkpoint import drop_training_only, load_into, read_state_dict
+from hnbench.models.checkpoint import load_checkpoint, read_state_dict
 from hnbench.models.family import RANDOM_INIT
 from hnbench.models.openclip import (
     OpenCLIPEncoder,
@@ -206,10 +206,7 @@ def load_tulip(model: str, pretrained: str | None = None, *, model_config: str |
             logger.info("%s: ignoring %s (unused by the RoPE text tower)", local_file, ", ".join(dropped))
         sd = {k: v for k, v in sd.items() if k not in UNUSED_KEYS}
         sd.setdefault("logit_scale", clip.logit_scale.detach().clone())  # a distilled text file has none
-        own = clip.state_dict()
-        sd = drop_training_only(sd, own, f"TULIP checkpoint {local_file}")
-        load_into(clip, {k: v.to(own[k].dtype) if k in own else v for k, v in sd.items()},
-                  f"TULIP checkpoint {local_file}")
+        load_checkpoint(clip, sd, f"TULIP checkpoint {local_file}")
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     if dtype is not None:
         clip.to(dtype)
