@@ -152,5 +152,6 @@ def test_issue24_lotlip_unexpected_keys_one_line(release, tmp_path, capsys):
     rc = main(["eval", "--model", "lotlip:tiny", "--model-config", str(cfg), "--pretrained", str(bad),
                "--dataset", str(tmp_path / "m.jsonl"), "--output", str(tmp_path / "out")])
     assert rc == 2
-    assert_one_line_error(capsys.readouterr().err, "unexpected keys (2)", "logit_scale_local", "text.mlm_head.bias")
+    assert_one_line_error(capsys.readouterr().err, "LoTLIP checkpoint", "unexpected keys (2)", "logit_scale_local",
+                          "text.mlm_head.bias")
     assert snapshot(tmp_path) == before

@@ -151,5 +151,6 @@ def test_issue24_tulip_unexpected_keys_one_line(release, tmp_path, capsys):
     rc = main(["eval", "--model", f"tulip:{arch}", "--model-config", str(cfg), "--pretrained", str(bad),
                "--dataset", str(tmp_path / "m.jsonl"), "--output", str(tmp_path / "out")])
     assert rc == 2
-    assert_one_line_error(capsys.readouterr().err, "unexpected keys (2)", "cope.gate.weight", "extra_head.bias")
+    assert_one_line_error(capsys.readouterr().err, "TULIP checkpoint", "unexpected keys (2)", "cope.gate.weight",
+                          "extra_head.bias")
     assert snapshot(tmp_path) == before
