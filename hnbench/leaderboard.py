@@ -67,6 +67,7 @@ from hnbench.io import (
     markdown_text,
     record_output,
 )
+from hnbench.metrics import CI_RULE
 from hnbench.pages.board import page as board_page
 from hnbench.registry import BENCHMARK_SPECS, DATASETS, TASKS
 from hnbench.reported import KS, families_of, mapped_families, reported_rows
@@ -467,7 +468,7 @@ def _header(frame: pd.DataFrame, mk: _Markup, command: str, sort: str, baseline:
                "rows and mean R@1 are not tested and carry no mark (a note names them)."
                + (" With --ci that paired interval follows the delta inside the parentheses." if ci else "")
                if baseline else "")
-            + (" Brackets: 95% bootstrap confidence interval." if ci else "")
+            + (f" Brackets: {CI_RULE}." if ci else "")
             + (" Each task has its own section, its tables ranked by the task's main score ("
                + "; ".join(f"{t.title}: {t.main_score}" for t in tasks) + ")." if len(tasks) > 1 or others else ""))
 

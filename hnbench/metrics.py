@@ -52,6 +52,9 @@ _BOOT_CHUNK_ELEMS = 4_000_000
 # hits give a zero-width interval), so the interval is exact (Clopper–Pearson). 5 is the usual rule for
 # when a binomial proportion's sampling distribution may be treated as continuous (n·p̂ and n·(1 − p̂) ≥ 5).
 EXACT_BELOW = 5
+# what a recorded R@K interval is, in the words every page that shows one uses
+CI_RULE = ("95% interval over the queries (percentile bootstrap; exact binomial, Clopper–Pearson, where hits or "
+           f"misses are fewer than {EXACT_BELOW})")
 CI_METHODS = {"bootstrap": "percentile bootstrap over queries", "clopper-pearson": "exact binomial (Clopper–Pearson)"}
 
 

@@ -146,6 +146,10 @@ MODELS.register("open_clip", "hnbench.models.openclip:OPEN_CLIP", prefixes=("hf-
 MODELS.register("hf", "hnbench.models.hf:HF", prefixes=("hf:",),
                 help="transformers image-text model (CLIP, SigLIP, SigLIP 2, Meta CLIP 2, ...): hf:ORG/NAME or a "
                      "save_pretrained directory")
+MODELS.register("tulip", "hnbench.models.tulip:TULIP", prefixes=("tulip:",),
+                help="TULIP: open_clip image tower + RoPE text tower (context 248): tulip:ViT-L-14 --pretrained FILE")
+MODELS.register("lotlip", "hnbench.models.lotlip:LOTLIP", prefixes=("lotlip:",),
+                help="LoTLIP: timm ViT + BERT text tower with corner tokens (context 128): lotlip:ViT-B-16 --pretrained FILE")
 
 
 def model_family(model: str) -> str:

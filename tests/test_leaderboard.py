@@ -371,3 +371,13 @@ def test_issue21_two_revisions_of_one_benchmark_are_two_tables_and_two_borda_col
     # coverage counts benchmarks, not data revisions: both models cover docci and dci
     assert row(borda, "ViT-B-32 (openai)")["benchmarks"] == "2" and row(borda, "ViT-B-32 (laion)")["benchmarks"] == "2"
     assert row(borda, "ViT-B-32 (openai)")["docci (data-two) rank"] == "1" and row(borda, "ViT-B-32 (laion)")["docci (data-two) rank"] == "—"
+
+
+def test_issue25_board_says_what_its_brackets_are(results_dir):
+    """An R@K interval may be exact (Clopper–Pearson) where the bootstrap degenerates: the board's legend says
+    both, in the one sentence every page uses (hnbench.metrics.CI_RULE)."""
+    from hnbench.metrics import CI_RULE
+
+    md = leaderboard([results_dir], ci=True)
+    assert f"Brackets: {CI_RULE}." in md and "Clopper–Pearson" in md
+    assert "Brackets: 95% bootstrap confidence interval." not in md

@@ -209,3 +209,37 @@ def test_issue22_side_input_objectives_train_under_bf16_autocast(micro_config, n
     value = run_step(towers, towers, [mb], obj, autocast=lambda: torch.autocast("cpu", dtype=torch.bfloat16))
     assert math.isfinite(value) and len(obj.last_terms) == 4 and all(math.isfinite(v) for v in obj.last_terms.values())
     assert all(p.grad is not None for n, p in towers.named_parameters() if "ln_final" in n or "ln_post" in n)
+
+
+def _masked_nce(a, b, s, masked):
+    """Symmetric InfoNCE of s·a bᵀ by hand, the pairs in ``masked`` (i, j) no negatives of each other."""
+    n = a.shape[0]
+    sim = [[s * float(a[i] @ b[j]) for j in range(n)] for i in range(n)]
+
+    def side(m):
+        return sum(-m[i][i] + math.log(sum(math.exp(m[i][j]) for j in range(n)
+                                           if j == i or ((i, j) not in masked and (j, i) not in masked)))
+                   for i in range(n)) / n
+
+    return (side(sim) + side([list(r) for r in zip(*sim)])) / 2
+
+
+def test_issue22_structxlip_masks_identical_filtered_captions_in_the_structure_term():
+    from hnbench.train.terms.structxlip import StructXLIPOptions, structure_loss
+
+    edge = _unit((1, 0), (1, 1), (0, 1))
+    filtered = _unit((1, 0.2), (1, 0.3), (0, 1))
+    tokens = torch.tensor([[49406, 320, 1929, 49407], [49406, 320, 1929, 49407], [49406, 320, 2368, 49407]])
+    every = torch.ones(3, dtype=torch.bool)
+    masked = structure_loss(edge, filtered, every, 2.0, filtered_tokens=tokens)
+    assert float(masked) == pytest.approx(_masked_nce(edge, filtered, 2.0, {(0, 1)}), abs=1e-12)
+    plain = _masked_nce(edge, filtered, 2.0, set())
+    assert float(masked) != pytest.approx(plain, abs=1e-6)  # the two colour variants are negatives no more
+    off = StructXLIPOptions(structxlip_mask_duplicates=False)
+    assert float(structure_loss(edge, filtered, every, 2.0, options=off, filtered_tokens=tokens)) == \
+        pytest.approx(plain, abs=1e-12)
+    distinct = tokens.clone()
+    distinct[1, 2] = 7
+    # no identical pair: exactly the unmasked loss, bit for bit
+    assert torch.equal(structure_loss(edge, filtered, every, 2.0, filtered_tokens=distinct),
+                       structure_loss(edge, filtered, every, 2.0))

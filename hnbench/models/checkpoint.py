@@ -142,6 +142,14 @@ def load_into(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], sourc
     model.load_state_dict(state_dict, strict=True)
 
 
+def load_checkpoint(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], source: str) -> None:
+    """A released checkpoint into ``model``: :data:`TRAINING_ONLY` modules dropped, tensors cast to the model's
+    dtypes, then :func:`load_into` (any other key the model lacks is refused, listed)."""
+    own = model.state_dict()
+    state_dict = drop_training_only(state_dict, own, source)
+    load_into(model, {k: v.to(own[k].dtype) if k in own else v for k, v in state_dict.items()}, source)
+
+
 def save_state_dict(module: torch.nn.Module, path: Path, metadata: dict[str, str] | None = None) -> Path:
     """``module``'s state dict as safetensors at ``path``, atomically (a full disk leaves no partial file)."""
     from safetensors.torch import save_file

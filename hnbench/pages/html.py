@@ -7,6 +7,7 @@ from typing import Any
 
 from hnbench import textdiff
 from hnbench.io import script_json, value_text
+from hnbench.metrics import CI_RULE
 from hnbench.pages.page import Page, Row
 from hnbench.pages.theme import CSS, SORT_JS
 from hnbench.textdiff import diff_words
@@ -175,7 +176,7 @@ def render(page: Page) -> str:
         '<div id="zoom" title="click or Esc to close"><img alt="enlarged"><span></span></div>',
         f"<h1>{E(page.title)}</h1>",
         *(f'<p class="note">{E(n)}</p>' for n in page.notes),
-        "<h2>Summary</h2>", _summary(page), "<p>R@K in %, brackets: 95% bootstrap interval. Results: "
+        "<h2>Summary</h2>", _summary(page), f"<p>R@K in %, brackets: {html.escape(CI_RULE)}. Results: "
         + ", ".join(f"<code>{E(str(m['result']))}</code>" for m in page.models) + "</p>",
         _hardness(page), "<h2>Queries</h2>", f"<p>{legend}</p>", controls,
         '<table id="queries"><thead><tr>' + "".join(f"<th>{h}</th>" for h in heads) + "</tr></thead><tbody>",

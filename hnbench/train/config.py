@@ -124,6 +124,11 @@ class TrainConfig:
     structxlip_structure_hn: bool = option(False, group="StructXLIP",
                                            help="StructXLIP: with --loss hn, L_HN on L_SC too (Ḡ from the filtered "
                                                 "captions; unverified what the paper did)")
+    structxlip_mask_duplicates: bool = option(True, group="StructXLIP",
+                                              help="StructXLIP: in L_SC, mask the in-batch pairs whose filtered captions "
+                                                   "are identical (synthdense colour variants filter to one text)",
+                                              off="StructXLIP: keep identical filtered captions as L_SC negatives "
+                                                  "(the authors' code)")
     structxlip_compat_double_ln: bool = option(False, group="StructXLIP",
                                                help="StructXLIP: reproduce the authors' double final LayerNorm "
                                                     "on chunk states")

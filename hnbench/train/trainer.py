@@ -289,6 +289,7 @@ class _Run:
             extra = {"edge": batch[2].to(device), "edge_crops": batch[3].flatten(0, 1).to(device),
                      "filtered": self.filtered_tokens[local_caps].to(device)}
             return extra, {"crop_valid": batch[4].to(device), "filtered_captions": [self.filtered[j] for j in local_caps],
+                           "filtered_tokens": extra["filtered"],
                            "encode": self.encode}
         if self.plan is None:
             return {}, {}

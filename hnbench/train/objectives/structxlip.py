@@ -54,7 +54,7 @@ def structxlip_terms(loss: str, gamma: float, options: StructXLIPOptions, label_
 
     def structure(x: TermInputs) -> Tensor:
         return structure_loss(x.out["edge"], x.out["filtered"], every(x), x.out["scale"], loss=loss, gamma=gamma,
-                              options=o, context=x.context)
+                              options=o, context=x.context, filtered_tokens=x.side.get("filtered_tokens"))
 
     def rgb(x: TermInputs) -> Tensor:
         return rgb_structure_loss(x.out["image"], x.out["edge"], every(x), context=x.context)

@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from hnbench.distributed import DistContext
 from hnbench.settings import same_as
 from hnbench.train.config import TrainConfig
-from hnbench.train.losses import as_scale, compute_dtype, hn_clip_loss
+from hnbench.train.losses import as_scale, compute_dtype, duplicate_mask, hn_clip_loss
 from hnbench.train.terms import gather_all
 
 __all__ = ["STRUCTXLIP_TERMS", "StructXLIPOptions", "chunk_spans", "chunk_embeddings",
@@ -73,6 +73,7 @@ class StructXLIPOptions:
     structxlip_chunk_stride: int = same_as(TrainConfig, "structxlip_chunk_stride")
     structxlip_max_chunks: int = same_as(TrainConfig, "structxlip_max_chunks")
     structxlip_structure_hn: bool = same_as(TrainConfig, "structxlip_structure_hn")
+    structxlip_mask_duplicates: bool = same_as(TrainConfig, "structxlip_mask_duplicates")
     structxlip_compat_double_ln: bool = same_as(TrainConfig, "structxlip_compat_double_ln")
     structxlip_compat_span_shift: bool = same_as(TrainConfig, "structxlip_compat_span_shift")
 
@@ -84,18 +85,28 @@ def _has_edges(has_edge: Tensor, b: int) -> Tensor:
 
 def structure_loss(edge: Tensor, filtered_text: Tensor, has_edge: Tensor, logit_scale: Tensor | float, *,
                    loss: str = "infonce", gamma: float = 0.5,
-                   options: StructXLIPOptions = StructXLIPOptions(), context: DistContext | None = None) -> Tensor:
+                   options: StructXLIPOptions = StructXLIPOptions(), context: DistContext | None = None,
+                   filtered_tokens: Tensor | None = None) -> Tensor:
     """L_SC (spec §3.1 item 2; ``compute_structure_centric_loss`` in ``structxlip/losses.py``): symmetric
     InfoNCE of s̄·e t̃ᵀ on the images with an edge map (``has_edge``), s̄ = s detached; 0 (still attached to the
     graph) when none has one. L_HN (Ḡ from t̃) only with ``loss="hn"`` and ``structxlip_structure_hn``. Data
-    parallel: the global subset's loss on every rank (:func:`hnbench.train.terms.gather_all`)."""
+    parallel: the global subset's loss on every rank (:func:`hnbench.train.terms.gather_all`).
+
+    With ``filtered_tokens`` (this rank's filtered captions' token ids) and ``structxlip_mask_duplicates``, pairs
+    whose filtered captions are identical are no negatives of each other (spec §3.6: with colours removed,
+    synthdense's colour variants filter to the same text); without such a pair the loss is unchanged, bit for bit."""
     keep = _has_edges(has_edge, edge.shape[0]).to(edge.device)
     edge, filtered_text, keep = gather_all(context, edge, filtered_text, keep, grad=(True, True, False))
     if not bool(keep.any()):
         return (edge.sum() * 0).to(compute_dtype(edge, filtered_text))
     s = logit_scale.detach() if isinstance(logit_scale, Tensor) else logit_scale
     g = gamma if loss == "hn" and options.structxlip_structure_hn else 0.0
-    return hn_clip_loss(edge[keep], filtered_text[keep], s, g)
+    mask = None
+    if filtered_tokens is not None and options.structxlip_mask_duplicates:
+        (tokens,) = gather_all(context, filtered_tokens, grad=(False,))
+        same = duplicate_mask(None, tokens[keep].cpu())
+        mask = same.to(edge.device) if bool(same.any()) else None
+    return hn_clip_loss(edge[keep], filtered_text[keep], s, g, mask=mask)
 
 
 def rgb_structure_loss(image: Tensor, edge: Tensor, has_edge: Tensor, *, context: DistContext | None = None) -> Tensor:
