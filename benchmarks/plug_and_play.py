@@ -285,7 +285,9 @@ def paired(found: dict[str, Path], out: Path | None) -> list[dict[str, Any]]:
         per_seed = []
         for seed in seeds:
             base, hn = runs[Run(fw, LOSSES[0], seed)], runs[Run(fw, LOSSES[1], seed)]
-            cmp = compare([base, hn], ks=[1], seed=seed, output_dir=None if out is None else out / f"{fw}__s{seed}")
+            # the study's own comparison folder: a rerun whose stored results changed (a run redone) replaces it
+            cmp = compare([base, hn], ks=[1], seed=seed, output_dir=None if out is None else out / f"{fw}__s{seed}",
+                          overwrite=True)
             per_seed.append({"seed": seed, "infonce": base.name, "hn": hn.name,
                              **{r["direction"]: {k: r[k] for k in ("r_baseline", "r_model", "delta", "ci95",
                                                                    "excludes_zero", "p_mcnemar", "n_baseline_only",
