@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import assert_one_line_error, make_pairs, snapshot, write_jsonl
 
 pytest.importorskip("transformers")

@@ -193,7 +193,7 @@ def load_remote(model: str, pretrained: str | None, *, context_length: int | Non
     embed_dim = (getattr(config, "projection_dim", None) or getattr(text_config, "projection_size", None)
                  or getattr(text_config, "hidden_size", 0))
     info = ModelInfo(arch=model, pretrained=revision, fingerprint=state_dict_fingerprint(net.state_dict()),
-                     context_length=ctx, n_params=sum(p.numel() for p in net.parameters()), embed_dim=int(embed_dim),
+                     context_length=ctx, n_params=sum(p.numel() for p in net.parameters()), embed_dim=int(embed_dim or 0),
                      framework=HFEncoder.framework,
                      extra={"precision": precision, "model_type": model_type, "trust_remote_code": True,
                             "revision": revision, "code_files": files or REMOTE.remote_code(model, pretrained)})

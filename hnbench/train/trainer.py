@@ -38,8 +38,8 @@ from hnbench.errors import ConfigError
 from hnbench.evaluate import evaluate
 from hnbench.io import atomic_write_bytes
 from hnbench.models import load_model
-from hnbench.models.family import check_trusted
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
+from hnbench.models.family import check_trusted
 from hnbench.models.longclip import KEEP, stretch_openclip
 from hnbench.registry import LOSSES, OBJECTIVES, TASKS
 from hnbench.sidecars.edges import require_edges
