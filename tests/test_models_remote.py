@@ -111,7 +111,14 @@ def test_issue24_remote_refused_without_trust_one_line(tmp_path, data, capsys):
         rc = main([*command, "--model", f"remote:{folder}"])
         assert rc == 2, command
         assert_one_line_error(capsys.readouterr().err, f"remote:{folder}", "modeling_tiny.py", "--trust-remote-code")
-    assert snapshot(tmp_path) == before  # nothing written, the module cache included (no code ran)
+    assert snapshot(tmp_path) == before  # nothing written (no code ran)
+    # the README's "All flags" line lists the flag, and with it the same command scores the model
+    assert "[--trust-remote-code]" in (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rc = main(["-q", "eval", "--dataset", str(manifest), "--output", str(tmp_path / "out"), "--model",
+               f"remote:{folder}", "--trust-remote-code", "--no-ci", "--num-workers", "0"])
+    assert rc == 0
+    saved = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    assert saved["model"]["extra"]["trust_remote_code"] is True
 
 
 def test_issue24_remote_hub_model_needs_a_pinned_commit(tmp_path, data, capsys):
