@@ -167,7 +167,9 @@ def test_issue24_remote_jina_scores_with_per_direction_prompts(tmp_path, data):
     assert np.allclose(i2t.gt_score, (img * plain).sum(1).numpy(), atol=1e-5)
     # a changed modeling file is another revision
     (folder / "modeling_tiny.py").write_text((folder / "modeling_tiny.py").read_text() + "\n# edited\n")
-    assert load_model(f"remote:{folder}", trust_remote_code=True).info.pretrained != m["pretrained"]
+    edited = load_model(f"remote:{folder}", trust_remote_code=True).info
+    assert edited.pretrained != m["pretrained"] and edited.extra["weights_fingerprint"] == m["extra"]["weights_fingerprint"]
+    assert edited.fingerprint != m["fingerprint"]  # so the embedding cache does not serve the old code's vectors
 
 
 def test_issue24_remote_fgclip_long_text_mode(tmp_path, data):

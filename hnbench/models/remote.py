@@ -4,7 +4,8 @@ Python files beside the weights (``config.json``'s ``auto_map``), e.g. FG-CLIP 1
 Loading one runs those files, so it is refused unless ``--trust-remote-code`` is given (one line naming the files,
 before anything loads: :meth:`RemoteFamily.remote_code`). A hub model must name its revision as a 40-hex commit
 (``--pretrained``), so the code that runs is the code that was read; a local folder is pinned by the sha256 of its
-code files. Either is recorded (``info.pretrained``, ``info.extra["revision"]``) with the files that ran.
+code files. Either is recorded (``info.pretrained``, ``info.extra["revision"]``) with the files that ran; the
+model's fingerprint (the embedding cache's key) covers the weights, that revision and the text policy.
 
 Captions follow the :class:`RemotePolicy` declared for the config's ``model_type`` in :data:`REMOTE_POLICIES`
 (FG-CLIP's long-text mode as extra ``get_text_features`` keywords, jina-clip's per-direction task prompt), recorded
@@ -192,10 +193,14 @@ def load_remote(model: str, pretrained: str | None, *, context_length: int | Non
         raise ConfigError(f"{model}: --context-length {ctx} exceeds the model's {max_pos} positions")
     embed_dim = (getattr(config, "projection_dim", None) or getattr(text_config, "projection_size", None)
                  or getattr(text_config, "hidden_size", 0))
-    info = ModelInfo(arch=model, pretrained=revision, fingerprint=state_dict_fingerprint(net.state_dict()),
+    # the code and the text policy are the model as much as its weights: all three key the embedding cache
+    weights_fp = state_dict_fingerprint(net.state_dict())
+    fingerprint = hashlib.sha256(f"{weights_fp} {revision} {policy!r}".encode()).hexdigest()[:16]
+    info = ModelInfo(arch=model, pretrained=revision, fingerprint=fingerprint,
                      context_length=ctx, n_params=sum(p.numel() for p in net.parameters()), embed_dim=int(embed_dim or 0),
                      framework=HFEncoder.framework,
                      extra={"precision": precision, "model_type": model_type, "trust_remote_code": True,
+                            "weights_fingerprint": weights_fp,
                             "revision": revision, "code_files": files or REMOTE.remote_code(model, pretrained)})
     encoder = RemoteEncoder(net.to(device), tokenizer, processor, info, policy)
     info.extra["text_preprocessing"] = REMOTE.text_preprocessing(encoder).to_dict()
