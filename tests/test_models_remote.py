@@ -119,6 +119,13 @@ def test_issue24_remote_refused_without_trust_one_line(tmp_path, data, capsys):
     assert rc == 0
     saved = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
     assert saved["model"]["extra"]["trust_remote_code"] is True
+    # trusted, training is still refused in one line before anything loads (the family declares no towers)
+    before = snapshot(tmp_path)
+    rc = main(["train", "--dataset", str(manifest), "--output", str(tmp_path / "run"), "--model", f"remote:{folder}",
+               "--trust-remote-code"])
+    assert rc == 2
+    assert_one_line_error(capsys.readouterr().err, f"remote:{folder}", "scored, not fine-tuned")
+    assert snapshot(tmp_path) == before
 
 
 def test_issue24_remote_hub_model_needs_a_pinned_commit(tmp_path, data, capsys):

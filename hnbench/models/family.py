@@ -105,6 +105,10 @@ class ModelFamily:
         encoder's captions; none by default (asked of any encoder, remembered ones included, without building it)."""
         return {}
 
+    def check_training(self, model: str) -> None:
+        """Refuse (one line, before anything loads) to fine-tune ``model`` where the family cannot be trained at
+        all; by default nothing: the trainer's own checks apply."""
+
     def tower_of(self, param_name: str) -> str:
         """``"image"``, ``"text"`` or ``"shared"`` for a parameter name of the family's CLIP module."""
         raise NotImplementedError(f"{self.name}: no tower split declared, so it cannot be trained")

@@ -150,6 +150,10 @@ class RemoteFamily(ModelFamily):
             raise ConfigError(remote_code_refusal(model, self.remote_code(model, pretrained)))
         return load_remote(model, pretrained, context_length=context_length, device=device, precision=precision)
 
+    def check_training(self, model: str) -> None:
+        raise ConfigError(f"{model}: remote-code models are scored, not fine-tuned: their towers, logit scale and "
+                          "export are the release's own code, which declares none of them to hnbench")
+
     def text_preprocessing(self, encoder: Any) -> TextPreprocessing:
         policy: RemotePolicy = encoder.policy
         return TextPreprocessing(tokenizer=type(encoder.tokenizer).__name__,

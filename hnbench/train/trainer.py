@@ -39,7 +39,7 @@ from hnbench.evaluate import evaluate
 from hnbench.io import atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
-from hnbench.models.family import check_trusted
+from hnbench.models.family import check_trusted, family_of
 from hnbench.models.longclip import KEEP, stretch_openclip
 from hnbench.registry import LOSSES, OBJECTIVES, TASKS
 from hnbench.sidecars.edges import require_edges
@@ -106,6 +106,7 @@ def train(config: TrainConfig, *, progress: bool = True) -> Path:
     config.validate()
     check_device(config.device)  # here, not in validate(): a recipe may be written for another machine's GPU
     check_trusted(config.model, config.pretrained, config.trust_remote_code)  # remote code: before anything loads
+    family_of(config.model).check_training(config.model)
     out = Path(config.output)
     resume, overwrite = bool(config.resume), config.overwrite
     # before the lock file is made: a refused folder gets nothing
