@@ -10,7 +10,11 @@ name prefixes it claims). It answers:
   (the packages whose versions enter the memo's key), read by :mod:`hnbench.models.remembered`;
 - **text preprocessing**: :meth:`ModelFamily.text_preprocessing` of a loaded encoder (tokenizer, padding,
   case, context length, prompts per direction), recorded with the model;
-- **training**: :meth:`ModelFamily.tower_of` (a parameter's tower), :meth:`ModelFamily.lora_targets` (default
+- **remote code**: :meth:`ModelFamily.remote_code` (the release's code files loading would run: refused without
+  ``trust_remote_code``, :func:`check_trusted`) and :meth:`ModelFamily.prompts` (the per-direction text prefixes the
+  evaluation applies);
+- **training**: :meth:`ModelFamily.check_training` (a family that cannot be trained at all, refused up front),
+  :meth:`ModelFamily.tower_of` (a parameter's tower), :meth:`ModelFamily.lora_targets` (default
   peft targets), :meth:`ModelFamily.stretch` (Long-CLIP's text-position stretch), :meth:`ModelFamily.export` (a finished model in a form hnbench loads again) and
   :meth:`ModelFamily.reload` (load that export).
 
