@@ -241,7 +241,8 @@ def _run_hardness(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(HardnessSettings, args)
     settings.validate(args.output)  # the flags first; several models: every (model, weights) pair before any loads
-    pairs = model_pairs(args.model, args.pretrained, model_config=args.model_config, check=len(args.model) > 1)
+    pairs = model_pairs(args.model, args.pretrained, model_config=args.model_config, check=len(args.model) > 1,
+                        trust_remote_code=args.trust_remote_code)
     label = None if args.label_field == "none" else args.label_field
     spec = spec_from_args(DataSpec, args, dataset=None)  # the data flags, for each --dataset
     options = {k: v for k, v in spec.set_fields().items() if k not in ("data_root", "protocol")}
@@ -259,7 +260,8 @@ def _run_hardness(args: argparse.Namespace) -> int:
         from hnbench.results import read_result
 
         data = [DataSpec.from_record(read_result(args.results[0]).dataset).override(**spec.set_fields())]
-    kw = dict(model_config=args.model_config, data_root=args.data_root, protocol=args.protocol,
+    kw = dict(model_config=args.model_config, trust_remote_code=args.trust_remote_code, data_root=args.data_root,
+              protocol=args.protocol,
               dataset_options=options or None, label_field=label, settings=settings)
     if len(data) * len(pairs) == 1:
         reports = [hardness(data[0], pairs[0][0], pretrained=pairs[0][1], output_dir=args.output, **kw)]
@@ -446,7 +448,7 @@ def _run_eval(args: argparse.Namespace, model: ModelSpec, data: DataSpec) -> int
 
     assert model.model is not None and data.dataset is not None  # required flags
     result = evaluate(model.model, data.dataset, pretrained=model.pretrained, model_config=model.model_config,
-                      output_dir=args.output, settings=eval_settings(args),
+                      trust_remote_code=model.trust_remote_code, output_dir=args.output, settings=eval_settings(args),
                       dataset_options={**{k: v for k, v in data.set_fields().items() if k not in ("dataset", "skip_invalid")},
                                        **_task_data_options(args)})
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 reports

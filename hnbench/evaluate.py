@@ -31,6 +31,7 @@ from hnbench.encode import encode_images, encode_texts
 from hnbench.errors import ConfigError
 from hnbench.metrics import ci_methods, csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
+from hnbench.models.family import check_trusted, family_of
 from hnbench.models.remembered import load_remembered
 from hnbench.registry import TASKS
 from hnbench.results import (
@@ -73,8 +74,12 @@ def score_embeddings(
     progress: bool = False,
     search: str = "exact",
     seed: int = 0,
+    query_text_vectors: np.ndarray | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, RetrievalOutput]]:
     """Score given embeddings in both directions: returns (metrics, ci95, raw outputs) keyed t2i / i2t.
+
+    ``query_text_vectors``: the captions embedded as text→image queries where a model embeds queries otherwise
+    than candidates (a per-direction prompt); ``text_vectors`` are then the image→text candidates.
 
     ``search="approximate"`` uses :func:`hnbench.search_approximate.retrieve_approximate` (faiss HNSW): ranks
     are then lower bounds and each output carries its recall against exact search on a sample.
@@ -89,7 +94,8 @@ def score_embeddings(
             return retrieve_approximate(q, g, ptr, idx, k=k, progress=progress, desc=desc)
         return retrieve(q, g, ptr, idx, k=k, backend=backend, device=device, progress=progress, desc=desc)
 
-    outs = {"t2i": run(text_vectors, image_vectors, t2i_ptr, t2i_idx, "search t2i"),
+    queries = text_vectors if query_text_vectors is None else query_text_vectors
+    outs = {"t2i": run(queries, image_vectors, t2i_ptr, t2i_idx, "search t2i"),
             "i2t": run(image_vectors, text_vectors, i2t_ptr, i2t_idx, "search i2t")}
     metrics: dict[str, dict[str, Any]] = {}
     ci95: dict[str, dict[str, Any]] = {}
@@ -128,6 +134,7 @@ def evaluate(
     *,
     pretrained: str | os.PathLike[str] | None = None,
     model_config: str | os.PathLike[str] | None = None,
+    trust_remote_code: bool = False,
     data_root: str | os.PathLike[str] | None = None,
     protocol: str | None = None,
     split: str | None = None,
@@ -170,10 +177,13 @@ def evaluate(
         raise ConfigError(f"dataset must be a name, a path or the loaded data of the {task.name} task, got "
                           f"{type(dataset).__name__}")
     spec = ModelSpec(model=model if isinstance(model, str) else None, context_length=s.context_length,
+                     trust_remote_code=trust_remote_code,
                      **{k: os.fspath(v) for k, v in (("pretrained", pretrained), ("model_config", model_config))
                         if v is not None})
     weights, config = spec.pretrained, spec.model_config
     spec.validate()  # the model config's architecture name (a loaded encoder: nothing to check)
+    if isinstance(model, str):
+        check_trusted(model, weights, spec.trust_remote_code)  # remote code: refused before anything loads
     data: DataSpec | None = None
     loader_options: dict[str, Any] = {}
     if isinstance(dataset, str):
@@ -201,11 +211,11 @@ def evaluate(
             encoder = load_remembered(model, weights,
                                       root=s.cache_dir if s.cache_dir is not None else default_root(),
                                       model_config=config, context_length=s.context_length, device=device,
-                                      precision=s.precision)
+                                      precision=s.precision, trust_remote_code=spec.trust_remote_code)
         else:
             encoder = model if not isinstance(model, str) else load_model(
                 model, weights, model_config=config, context_length=s.context_length, device=device,
-                precision=s.precision)
+                precision=s.precision, trust_remote_code=spec.trust_remote_code)
         timings["load_model"] = time.perf_counter() - t
         if ctx.enabled and ctx.is_main:
             ctx.all_gather(None)
@@ -303,19 +313,25 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
         dataset = recheck_counts(dataset.drop_images(sorted(img.bad), reason="unreadable image"))
         image_vectors = image_vectors[keep]
     timings["encode_images"] = img.seconds
-    txt = encode_texts(encoder, dataset.captions, batch_size=text_batch_size, amp=s.amp, progress=s.progress,
-                       cache=cache, num_workers=s.num_workers)
-    timings["encode_texts"] = txt.seconds
+    # a family's per-direction prompts (jina-clip's task prompt on queries): candidates and queries embedded apart
+    prompts = family_of(encoder.info.arch).prompts(encoder)
+    txt = encode_texts(encoder, [prompts.get("candidate", "") + c for c in dataset.captions], batch_size=text_batch_size,
+                       amp=s.amp, progress=s.progress, cache=cache, num_workers=s.num_workers)
+    query = txt if prompts.get("query", "") == prompts.get("candidate", "") else encode_texts(
+        encoder, [prompts.get("query", "") + c for c in dataset.captions], batch_size=text_batch_size, amp=s.amp,
+        progress=s.progress, cache=cache, num_workers=s.num_workers)
+    timings["encode_texts"] = txt.seconds + (query.seconds if query is not txt else 0.0)
 
     t = time.perf_counter()
     # "auto" is resolved per search (by a stored calibration and a probe on this data), in retrieve
     metrics, ci95, outs = score_embeddings(image_vectors, txt.vectors, dataset.caption_image, ks=s.ks,
                                            backend=s.backend, device=search_device, ci=s.ci, progress=s.progress,
-                                           search=s.search, seed=s.seed)
+                                           search=s.search, seed=s.seed, query_text_vectors=query.vectors)
     timings["search_and_metrics"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
     # Items encoded by any rank in this run, and those that came from an earlier run's cache.
-    encoded = {"images": img.n_encoded + shared["images"], "texts": txt.n_encoded + shared["texts"]}
+    encoded = {"images": img.n_encoded + shared["images"],
+               "texts": txt.n_encoded + shared["texts"] + (query.n_encoded if query is not txt else 0)}
     cached = {"images": max(0, img.n_cached - shared["images"]), "texts": max(0, txt.n_cached - shared["texts"])}
     encoding = {"world_size": world_size, "cache_key": cache.key if s.use_cache and cache else None,
                 "encoded": encoded, "cached": cached, "corrupt_shards": cache.stats.corrupt_shards if cache else 0}

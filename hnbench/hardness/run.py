@@ -25,6 +25,7 @@ from hnbench.hardness.recall import load_per_query, recall_by_hardness
 from hnbench.hardness.schema import HardnessReport, write_report
 from hnbench.io import check_output, record_output
 from hnbench.models import check_model, load_model
+from hnbench.models.family import check_trusted
 from hnbench.registry import TEXT_ENCODERS
 from hnbench.settings import HardnessSettings, from_options, identity_fields
 from hnbench.specs import DataSpec
@@ -33,12 +34,13 @@ logger = logging.getLogger(__name__)
 
 
 def _load_encoder(model: Any, pretrained: str | None, model_config: str | None, context_length: int | None,
-                  device: str) -> Any:
+                  device: str, trust_remote_code: bool = False) -> Any:
     if not isinstance(model, str):
         return model
     if model in TEXT_ENCODERS:
         return TEXT_ENCODERS.get(model)(device=device)
-    return load_model(model, pretrained, model_config=model_config, context_length=context_length, device=device)
+    return load_model(model, pretrained, model_config=model_config, context_length=context_length, device=device,
+                      trust_remote_code=trust_remote_code)
 
 
 def _slug(s: str) -> str:
@@ -51,6 +53,7 @@ def hardness(
     *,
     pretrained: str | None = None,
     model_config: str | None = None,
+    trust_remote_code: bool = False,
     data_root: str | None = None,
     protocol: str | None = None,
     dataset_options: dict[str, Any] | None = None,
@@ -74,6 +77,8 @@ def hardness(
     """
     s = from_options(HardnessSettings, settings, options)
     s.validate(output_dir)
+    if isinstance(model, str) and model not in TEXT_ENCODERS:
+        check_trusted(model, pretrained, trust_remote_code)  # remote code: refused before anything loads
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     if isinstance(data, str) and Path(data).suffix == ".txt":
@@ -99,7 +104,7 @@ def hardness(
     for path, res, frame in scored:
         _check_result_matches(path, res, frame, cs)
     t = time.perf_counter()
-    encoder = _load_encoder(model, pretrained, model_config, s.context_length, s.device)
+    encoder = _load_encoder(model, pretrained, model_config, s.context_length, s.device, trust_remote_code)
     timings["load_model"] = time.perf_counter() - t
 
     txt = encode.encode_texts(encoder, cs.captions, batch_size=max(s.encode_batch_size, 64), progress=s.progress,
@@ -177,7 +182,9 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
     kwargs = {k: v for k, v in kwargs.items() if k not in fields}
     s.validate(output_dir)
     model_config = kwargs.pop("model_config", None)
-    models, pretrained = map(list, zip(*model_pairs(models, pretrained, model_config=model_config)))
+    trusted = bool(kwargs.get("trust_remote_code", False))
+    models, pretrained = map(list, zip(*model_pairs(models, pretrained, model_config=model_config,
+                                                    trust_remote_code=trusted)))
     for d in datasets:  # every data set's options, before the first is loaded
         if isinstance(d, str) and Path(d).suffix != ".txt":
             DataSpec.of(d, kwargs.get("dataset_options"), data_root=kwargs.get("data_root"),
@@ -191,7 +198,7 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
     made = [p for p in (Path(output_dir), *Path(output_dir).parents) if not p.exists()]  # removed on failure
     try:
         for m, pt in zip(models, pretrained):
-            enc = _load_encoder(m, pt, model_config, s.context_length, s.device)
+            enc = _load_encoder(m, pt, model_config, s.context_length, s.device, trusted)
             for d in datasets:
                 name = Path(d).stem if isinstance(d, str) else getattr(d, "name", "data")
                 weights = f"-{_slug(Path(pt).stem)}" if pt else ""
@@ -211,7 +218,8 @@ NO_WEIGHTS = "none"  # a --pretrained value: this --model takes no weights (a ra
 
 
 def model_pairs(models: Sequence[Any], pretrained: Sequence[str | None] | None = None, *,
-                model_config: str | None = None, check: bool = True) -> list[tuple[Any, str | None]]:
+                model_config: str | None = None, check: bool = True,
+                trust_remote_code: bool = False) -> list[tuple[Any, str | None]]:
     """The (model, weights) pairs of repeated ``--model`` / ``--pretrained`` values, each checked (``check``)
     before any loads (:func:`hnbench.models.check_model`): one model with several weights, or one weights value
     per model, in order (:data:`NO_WEIGHTS` for a model without); weights never pass from one model to another."""
@@ -231,5 +239,5 @@ def model_pairs(models: Sequence[Any], pretrained: Sequence[str | None] | None =
                 raise ConfigError(f"--model {m} is a text-only encoder and takes no weights, got --pretrained {pt} "
                                   f"(give '{NO_WEIGHTS}' for it)")
             continue
-        check_model(m, pt, model_config=model_config)
+        check_model(m, pt, model_config=model_config, trust_remote_code=trust_remote_code)
     return list(zip(models, weights))

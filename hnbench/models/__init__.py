@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hnbench.errors import CheckpointError
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
-from hnbench.models.family import family_of
+from hnbench.models.family import check_trusted, family_of
 from hnbench.models.peft_loading import is_adapter_dir, load_with_adapter
 from hnbench.validate import check_precision
 
@@ -23,6 +23,7 @@ def load_model(
     device: str = "cpu",
     precision: str = "fp32",
     init_seed: int | None = 0,
+    trust_remote_code: bool = False,
 ) -> Encoder:
     """Load a model by open_clip name (``ViT-B-32``, ``hf-hub:…``, ``local-dir:…``) or HF CLIP (``hf:ORG/NAME``);
     the family is picked by name prefix in :data:`hnbench.registry.MODELS` and its adapter
@@ -35,23 +36,27 @@ def load_model(
     into the open_clip architecture with their 248 positions (a FineLIP run's ``cross_net`` dropped with a
     warning); GOAL's / StructXLIP's ``.pth`` (HF ``CLIPModel`` keys) load into an ``hf:`` base. An open_clip model without weights is
     initialised from ``init_seed`` (``None``: torch's global RNG, as the trainer seeds it itself).
+    A remote-code model (``remote:…``) runs its release's code: refused unless ``trust_remote_code``.
     """
     check_precision(precision)
+    trusted = check_trusted(model, pretrained, trust_remote_code)
     try:
         return _load(model, pretrained, model_config=model_config, context_length=context_length, device=device,
-                     precision=precision, init_seed=init_seed)
+                     precision=precision, init_seed=init_seed, **trusted)
     except pickle.UnpicklingError as e:  # torch.load(weights_only=True) inside open_clip / transformers / peft
         where = pretrained if pretrained and Path(pretrained).is_dir() else model
         raise CheckpointError(f"{where}: refused to unpickle a weights file: it holds objects other than tensors "
                               f"({_first_reason(e)}). Convert it to safetensors from a trusted environment.") from e
 
 
-def check_model(model: str, pretrained: str | None = None, *, model_config: str | Path | None = None) -> None:
+def check_model(model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
+                trust_remote_code: bool = False) -> None:
     """What can be checked of ``model`` and its weights without loading them (one line each): for open_clip the
     architecture, a weights file's existence, a tag's name and whether it can be fetched. Another family, or an
-    adapter directory, is checked when it loads."""
+    adapter directory, is checked when it loads. A remote-code model is refused unless ``trust_remote_code``."""
     if not (pretrained is not None and is_adapter_dir(pretrained)):
         family_of(model).check(model, pretrained, model_config=model_config)
+        check_trusted(model, pretrained, trust_remote_code)
 
 
 def _first_reason(e: Exception) -> str:
@@ -61,10 +66,10 @@ def _first_reason(e: Exception) -> str:
 
 
 def _load(model: str, pretrained: str | None, *, model_config: str | Path | None, context_length: int | None,
-          device: str, precision: str, init_seed: int | None) -> Encoder:
+          device: str, precision: str, init_seed: int | None, **trusted: bool) -> Encoder:
     if pretrained is not None and is_adapter_dir(pretrained):
         encoder: Encoder = load_with_adapter(model, pretrained, model_config=model_config,
                                              context_length=context_length, device=device, precision=precision)
         return encoder
-    return family_of(model).load(model, pretrained, model_config=model_config, context_length=context_length,
-                                 device=device, precision=precision, init_seed=init_seed)
+    return family_of(model)(model, pretrained, model_config=model_config, context_length=context_length,
+                            device=device, precision=precision, init_seed=init_seed, **trusted)

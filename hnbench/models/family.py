@@ -10,7 +10,11 @@ name prefixes it claims). It answers:
   (the packages whose versions enter the memo's key), read by :mod:`hnbench.models.remembered`;
 - **text preprocessing**: :meth:`ModelFamily.text_preprocessing` of a loaded encoder (tokenizer, padding,
   case, context length, prompts per direction), recorded with the model;
-- **training**: :meth:`ModelFamily.tower_of` (a parameter's tower), :meth:`ModelFamily.lora_targets` (default
+- **remote code**: :meth:`ModelFamily.remote_code` (the release's code files loading would run: refused without
+  ``trust_remote_code``, :func:`check_trusted`) and :meth:`ModelFamily.prompts` (the per-direction text prefixes the
+  evaluation applies);
+- **training**: :meth:`ModelFamily.check_training` (a family that cannot be trained at all, refused up front),
+  :meth:`ModelFamily.tower_of` (a parameter's tower), :meth:`ModelFamily.lora_targets` (default
   peft targets), :meth:`ModelFamily.stretch` (Long-CLIP's text-position stretch), :meth:`ModelFamily.export` (a finished model in a form hnbench loads again) and
   :meth:`ModelFamily.reload` (load that export).
 
@@ -28,7 +32,8 @@ from typing import Any
 
 from hnbench.models.base import Encoder
 
-__all__ = ["LIBRARY_VERSIONS", "RANDOM_INIT", "ModelFamily", "TextPreprocessing", "family_of"]
+__all__ = ["LIBRARY_VERSIONS", "RANDOM_INIT", "ModelFamily", "TextPreprocessing", "check_trusted", "family_of",
+           "remote_code_refusal"]
 
 # Stands in for the weights file of a random-init model: its weights are a function of the init seed.
 RANDOM_INIT = "<cpu rng state>"
@@ -94,6 +99,20 @@ class ModelFamily:
         """What can be checked of (``model``, ``pretrained``) without building anything (one line each); by
         default nothing: the family checks when it loads."""
 
+    def remote_code(self, model: str, pretrained: str | None) -> list[str]:
+        """The code files of the release that loading ``model`` would run (transformers' ``auto_map``); a family
+        that names any is loaded only with ``trust_remote_code`` (:func:`check_trusted`). None by default."""
+        return []
+
+    def prompts(self, encoder: Any) -> dict[str, str]:
+        """The text prefix per retrieval direction (``"query"``, ``"candidate"``) the evaluation applies to a loaded
+        encoder's captions; none by default (asked of any encoder, remembered ones included, without building it)."""
+        return {}
+
+    def check_training(self, model: str) -> None:
+        """Refuse (one line, before anything loads) to fine-tune ``model`` where the family cannot be trained at
+        all; by default nothing: the trainer's own checks apply."""
+
     def tower_of(self, param_name: str) -> str:
         """``"image"``, ``"text"`` or ``"shared"`` for a parameter name of the family's CLIP module."""
         raise NotImplementedError(f"{self.name}: no tower split declared, so it cannot be trained")
@@ -115,6 +134,26 @@ class ModelFamily:
     def reload(self, exported: Path, encoder: Any, *, device: str = "cpu") -> Encoder:
         """Load what :meth:`export` wrote (``encoder``: the encoder it was trained from)."""
         raise NotImplementedError(f"{self.name}: no reload declared")
+
+
+def remote_code_refusal(model: str, files: list[str]) -> str:
+    """The one line that refuses to run ``model``'s release code without ``--trust-remote-code``."""
+    return (f"{model}: loading it runs remote code ({', '.join(files)}); pass --trust-remote-code if you trust it "
+            "(the revision is pinned and recorded)")
+
+
+def check_trusted(model: str, pretrained: str | None, trust_remote_code: bool) -> dict[str, bool]:
+    """Refuse (one line naming the files) a model whose family runs release code unless ``trust_remote_code``; the
+    keywords its family's ``load`` then takes (``trust_remote_code=True`` for such a family, none otherwise)."""
+    from hnbench.errors import ConfigError
+
+    family = family_of(model)
+    files = family.remote_code(model, pretrained)
+    if not files:
+        return {}
+    if not trust_remote_code:
+        raise ConfigError(remote_code_refusal(model, files))
+    return {"trust_remote_code": True}
 
 
 def family_of(model: str) -> ModelFamily:

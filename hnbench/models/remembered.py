@@ -147,11 +147,12 @@ class _Request:
     device: str
     precision: str
     init_seed: int | None
+    trust_remote_code: bool = False
 
     def build(self, device: str | None = None) -> Encoder:
         return load_model(self.model, self.pretrained, model_config=self.model_config,
                           context_length=self.context_length, device=device or self.device,
-                          precision=self.precision, init_seed=self.init_seed)
+                          precision=self.precision, init_seed=self.init_seed, trust_remote_code=self.trust_remote_code)
 
 
 class RememberedEncoder:
@@ -210,10 +211,10 @@ class RememberedEncoder:
 
 def load_remembered(model: str, pretrained: str | None, *, root: str | Path, model_config: str | Path | None = None,
                     context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
-                    init_seed: int | None = 0) -> Encoder:
+                    init_seed: int | None = 0, trust_remote_code: bool = False) -> Encoder:
     """``load_model`` that returns a :class:`RememberedEncoder` (no build) when a valid record exists
     under ``root``; otherwise builds the model and remembers it for the next run."""
-    req = _Request(model, pretrained, model_config, context_length, device, precision, init_seed)
+    req = _Request(model, pretrained, model_config, context_length, device, precision, init_seed, trust_remote_code)
     files = weight_files(model, pretrained, model_config)
     if files is None:
         return req.build()

@@ -27,6 +27,7 @@ class TrainConfig:
     model: str = same_as(ModelSpec, "model", "hnbench-tiny")
     pretrained: str | None = same_as(ModelSpec, "pretrained")
     model_config: str | None = same_as(ModelSpec, "model_config")
+    trust_remote_code: bool = same_as(ModelSpec, "trust_remote_code")
     dataset: str = same_as(DataSpec, "dataset", "synthdense")
     protocol: str | None = same_as(DataSpec, "protocol", "train")
     data_root: str | None = same_as(DataSpec, "data_root")

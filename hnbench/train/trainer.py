@@ -39,6 +39,7 @@ from hnbench.evaluate import evaluate
 from hnbench.io import atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
+from hnbench.models.family import check_trusted, family_of
 from hnbench.models.longclip import KEEP, stretch_openclip
 from hnbench.registry import LOSSES, OBJECTIVES, TASKS
 from hnbench.sidecars.edges import require_edges
@@ -104,6 +105,8 @@ def train(config: TrainConfig, *, progress: bool = True) -> Path:
     """
     config.validate()
     check_device(config.device)  # here, not in validate(): a recipe may be written for another machine's GPU
+    check_trusted(config.model, config.pretrained, config.trust_remote_code)  # remote code: before anything loads
+    family_of(config.model).check_training(config.model)
     out = Path(config.output)
     resume, overwrite = bool(config.resume), config.overwrite
     # before the lock file is made: a refused folder gets nothing
@@ -171,7 +174,8 @@ class _Run:
                 self.edges = require_edges(self.ds, c.edge_settings(), needed_by=needed_by)
         self.out_dir = Path(c.output)
         encoder = load_model(c.model, c.pretrained, model_config=c.model_config,
-                             context_length=c.context_length, device=device, init_seed=None)  # seeded above
+                             context_length=c.context_length, device=device, init_seed=None,  # seeded above
+                             trust_remote_code=c.trust_remote_code)
         self.encoder: TrainableEncoder = require_trainable(encoder, "training")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         framework = self.encoder.framework
