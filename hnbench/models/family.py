@@ -16,7 +16,11 @@ name prefixes it claims). It answers:
 - **training**: :meth:`ModelFamily.check_training` (a family that cannot be trained at all, refused up front),
   :meth:`ModelFamily.tower_of` (a parameter's tower), :meth:`ModelFamily.lora_targets` (default
   peft targets), :meth:`ModelFamily.stretch` (Long-CLIP's text-position stretch), :meth:`ModelFamily.export` (a finished model in a form hnbench loads again) and
-  :meth:`ModelFamily.reload` (load that export).
+  :meth:`ModelFamily.reload` (load that export); the training forward of its CLIP module
+  (:meth:`ModelFamily.image_features`, :meth:`ModelFamily.text_features` with
+  :meth:`ModelFamily.text_attention_mask`: by default open_clip's CLIP interface, which finds the end token itself)
+  and what its ``pretrained`` means in an adapter's base record (:meth:`ModelFamily.revision`).
+  :mod:`hnbench.train` asks these and never branches on a family's name.
 
 A plain callable registered as a family (a loader function) is wrapped by :func:`family_of` in a
 :class:`ModelFamily` that loads with it and is never remembered: an unknown family is always built, never
@@ -30,10 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torch import Tensor
+
+from hnbench.errors import ConfigError
 from hnbench.models.base import Encoder
 
-__all__ = ["LIBRARY_VERSIONS", "RANDOM_INIT", "ModelFamily", "TextPreprocessing", "check_trusted", "family_of",
-           "remote_code_refusal"]
+__all__ = ["LIBRARY_VERSIONS", "RANDOM_INIT", "ModelFamily", "TextPreprocessing", "as_family", "check_trusted",
+           "export_names", "family_of", "remote_code_refusal"]
 
 # Stands in for the weights file of a random-init model: its weights are a function of the init seed.
 RANDOM_INIT = "<cpu rng state>"
@@ -67,6 +74,8 @@ class ModelFamily:
     remembered; it has no training support until it declares its towers and targets."""
 
     name = "model family"
+    framework: str | None = None  # the ``info.framework`` its encoders report, if the family declares one
+    export_names: tuple[str, ...] = ()  # the entries :meth:`export` writes into a training run's folder
     library_versions: tuple[str, ...] = LIBRARY_VERSIONS
 
     def __init__(self, loader: Callable[..., Encoder] | None = None):
@@ -115,25 +124,43 @@ class ModelFamily:
 
     def tower_of(self, param_name: str) -> str:
         """``"image"``, ``"text"`` or ``"shared"`` for a parameter name of the family's CLIP module."""
-        raise NotImplementedError(f"{self.name}: no tower split declared, so it cannot be trained")
+        raise ConfigError(f"{self.name}: no tower split declared, so it cannot be trained")
 
     def lora_targets(self) -> list[str]:
         """The module-name suffixes peft adapts by default."""
-        raise NotImplementedError(f"{self.name}: no LoRA targets declared")
+        raise ConfigError(f"{self.name}: no LoRA targets declared; pass --lora-targets")
 
     def stretch(self, encoder: Any, context_length: int) -> Encoder:
         """``encoder`` with its text positions stretched to ``context_length`` (Long-CLIP's knob-and-stretch)."""
-        from hnbench.errors import ConfigError
-
         raise ConfigError(f"{self.name}: its text positions cannot be stretched (stretch_context is open_clip's)")
 
     def export(self, module: Any, encoder: Any, out_dir: Path, metadata: dict[str, str]) -> Path:
         """Write ``module`` (the family's CLIP module, trained) under ``out_dir`` in a form :meth:`reload` loads."""
-        raise NotImplementedError(f"{self.name}: no export declared")
+        raise ConfigError(f"{self.name}: no export declared, so a trained model cannot be written")
 
     def reload(self, exported: Path, encoder: Any, *, device: str = "cpu") -> Encoder:
         """Load what :meth:`export` wrote (``encoder``: the encoder it was trained from)."""
-        raise NotImplementedError(f"{self.name}: no reload declared")
+        raise ConfigError(f"{self.name}: no reload declared")
+
+    def revision(self, pretrained: str | None) -> str | None:
+        """The hub revision ``pretrained`` names, recorded in an adapter's base record (None: it names weights)."""
+        return None
+
+    # -- the training forward (the module may be peft-wrapped); the defaults: open_clip's CLIP interface ------
+    def image_features(self, module: Any, pixels: Tensor) -> Tensor:
+        """L2-normalised image features of the family's CLIP ``module``, with gradients."""
+        features: Tensor = module.encode_image(pixels, normalize=True)
+        return features
+
+    def text_features(self, module: Any, tokens: Tensor, attention_mask: Tensor | None) -> Tensor:
+        """L2-normalised text features of padded ``tokens`` (``attention_mask``: :meth:`text_attention_mask`'s)."""
+        features: Tensor = module.encode_text(tokens, normalize=True)
+        return features
+
+    def text_attention_mask(self, encoder: Any, tokens: Tensor, eos_token_id: int | None = None) -> Tensor | None:
+        """The mask the text tower takes for padded ``tokens`` in training, the one ``encoder`` (the encoder the
+        module came from; None: only ``eos_token_id`` is known) uses to evaluate; None: the tower needs none."""
+        return None
 
 
 def remote_code_refusal(model: str, files: list[str]) -> str:
@@ -167,3 +194,29 @@ def family_of(model: str) -> ModelFamily:
     family = ModelFamily(found)
     family.name = name
     return family
+
+
+def export_names() -> tuple[str, ...]:
+    """Every registered family's :attr:`ModelFamily.export_names` (what a training run's folder may hold)."""
+    from hnbench.registry import MODELS
+
+    found = (MODELS.get(name) for name in MODELS.names())
+    return tuple(dict.fromkeys(n for f in found if isinstance(f, ModelFamily) for n in f.export_names))
+
+
+def as_family(family: ModelFamily | str) -> ModelFamily:
+    """``family``, or the registered family a name stands for: a :data:`~hnbench.registry.MODELS` entry or the
+    ``framework`` a family declares (an encoder's ``info.framework``)."""
+    if isinstance(family, ModelFamily):
+        return family
+    from hnbench.registry import MODELS
+
+    if family in MODELS.names():
+        found: Any = MODELS.get(family)
+        if isinstance(found, ModelFamily):
+            return found
+    for name in MODELS.names():
+        found = MODELS.get(name)
+        if isinstance(found, ModelFamily) and found.framework == family:
+            return found
+    raise ConfigError(f"unknown model framework {family!r}")

@@ -327,6 +327,8 @@ class HFFamily(ModelFamily):
     ``--pretrained`` (GOAL / StructXLIP) loads into the base's architecture, anything else names the revision."""
 
     name = "hf"
+    framework = "transformers"
+    export_names = ("hf_model",)
 
     def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
              context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
@@ -363,6 +365,23 @@ class HFFamily(ModelFamily):
         encoder.tokenizer.save_pretrained(str(target))
         encoder.image_transform.processor.save_pretrained(str(target))
         return target
+
+    def revision(self, pretrained: str | None) -> str | None:
+        return pretrained
+
+    def image_features(self, module: Any, pixels: torch.Tensor) -> torch.Tensor:
+        naflex = str(getattr(module.config, "model_type", "")) == "siglip2"
+        inputs = unpack_naflex(pixels) if naflex else {"pixel_values": pixels}
+        return torch.nn.functional.normalize(feature_tensor(module.get_image_features(**inputs)), dim=-1)
+
+    def text_features(self, module: Any, tokens: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        return torch.nn.functional.normalize(feature_tensor(module.get_text_features(
+            input_ids=tokens, attention_mask=attention_mask)), dim=-1)
+
+    def text_attention_mask(self, encoder: Any, tokens: torch.Tensor,
+                            eos_token_id: int | None = None) -> torch.Tensor | None:
+        # the encoder's own mask, by its model_type's policy (SigLIP's is not CLIP's end-token mask)
+        return eos_attention_mask(tokens, eos_token_id) if encoder is None else encoder.text_attention_mask(tokens)
 
     def reload(self, exported: Path, encoder: Any, *, device: str = "cpu") -> HFEncoder:
         return load_hf_clip(str(exported), context_length=int(encoder.info.context_length), device=device,

@@ -297,6 +297,7 @@ class OpenCLIPFamily(ModelFamily):
     file (a released Long-CLIP checkpoint folded in, :mod:`hnbench.models.longclip`) or a seeded random init."""
 
     name = "open_clip"
+    export_names = ("checkpoint.safetensors",)
 
     def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
              context_length: int | None = None, device: str = "cpu", precision: str = "fp32",

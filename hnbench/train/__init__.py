@@ -6,5 +6,5 @@ distributed  DistributedHNCLIPLoss: the HN loss as a module for your own DDP loo
 config       TrainConfig and recipes (re-exported by trainer)
 trainer      train(); step (accumulation modes), batches, state (resume), export
 diagnostics  InfoNCE-vs-HN gradient measurements; report: ``hnbench train-report``
-adapters     LoRA / DoRA through peft; towers: one module over open_clip and HF CLIP
+adapters     LoRA / DoRA through peft; towers: one module over any family's CLIP module (its adapter asked)
 """

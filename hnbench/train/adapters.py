@@ -1,6 +1,7 @@
-"""LoRA / DoRA fine-tuning through ``peft`` (the ``train`` extra), for open_clip and HF CLIP models.
+"""LoRA / DoRA fine-tuning through ``peft`` (the ``train`` extra), for any model family that declares its targets.
 
-Targets (peft ``target_modules``, matched against module-name suffixes):
+Targets (peft ``target_modules``, matched against module-name suffixes; the default is the family's
+:meth:`~hnbench.models.family.ModelFamily.lora_targets`):
 
 * HF CLIP: ``q_proj, k_proj, v_proj, out_proj`` by default (plain ``nn.Linear``: LoRA and DoRA).
 * open_clip: attention is ``nn.MultiheadAttention``. peft wraps it as a whole for **LoRA** (target
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from hnbench.errors import ConfigError
+from hnbench.models.family import ModelFamily, as_family
 from hnbench.models.peft_loading import BASE_FILE
 
 if TYPE_CHECKING:
@@ -35,8 +37,9 @@ __all__ = ["BASE_FILE", "apply_peft", "default_targets", "save_adapter"]
 METHODS = ("lora", "dora")
 
 
-def default_targets(framework: str) -> list[str]:
-    return ["c_fc", "c_proj"] if framework == "open_clip" else ["q_proj", "k_proj", "v_proj", "out_proj"]
+def default_targets(family: ModelFamily | str) -> list[str]:
+    """The family's default peft targets (``family``: an adapter or a name :func:`as_family` resolves)."""
+    return as_family(family).lora_targets()
 
 
 # The layer types peft puts adapters on (nn.MultiheadAttention: LoRA only, see below).
@@ -67,7 +70,7 @@ def _check_targets(model: nn.Module, targets: list[str], method: str) -> None:
                 f"target 'attn' (LoRA only) or the MLP layers 'c_fc', 'c_proj'")
 
 
-def apply_peft(model: nn.Module, framework: str, method: str, *, r: int = 16, alpha: float = 32.0,
+def apply_peft(model: nn.Module, family: ModelFamily | str, method: str, *, r: int = 16, alpha: float = 32.0,
                dropout: float = 0.0, targets: list[str] | None = None) -> nn.Module:
     """Wrap ``model`` with LoRA or DoRA adapters; only adapter weights stay trainable."""
     try:
@@ -77,7 +80,7 @@ def apply_peft(model: nn.Module, framework: str, method: str, *, r: int = 16, al
     method = method.lower()
     if method not in METHODS:
         raise ConfigError(f"peft method must be one of {METHODS}, got {method!r}")
-    targets = list(targets) if targets else default_targets(framework)
+    targets = list(targets) if targets else default_targets(family)
     _check_targets(model, targets, method)
     # peft annotates lora_alpha as int, but only divides by r with it: a float α works (and is TrainConfig's type)
     cfg = LoraConfig(r=int(r), lora_alpha=float(alpha),  # type: ignore[arg-type]

@@ -21,11 +21,19 @@ from pathlib import Path
 from hnbench.errors import ConfigError
 from hnbench.io import atomic_write_bytes
 
-__all__ = ["LOCK", "MANIFEST", "RUN_OUTPUTS", "check_run_dir", "claim", "clear_recorded", "locked", "recorded"]
+__all__ = ["LOCK", "MANIFEST", "RUN_OUTPUTS", "check_run_dir", "run_outputs", "claim", "clear_recorded", "locked", "recorded"]
 
-# What a run writes into its output directory (the only names its manifest may list).
+# What a run writes into its output directory (the only names its manifest may list), beside its model family's
+# export (:func:`run_outputs`).
 RUN_OUTPUTS = ("last", "eval", "adapter", "hf_model", "checkpoint.safetensors", "log.jsonl", "diagnostics.jsonl",
                "train_config.json", "objective_modules.safetensors")
+
+
+def run_outputs() -> tuple[str, ...]:
+    """:data:`RUN_OUTPUTS` and every registered model family's export entries."""
+    from hnbench.models.family import export_names
+
+    return tuple(dict.fromkeys(RUN_OUTPUTS + export_names()))
 MANIFEST = ".hnbench-run.json"
 LOCK = ".hnbench-run.lock"
 
@@ -36,12 +44,13 @@ def recorded(run_dir: Path) -> set[str]:
         outputs = json.loads((run_dir / MANIFEST).read_text()).get("outputs", [])
     except (OSError, ValueError, AttributeError):
         return set()
-    return {name for name in outputs if name in RUN_OUTPUTS} if isinstance(outputs, list) else set()
+    allowed = run_outputs()
+    return {name for name in outputs if name in allowed} if isinstance(outputs, list) else set()
 
 
 def claim(run_dir: Path, *names: str) -> None:
-    """Record ``names`` (entries of ``RUN_OUTPUTS``) in the manifest before the run writes them."""
-    assert set(names) <= set(RUN_OUTPUTS), names
+    """Record ``names`` (entries of :func:`run_outputs`) in the manifest before the run writes them."""
+    assert set(names) <= set(run_outputs()), names
     have = recorded(run_dir)
     if not set(names) <= have:
         atomic_write_bytes(run_dir / MANIFEST, (json.dumps({"format": 1, "outputs": sorted(have | set(names))},
@@ -120,7 +129,7 @@ def _check_contents(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
         raise ConfigError(f"--output {run_dir} is not empty (an earlier run?): pass --resume to continue it, "
                           "--overwrite to replace it, or another --output")
     mine = recorded(run_dir)
-    foreign = [n for n in RUN_OUTPUTS if n not in mine and ((run_dir / n).exists() or (run_dir / n).is_symlink())]
+    foreign = [n for n in run_outputs() if n not in mine and ((run_dir / n).exists() or (run_dir / n).is_symlink())]
     if foreign:
         raise ConfigError(f"--output {run_dir}: --overwrite removes only what a recorded run wrote, and no run "
                           f"manifest ({MANIFEST}) lists {', '.join(foreign)}: move them away or choose another "

@@ -1,8 +1,9 @@
-"""One trainable module over open_clip or HF CLIP: ``forward(pixels, tokens)`` → normalised features.
+"""One trainable module over any model family's CLIP module: ``forward(pixels, tokens)`` → normalised features.
 
-The trainer, diagnostics and DDP all go through :class:`CLIPTowers`, so the training code does not
-care which framework the model comes from. Freezing (lock a tower) and the optional token-level
-features for the FILIP term live here as well.
+The trainer, diagnostics and DDP all go through :class:`CLIPTowers`, which asks the family's adapter
+(:class:`~hnbench.models.family.ModelFamily`: its training forward, text attention mask and tower split), so the
+training code never branches on the family. Freezing (lock a tower) and the optional token-level features for the
+FILIP term live here as well.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hnbench.errors import ConfigError
-from hnbench.models.hf import eos_attention_mask, feature_tensor
+from hnbench.models.family import ModelFamily, as_family
 
 __all__ = ["CLIPTowers", "TowerHeads", "bpe_encode", "freeze_position_rows"]
 
@@ -41,7 +42,9 @@ class TowerHeads:
 
 
 class CLIPTowers(nn.Module):
-    """Wraps ``model`` (open_clip ``CLIP`` or ``transformers.CLIPModel``).
+    """Wraps ``model``, the CLIP module of ``family`` (an adapter, or a name :func:`~hnbench.models.family.as_family`
+    resolves: a registered family's name, an encoder's ``info.framework``); ``encoder``: the encoder the module came
+    from, whose own text attention mask the text tower gets (without one, the family's mask from ``eos_token_id``).
 
     ``forward(pixels, tokens, with_tokens=False)`` returns a dict: ``image`` and ``text`` (B, D)
     L2-normalised features, ``scale`` = exp(logit_scale) clamped at ``max_logit_scale``; with
@@ -57,35 +60,27 @@ class CLIPTowers(nn.Module):
     features as ``out[name + "_states"]`` etc.).
     """
 
-    def __init__(self, model: nn.Module, framework: str, *, max_logit_scale: float = 100.0,
-                 eos_token_id: int | None = None) -> None:
+    def __init__(self, model: nn.Module, family: ModelFamily | str, *, max_logit_scale: float = 100.0,
+                 eos_token_id: int | None = None, encoder: Any = None) -> None:
         super().__init__()
-        if framework not in ("open_clip", "transformers"):
-            raise ConfigError(f"unknown model framework {framework!r}")
-        # Any: the framework's own attributes (encode_image, visual, get_text_features, ...) are read below
+        self.family = as_family(family)
+        # Any: the module's own attributes (logit_scale, visual, token_embedding, ...) are read below
         self.model: Any = model
-        self.framework = framework
+        self.encoder = encoder  # not a module: not copied into the state dict
         self.max_logit_scale = float(max_logit_scale)
         self.eos_token_id = eos_token_id
         self.extra = nn.ModuleDict()  # an objective's trainable modules (FineLIP's aggregation), set by the trainer
 
     # -- features -----------------------------------------------------------------------------
     def encode_image(self, pixels: Tensor) -> Tensor:
-        if self.framework == "open_clip":
-            features: Tensor = self.model.encode_image(pixels, normalize=True)
-            return features
-        return F.normalize(feature_tensor(self.model.get_image_features(pixel_values=pixels)), dim=-1)
+        return self.family.image_features(self.model, pixels)
 
     def encode_text(self, tokens: Tensor) -> Tensor:
-        if self.framework == "open_clip":
-            features: Tensor = self.model.encode_text(tokens, normalize=True)
-            return features
-        return F.normalize(feature_tensor(self.model.get_text_features(
-            input_ids=tokens, attention_mask=self.hf_attention_mask(tokens))), dim=-1)
+        return self.family.text_features(self.model, tokens, self.text_attention_mask(tokens))
 
-    def hf_attention_mask(self, tokens: Tensor) -> Tensor:
-        """Attend up to and including the first end token (HF CLIP's pad token may equal it)."""
-        return eos_attention_mask(tokens, self.eos_token_id)
+    def text_attention_mask(self, tokens: Tensor) -> Tensor | None:
+        """The text tower's mask for padded ``tokens``: the encoder's own (SigLIP's is not CLIP's end-token mask)."""
+        return self.family.text_attention_mask(self.encoder, tokens, self.eos_token_id)
 
     def scale(self) -> Tensor:
         scale: Tensor = self.model.logit_scale.exp().clamp(max=self.max_logit_scale)
@@ -130,9 +125,10 @@ class CLIPTowers(nn.Module):
 
     # -- token-level features (FILIP term, FineLIP, GOAL) --------------------------------------
     def _visual(self) -> Any:
-        if self.framework != "open_clip":
-            raise ConfigError("the token-level loss needs per-patch features: open_clip models only for now")
-        visual = self.model.visual
+        visual = getattr(self.model, "visual", None)
+        if visual is None:
+            raise ConfigError(f"the token-level loss needs per-patch features: open_clip models only for now, not "
+                              f"{self.family.name}")
         if not all(hasattr(visual, a) for a in ("_embeds", "_pool", "transformer")):
             raise ConfigError(f"the token-level loss needs an open_clip VisionTransformer, not "
                               f"{type(visual).__name__}")
@@ -188,7 +184,7 @@ class CLIPTowers(nn.Module):
     def _text_layers(self, tokens: Tensor) -> Tensor:
         """The text transformer's last-layer states (B, T, W), before ln_final (open_clip's own steps)."""
         m = self.model
-        if self.framework != "open_clip" or not hasattr(m, "token_embedding"):
+        if not hasattr(m, "token_embedding"):
             raise ConfigError("the token-level loss needs open_clip's built-in text tower (CLIP, not CustomTextCLIP)")
         cast = m.transformer.get_cast_dtype()
         x = m.token_embedding(tokens).to(cast) + m.positional_embedding.to(cast)
@@ -220,11 +216,7 @@ class CLIPTowers(nn.Module):
     # -- parameters ---------------------------------------------------------------------------
     def tower_of(self, name: str) -> str:
         """'image', 'text' or 'shared' (logit scale / bias) for a parameter name of ``self.model``."""
-        if "logit_scale" in name or "logit_bias" in name:
-            return "shared"
-        if self.framework == "open_clip":
-            return "image" if name.startswith("visual.") else "text"
-        return "image" if name.startswith(("vision_model.", "visual_projection")) else "text"
+        return self.family.tower_of(name)
 
     def lock(self, *, image: bool = False, text: bool = False, logit_scale: bool = False) -> None:
         """Freeze a tower (and/or the logit scale): ``requires_grad = False``."""
@@ -234,12 +226,14 @@ class CLIPTowers(nn.Module):
                 p.requires_grad_(False)
 
     def frozen_text_copy(self) -> CLIPTowers:
-        """A detached, eval-mode copy of the current text side (for Ḡ from the initial encoder)."""
-        clone = copy.deepcopy(self).eval()
-        if self.framework == "open_clip":
-            clone.model.visual = nn.Identity()
-        else:
-            clone.model.vision_model = nn.Identity()
+        """A detached, eval-mode copy of the current text side (for Ḡ from the initial encoder): the module's
+        image-tower submodules (every parameter in the family's image tower) are dropped."""
+        shared = {id(self.family): self.family, id(self.encoder): self.encoder}  # the adapter and encoder: not copied
+        clone = copy.deepcopy(self, shared).eval()
+        for name, child in list(clone.model.named_children()):
+            params = [f"{name}.{p}" for p, _ in child.named_parameters()]
+            if params and all(self.tower_of(p) == "image" for p in params):
+                setattr(clone.model, name, nn.Identity())
         for p in clone.parameters():
             p.requires_grad_(False)
         return clone

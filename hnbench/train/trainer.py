@@ -1,12 +1,14 @@
-"""The HN-CLIP fine-tuner for open_clip and HF CLIP models.
+"""The HN-CLIP fine-tuner for any model family whose adapter declares its towers (open_clip, HF CLIP, ...): it
+asks the family (:class:`~hnbench.models.family.ModelFamily`) and never branches on its name.
 
 AdamW with linear warm-up and cosine decay, gradient accumulation (per-micro-batch loss or cached
 features, see :mod:`hnbench.train.step`), AMP on CUDA, gradient clipping, tower locking, LoRA/DoRA,
 Long-CLIP stretching, ``torchrun`` data parallelism, seeded and resumable, periodic evaluation with
 hnbench's evaluator and the saturation diagnostics. Writes into the output directory:
 
-* ``checkpoint.safetensors`` (open_clip; merged weights under PEFT) or ``hf_model/`` (HF CLIP),
-  loadable by ``hnbench eval``; ``adapter/`` for adapter-only PEFT checkpoints;
+* the family's export (:meth:`~hnbench.models.family.ModelFamily.export`: ``checkpoint.safetensors`` for open_clip,
+  ``hf_model/`` for HF CLIP; merged weights under PEFT), loadable by ``hnbench eval``; ``adapter/`` for
+  adapter-only PEFT checkpoints;
 * ``train_config.json`` (the exact recipe that ran), ``log.jsonl`` (one line per logged step),
   ``diagnostics.jsonl`` (step / epoch / eval records), ``eval/`` (result files), ``last/`` (resume state).
 
@@ -40,7 +42,7 @@ from hnbench.io import atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
 from hnbench.models.family import check_trusted, family_of
-from hnbench.models.longclip import KEEP, stretch_openclip
+from hnbench.models.longclip_tables import KEEP
 from hnbench.registry import LOSSES, OBJECTIVES, TASKS
 from hnbench.sidecars.edges import require_edges
 from hnbench.sidecars.segments import default_sidecar_path, require_segments
@@ -178,14 +180,10 @@ class _Run:
                              trust_remote_code=c.trust_remote_code)
         self.encoder: TrainableEncoder = require_trainable(encoder, "training")
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        framework = self.encoder.framework
+        self.family = family = family_of(c.model)  # everything family-specific below is the adapter's answer
         if c.stretch_context and self.encoder.info.context_length != c.stretch_context:
-            if framework != "open_clip":
-                raise ConfigError("stretch_context works on open_clip models")
-            self.encoder = stretch_openclip(self.encoder, c.stretch_context)
-        eos = self.encoder.eos_token_id
-        base_towers = CLIPTowers(self.encoder.model, framework, max_logit_scale=c.max_logit_scale,
-                                 eos_token_id=eos)
+            self.encoder = require_trainable(family.stretch(self.encoder, c.stretch_context), "training")
+        base_towers = CLIPTowers(self.encoder.model, family, max_logit_scale=c.max_logit_scale, encoder=self.encoder)
         if c.init_logit_scale is not None:
             with torch.no_grad():
                 base_towers.model.logit_scale.fill_(math.log(c.init_logit_scale))
@@ -194,10 +192,10 @@ class _Run:
             freeze_position_rows(base_towers.model, KEEP)
         model = self.encoder.model
         if c.peft:
-            model = apply_peft(model, framework, c.peft, r=c.lora_r, alpha=c.lora_alpha, dropout=c.lora_dropout,
+            model = apply_peft(model, family, c.peft, r=c.lora_r, alpha=c.lora_alpha, dropout=c.lora_dropout,
                                targets=c.lora_targets)
             self.encoder.model = model
-        self.towers = CLIPTowers(model, framework, max_logit_scale=c.max_logit_scale, eos_token_id=eos).train()
+        self.towers = CLIPTowers(model, family, max_logit_scale=c.max_logit_scale, encoder=self.encoder).train()
         self.towers.lock(image=c.lock_image, text=c.lock_text, logit_scale=not c.train_logit_scale)
         # the terms' trainable modules live beside the towers: checkpointed, resumed and exported with them
         self.towers.extra = torch.nn.ModuleDict({m.name: m.build(self.encoder.info.embed_dim).to(device).train()
@@ -545,7 +543,7 @@ class _Run:
         path = self.out_dir / "checkpoint.safetensors"
         if self.dist.is_main:
             try:
-                outputs = export_checkpoints(self.towers.model, self.encoder, c, self.out_dir,
+                outputs = export_checkpoints(self.towers.model, self.encoder, c, self.out_dir, family=self.family,
                                              extra=self.towers.extra)
             except WRITE_ERRORS as e:
                 raise write_failed(f"the checkpoint in {self.out_dir}", e, shutil.disk_usage(self.out_dir).free,
