@@ -28,8 +28,8 @@ from hnbench.settings import (
     negated_help,
 )
 from hnbench.sidecars.options import SegmentsSettings
-from hnbench.suites import SuiteSettings
 from hnbench.specs import DataSpec, ModelSpec
+from hnbench.suites import SuiteSettings
 from hnbench.train.config import TrainConfig, load_recipe
 from hnbench.train.report import epoch_table, read_run, train_report
 

@@ -21,14 +21,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import tomllib
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hnbench.errors import ConfigError, HnbenchError, unknown_name
-from hnbench.io import atomic_write_bytes, check_output, loads_json, markdown_text, read_untrusted, record_output
+from hnbench.io import (
+    atomic_write_bytes,
+    check_output,
+    loads_json,
+    markdown_text,
+    read_untrusted,
+    record_output,
+)
 from hnbench.registry import BENCHMARK_SPECS, DATASETS, SUITES, TASKS
 from hnbench.settings import EvalSettings, check_declared, from_options, option
 from hnbench.specs import DataSpec
@@ -119,7 +126,11 @@ class SuiteRun:
 
 def read_root_map(path: str | os.PathLike[str]) -> dict[str, str]:
     """The data-root map: a JSON or TOML object benchmark → folder (names lower-cased, folders as given)."""
-    text = read_untrusted(path, "data-root map", error=ConfigError).decode("utf-8", errors="replace")
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    text = read_untrusted(Path(path), "data-root map", error=ConfigError).decode("utf-8", errors="replace")
     try:
         data = tomllib.loads(text) if str(path).endswith(".toml") else loads_json(text)
     except (ValueError, tomllib.TOMLDecodeError) as e:
@@ -174,7 +185,7 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
     s: EvalSettings = from_options(EvalSettings, settings, options)
     check_declared(SuiteSettings(data_root_map=None if data_root_map is None else os.fspath(data_root_map),
                                  output=os.fspath(output_dir)))
-    s.validate(output_dir)
+    s.validate(Path(output_dir))
     if s.task != "retrieval":
         raise ConfigError("--task is each suite entry's own; leave it out")
     if name.lower() not in SUITES:

@@ -30,6 +30,7 @@ def _links(table: str) -> list[str]:
     return re.findall(r"\]\(([^)]+)\)", table)
 
 
+@pytest.mark.slow  # generates synthdense
 def test_issue23_suite_synthdense_two_models_one_table(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["-q", "suite", "synthdense", *TINY, "--output", str(out), *QUICK]) == 0
@@ -50,6 +51,7 @@ def test_issue23_suite_synthdense_two_models_one_table(tmp_path, capsys):
     assert (out / "suite-synthdense.md").read_text() == table
 
 
+@pytest.mark.slow  # generates synthdense
 def test_issue23_suite_python_api_mirrors_cli(tmp_path):
     import hnbench
 
@@ -60,6 +62,7 @@ def test_issue23_suite_python_api_mirrors_cli(tmp_path):
     assert Path(path).is_file() and run.path.read_text() == run.table
 
 
+@pytest.mark.slow  # generates synthdense
 def test_issue23_suite_limit_is_recorded_named_and_kept_apart(tmp_path, capsys):
     from hnbench.leaderboard import leaderboard
 
@@ -77,21 +80,23 @@ def test_issue23_suite_limit_is_recorded_named_and_kept_apart(tmp_path, capsys):
     assert board.count("| 1 ") == 2  # each ranked first in its own table: never beside the full run
 
 
-def test_issue23_suite_failure_reported_rest_go_on(tmp_path, monkeypatch, capsys):
-    root = tmp_path / "data"
+def test_issue23_suite_failure_reported_rest_go_on(tmp_path, monkeypatch, capsys, micro_config):
+    root, docci = tmp_path / "data", tmp_path / "docci"
     build_urban1k(root)  # 11 images, not the 1,000 urban1k's spec expects: loading fails
-    _suite(monkeypatch, "t-mixed", (("urban1k", "test", "retrieval"), ("synthdense", "test", "retrieval")))
+    build_docci(docci)
+    use_counts(monkeypatch, "docci", test=(5, 5))
+    _suite(monkeypatch, "t-mixed", (("urban1k", "test", "retrieval"), ("docci", "test", "retrieval")))
     rmap = tmp_path / "map.json"
-    rmap.write_text(json.dumps({"urban1k": str(root)}))
+    rmap.write_text(json.dumps({"urban1k": str(root), "docci": str(docci)}))
     out = tmp_path / "out"
-    code = main(["-q", "suite", "t-mixed", "--model", "hnbench-tiny", "--pretrained", "synthdense",
+    code = main(["-q", "suite", "t-mixed", "--model", "hnb-micro", "--model-config", str(micro_config),
                  "--data-root-map", str(rmap), "--output", str(out), *QUICK])
     captured = capsys.readouterr()
     assert code == 1
     assert "urban1k/test failed" in captured.err
     table = (out / "suite-t-mixed.md").read_text()
-    row = next(line for line in table.splitlines() if line.startswith("| hnbench-tiny"))
-    assert "failed" in row and len(_links(row)) == 2  # synthdense's two cells still scored
+    row = next(line for line in table.splitlines() if line.startswith("| hnb-micro"))
+    assert "failed" in row and len(_links(row)) == 2  # docci's two cells still scored
     assert "Failed:" in table
 
 
