@@ -158,3 +158,21 @@ def test_issue23_suite_bad_input_one_line(tmp_path, monkeypatch, capsys, case):
     assert main(argv) == 2
     assert_one_line_error(capsys.readouterr().err, *words)
     assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
+
+
+def test_issue23_eval_limit_subset_and_refusal(tmp_path, monkeypatch, capsys, micro_config):
+    from benchmark_fixtures import eval_argv
+
+    build_docci(tmp_path / "docci")
+    use_counts(monkeypatch, "docci", test=(5, 5))
+    out = tmp_path / "out"
+    assert main([*eval_argv(micro_config, "docci", tmp_path / "docci", out), "--limit", "3", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["dataset"]["n_images"] == 3 and record["settings"]["limit"] == 3
+    assert record["dataset"]["meta"]["limit"] == {"n_images": 3, "seed": 0, "of_images": 5, "of_captions": 5}
+    before = snapshot(tmp_path)
+    assert main(["-q", "eval", "--task", "zeroshot",
+                 "--dataset", str(tmp_path / "docci"), "--model", "hnbench-tiny", "--output", str(out),
+                 "--limit", "3"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "--limit", "zeroshot")
+    assert snapshot(tmp_path) == before
