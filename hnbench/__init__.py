@@ -9,6 +9,7 @@ Public API (imported lazily so ``import hnbench`` stays light)::
     hnbench.hardness(data, model, ...) -> HardnessReport
     hnbench.compare([a.json, b.json, ...], ks=...) -> Comparison
     hnbench.browse(result.json, output_dir, ...) -> Path of index.html
+    hnbench.run_suite(name, models, data_root_map=..., output_dir=...) -> SuiteRun
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _LAZY = {
     "hardness": "hnbench.hardness:hardness",
     "compare": "hnbench.comparison:compare",
     "browse": "hnbench.pages:browse",
+    "run_suite": "hnbench.suites:run_suite",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -18,7 +18,7 @@ from tabulate import tabulate
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import human_bytes
-from hnbench.registry import RECIPES, TASKS, TEXT_ENCODERS
+from hnbench.registry import RECIPES, SUITES, TASKS, TEXT_ENCODERS
 from hnbench.settings import (
     BrowseSettings,
     CompareSettings,
@@ -29,6 +29,7 @@ from hnbench.settings import (
 )
 from hnbench.sidecars.options import SegmentsSettings
 from hnbench.specs import DataSpec, ModelSpec
+from hnbench.suites import SuiteSettings
 from hnbench.train.config import TrainConfig, load_recipe
 from hnbench.train.report import epoch_table, read_run, train_report
 
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compare_parser(sub)
     _add_browse_parser(sub)
     _add_segments_parser(sub)
+    _add_suite_parser(sub)
     _add_global_flags(parser)
     return parser
 
@@ -428,7 +430,8 @@ def _add_eval_options(p: argparse.ArgumentParser) -> None:
 
 def settings_from_args(cls: type[_S], args: argparse.Namespace) -> _S:
     """The settings ``cls`` of parsed flags made by :func:`_add_settings_args` (the global -q turns progress off)."""
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.metadata["cli"]}
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+             if f.metadata["cli"] and hasattr(args, f.name)}  # a flag a command leaves out keeps its default
     return cls(**given, progress=not args.quiet)
 
 
@@ -591,6 +594,33 @@ def _run_segments(args: argparse.Namespace) -> int:
                          progress=not args.quiet)
     print(f"wrote {path}")
     return 0
+
+
+# --- suite (a named set of benchmarks for every model) -----------------------------------------------------
+def _add_suite_parser(sub: _Subparsers) -> None:
+    p = sub.add_parser("suite", help="run a named set of benchmarks for every model; one aggregated table")
+    p.add_argument("name", metavar="NAME", help=f"the suite: {SUITES.describe()}")
+    g = _group(p, "model")
+    g.add_argument("--model", action="append", required=True, help="a model as for eval; repeat for several")
+    g.add_argument("--pretrained", action="append",
+                   help="weights of each --model, in order ('none': that model has none)")
+    _add_settings_args(p, ModelSpec)  # --model-config, --context-length (--model and --pretrained above)
+    _add_settings_args(p, SuiteSettings, required={"output"})
+    _add_settings_args(p, EvalSettings, skip={"task"})  # each entry has its own task
+    p.set_defaults(handler=_run_suite)
+
+
+def _run_suite(args: argparse.Namespace) -> int:
+    from hnbench.suites import run_suite
+
+    settings = settings_from_args(EvalSettings, args)
+    run = run_suite(args.name, args.model, pretrained=args.pretrained, model_config=args.model_config,
+                    data_root_map=args.data_root_map, output_dir=args.output, settings=settings)
+    print(run.table, end="")
+    print(f"wrote {run.path}")
+    for (model, entry), message in run.failures.items():
+        print(f"hnbench: {model} on {entry} failed: {message}", file=sys.stderr)
+    return 0 if run.ok else 1
 
 
 def _configure_logging(verbose: bool, quiet: bool) -> None:

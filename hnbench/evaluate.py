@@ -170,6 +170,8 @@ def evaluate(
     s = from_options(EvalSettings, settings, options)
     s.validate(output_dir)
     task = TASKS.get(s.task)
+    if s.limit is not None and task.name != "retrieval":
+        raise ConfigError(f"--limit subsets a retrieval set; --task {task.name} reads every item (leave it out)")
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
     if isinstance(dataset, os.PathLike):
         dataset = os.fspath(dataset)
@@ -204,6 +206,8 @@ def evaluate(
             ctx.all_gather(None)  # rank 0 first: a generated dataset or downloaded weights are written once
         if data is not None:
             dataset = task.target("load")(data, **loader_options)
+        if s.limit is not None and isinstance(dataset, ImageTextDataset):  # --limit: a seeded subset
+            dataset = dataset.sample_images(s.limit, s.seed)
         timings["load_data"] = time.perf_counter() - t0
         t = time.perf_counter()
         if isinstance(model, str) and s.use_cache and not ctx.enabled:

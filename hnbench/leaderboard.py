@@ -91,6 +91,12 @@ TASK_METRICS = {name: [TASKS.get(name).label(c) for c in TASKS.get(name).columns
                 for name in TASKS.declared() if name != "retrieval"}
 SORT_KEYS = [*METRICS, *dict.fromkeys(c for cols in TASK_METRICS.values() for c in cols), "model"]
 FORMATS = ("markdown", "csv", "html")
+def _search_mode(settings: dict[str, Any]) -> str:
+    """A result's search mode (a table key): a ``--limit`` subset is its own, never ranked with full runs."""
+    search = str(settings.get("search", "exact"))
+    return search + (f", {settings['limit']}-image subset" if settings.get("limit") else "")
+
+
 # one table per benchmark, protocol, data (content fingerprint, :func:`_data_keys`) and search mode
 TABLE_KEY = ["benchmark", "protocol", "data", "search"]
 # the registry's order: the benchmarks, then hnbench's own sets
@@ -111,7 +117,7 @@ def _row(r: EvalResult) -> dict[str, Any]:
            "identity": f"measured:{m['arch']}:{pretrained}:{m.get('fingerprint', '')}:{int(ctx)}", "arch": m["arch"],
            "weights": weights, "fingerprint": str(m.get("fingerprint") or "")[:8], "benchmark": d["name"],
            "protocol": d.get("protocol") or "default", "context_length": int(ctx),
-           "search": (r.settings or {}).get("search", "exact"), "data_fingerprint": d.get("fingerprint") or "",
+           "search": _search_mode(r.settings or {}), "data_fingerprint": d.get("fingerprint") or "",
            "n_images": d.get("n_images"), "hnbench_version": r.hnbench_version, "created": r.created,
            "path": r.path, "source": "measured", "note": "", "task": r.task}
     if r.task != "retrieval":  # the task's own columns (and intervals), no recall columns

@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # for the entries' types only: importing them here would load
     from hnbench.models.base import Encoder
     from hnbench.tasks import Task
 
-__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "OBJECTIVES", "RECIPES", "RECIPE_DIR", "TASKS", "TEXT_ENCODERS", "Registry",
+__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "OBJECTIVES", "RECIPES", "RECIPE_DIR", "SUITES", "TASKS",
+           "TEXT_ENCODERS", "Registry",
            "Target", "model_family"]
 
 RECIPE_DIR = Path(__file__).parent / "train" / "recipes"
@@ -136,6 +137,21 @@ TASKS.register("zeroshot", "hnbench.tasks.zeroshot:TASK",
                help="zero-shot classification of a labelled image set: top-1, top-5 accuracy")
 TASKS.register("monotonicity", "hnbench.tasks.monotonicity:TASK",
                help="caption-length monotonicity, HiMo@K: Pearson r of prefix index and image–text cosine")
+
+# --- suites (hnbench suite NAME): name → a function (name=...) → hnbench.suites.Suite of (benchmark, protocol, task) --
+SUITES: Registry[Callable[..., Any]] = Registry("suite")
+SUITES.register("long-caption", "hnbench.suites:fixed", help="urban1k, docci, dci, long-dci, sharegpt4v 1k, iiw 612",
+                entries=(("urban1k", "test", "retrieval"), ("docci", "test", "retrieval"), ("dci", "full", "retrieval"),
+                         ("long-dci", "tulip", "retrieval"), ("sharegpt4v", "1k", "retrieval"), ("iiw", "612", "retrieval")))
+SUITES.register("short-caption", "hnbench.suites:fixed", help="coco val2017, flickr30k full",
+                entries=(("coco", "val2017", "retrieval"), ("flickr30k", "full", "retrieval")))
+SUITES.register("forgetting", "hnbench.suites:fixed", help="ImageNet zero-shot top-1 (the map's imagenet folder)",
+                entries=(("imagenet", None, "zeroshot"),))
+SUITES.register("synthdense", "hnbench.suites:fixed", help="synthdense test (generated, offline)",
+                entries=(("synthdense", "test", "retrieval"),))
+for _family in ("goal-splits", "zero-shot-splits"):
+    SUITES.register(_family, "hnbench.suites:family", family=_family,
+                    help=f"every benchmark protocol of the {_family} family")
 
 # --- model families, picked by name prefix (a local save_pretrained directory is HF's too) -----------
 # Each target is the family's adapter (hnbench.models.family.ModelFamily, callable as its loader); a plain loader

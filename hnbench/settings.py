@@ -220,6 +220,9 @@ class EvalSettings:
                            choices=("sentences", "captions"),
                            help="--task monotonicity: a list's prefixes: sentences (each caption's cumulative "
                                 "sentences, the default) or captions (each image's captions in order, HiMo-Docci)")
+    limit: int | None = option(None, group="evaluation", record="if_set", identity=True, minimum=1, metavar="N",
+                               help="score a seeded subset of N images (seed: --seed) and their captions, for a quick "
+                                    "look: recorded in the result, which is never ranked with full runs")
     text_batch_size: int | None = option(None, group="evaluation", minimum=1,
                                          help="captions per encoder batch (default: max(--batch-size, 64))")
     num_workers: int | None = option(None, group="evaluation", minimum=0,

@@ -242,17 +242,30 @@ class ImageTextDataset:
         bad_set = set(int(i) for i in bad)
         if not bad_set:
             return self
-        keep = [i for i in range(self.n_images) if i not in bad_set]
-        remap = -np.ones(self.n_images, dtype=np.int64)
-        remap[keep] = np.arange(len(keep))
-        cap_keep = [j for j in range(self.n_captions) if int(self.caption_image[j]) not in bad_set]
         skipped = {k: list(v) for k, v in self.skipped.items()}
         skipped.setdefault(reason, []).extend(self.image_ids[i] for i in sorted(bad_set))
+        return self._keep_images([i for i in range(self.n_images) if i not in bad_set], dict(self.meta), skipped)
+
+    def sample_images(self, n: int, seed: int) -> ImageTextDataset:
+        """A seeded subset of ``n`` images (in their order) with their captions (``--limit``), described in
+        ``meta["limit"]``; all of them where there are no more than ``n``."""
+        if n >= self.n_images:
+            return self
+        keep = np.sort(np.random.default_rng(seed).choice(self.n_images, size=n, replace=False)).tolist()
+        meta = {**self.meta, "limit": {"n_images": n, "seed": seed, "of_images": self.n_images,
+                                       "of_captions": self.n_captions}}
+        return self._keep_images(keep, meta, {k: list(v) for k, v in self.skipped.items()})
+
+    def _keep_images(self, keep: Sequence[int], meta: dict[str, Any], skipped: dict[str, list[str]]) -> ImageTextDataset:
+        """A copy with only the image positions ``keep`` (in that order) and their captions."""
+        remap = -np.ones(self.n_images, dtype=np.int64)
+        remap[list(keep)] = np.arange(len(keep))
+        cap_keep = [j for j in range(self.n_captions) if remap[int(self.caption_image[j])] >= 0]
         return ImageTextDataset(
             name=self.name, images=self.images.subset(keep),
             captions=[self.captions[j] for j in cap_keep], caption_ids=[self.caption_ids[j] for j in cap_keep],
             caption_image=remap[self.caption_image[cap_keep]], protocol=self.protocol, source=self.source,
-            meta=dict(self.meta), skipped=skipped,
+            meta=meta, skipped=skipped,
         )
 
     def n_skipped(self) -> int:

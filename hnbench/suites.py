@@ -1,0 +1,266 @@
+"""Suites: a named set of (benchmark, protocol, task) entries run for every model, one aggregated table.
+
+Each suite is declared once in :data:`hnbench.registry.SUITES` (``hnbench suite NAME``; the Python API is
+:func:`run_suite`): a fixed list of entries (:func:`fixed`) or a protocol family of the benchmark specs
+(:func:`family`: every protocol whose ``families`` name it, in registration order). An entry's data comes
+from the data-root map (a JSON or TOML file, benchmark → folder): a registered benchmark reads its folder as
+``--data-root``; a class-folder set (``imagenet``, zero-shot) is its folder. Generated data (synthdense)
+needs no folder.
+
+Every entry is checked before anything loads (the suite's benchmarks and protocols, the map naming every
+benchmark the suite needs, each folder existing, each entry's data spec); then each (model, entry) is
+scored by :func:`hnbench.evaluate.evaluate` into ``--output`` (its result file named by model, data and
+settings, so cached embeddings and the same names make a rerun cheap), a failure is reported and the rest go
+on, and one table is printed and written (``suite-NAME.md``: a row per model, a column per entry and metric,
+each cell linked to its result file). ``--limit N`` scores a seeded N-image subset of each entry: recorded in
+its result (``settings.limit``), named in the table's headings, and kept apart from full runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hnbench.errors import ConfigError, HnbenchError, unknown_name
+from hnbench.io import (
+    atomic_write_bytes,
+    check_output,
+    loads_json,
+    markdown_text,
+    read_untrusted,
+    record_output,
+)
+from hnbench.registry import BENCHMARK_SPECS, DATASETS, SUITES, TASKS
+from hnbench.settings import EvalSettings, check_declared, from_options, option
+from hnbench.specs import DataSpec
+
+__all__ = ["Entry", "Suite", "SuiteRun", "SuiteSettings", "family", "fixed", "run_suite"]
+
+logger = logging.getLogger(__name__)
+
+# Data sets a suite names that are folders, not registered benchmarks: the map's folder is the data itself.
+FOLDER_SETS = {"imagenet": "ImageNet-1k val in class folders (or ImageNet-V2, any class-folder set)"}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One scored set of a suite: a benchmark (or :data:`FOLDER_SETS` name), its protocol, the task."""
+
+    benchmark: str
+    protocol: str | None = None
+    task: str = "retrieval"
+
+    @property
+    def label(self) -> str:
+        return self.benchmark + (f"/{self.protocol}" if self.protocol else "")
+
+    def needs_folder(self) -> bool:
+        """Whether the data-root map must name this entry's benchmark (all but generated data)."""
+        return self.benchmark in FOLDER_SETS or self.benchmark in BENCHMARK_SPECS
+
+    def check(self) -> None:
+        """The benchmark, protocol and task exist (one line each, "did you mean")."""
+        if self.benchmark not in DATASETS and self.benchmark not in FOLDER_SETS:
+            known = [*DATASETS.names(), *FOLDER_SETS]
+            raise ConfigError(f"suite entry {self.label}: {unknown_name('benchmark', self.benchmark, known)}")
+        if self.task not in TASKS:
+            raise TASKS.error(self.task)
+        if self.benchmark in BENCHMARK_SPECS:
+            BENCHMARK_SPECS.get(self.benchmark).protocol(self.protocol)
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    entries: tuple[Entry, ...]
+
+
+def fixed(entries: Sequence[tuple[str, str | None, str]], *, name: str) -> Suite:
+    """A suite of the given ``(benchmark, protocol, task)`` entries."""
+    return Suite(name, tuple(Entry(*e) for e in entries))
+
+
+def family(family: str, *, name: str) -> Suite:
+    """The retrieval entries of every benchmark protocol whose ``families`` include ``family``."""
+    entries = tuple(Entry(b, p.name) for b in BENCHMARK_SPECS.declared()
+                    for p in BENCHMARK_SPECS.get(b).protocols if family in p.families)
+    return Suite(name, entries)
+
+
+def get_suite(name: str) -> Suite:
+    suite: Suite = SUITES.get(name)(name=name.lower())
+    return suite
+
+
+@dataclass
+class SuiteSettings:
+    """What a suite run reads besides the models and the evaluation settings (its flags generated from these)."""
+
+    data_root_map: str | None = option(None, group="suite", metavar="FILE",
+                                       help="JSON or TOML file: benchmark → folder (a registered benchmark's "
+                                            "--data-root; imagenet: its class-folder set); every benchmark the "
+                                            "suite needs but generated ones")
+    output: str | None = option(None, group="suite", help="directory for the result files and suite-NAME.md")
+
+
+@dataclass
+class SuiteRun:
+    """What :func:`run_suite` did: the table (Markdown), its path, each cell's result path or failure."""
+
+    suite: str
+    table: str
+    path: Path
+    results: dict[tuple[str, str], str] = field(default_factory=dict)  # (model label, entry label) → result path
+    failures: dict[tuple[str, str], str] = field(default_factory=dict)  # (model label, entry label) → message
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def read_root_map(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The data-root map: a JSON or TOML object benchmark → folder (names lower-cased, folders as given)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    text = read_untrusted(Path(path), "data-root map", error=ConfigError).decode("utf-8", errors="replace")
+    try:
+        data = tomllib.loads(text) if str(path).endswith(".toml") else loads_json(text)
+    except (ValueError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"--data-root-map {path}: not valid {'TOML' if str(path).endswith('.toml') else 'JSON'}: "
+                          f"{str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise ConfigError(f"--data-root-map {path}: expected an object of benchmark name → folder")
+    base = Path(path).parent
+    return {k.lower(): str(base / v) if not Path(v).is_absolute() else v for k, v in data.items()}
+
+
+def check_suite(suite: Suite, root_map: dict[str, str]) -> None:
+    """Every entry known, the map naming every benchmark the suite needs (all missing listed at once), each
+    folder the suite uses existing."""
+    for entry in suite.entries:
+        entry.check()
+    needed = list(dict.fromkeys(e.benchmark for e in suite.entries if e.needs_folder()))
+    missing = [b for b in needed if b not in root_map]
+    if missing:
+        raise ConfigError(f"the data-root map lacks {', '.join(missing)}, which suite {suite.name} needs "
+                          "(give each benchmark's folder)" if root_map else
+                          f"suite {suite.name} needs --data-root-map naming the folders of {', '.join(missing)}")
+    absent = [f"{b} → {root_map[b]}" for b in needed if not Path(root_map[b]).is_dir()]
+    if absent:
+        raise ConfigError(f"data-root map: no such folder: {'; '.join(absent)}")
+
+
+def _data(entry: Entry, root_map: dict[str, str]) -> tuple[str, dict[str, Any]]:
+    """The ``dataset`` argument of :func:`evaluate` and its data keywords for ``entry``."""
+    if entry.benchmark in FOLDER_SETS:
+        return root_map[entry.benchmark], {}
+    kw: dict[str, Any] = {"protocol": entry.protocol}
+    if entry.benchmark in root_map:
+        kw["data_root"] = root_map[entry.benchmark]
+    return entry.benchmark, kw
+
+
+def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | None] | None = None,
+              model_config: str | None = None, data_root_map: str | os.PathLike[str] | None = None,
+              output_dir: str | os.PathLike[str], settings: EvalSettings | None = None,
+              **options: Any) -> SuiteRun:
+    """Run suite ``name`` for every model (``pretrained``: one per model, in order, as ``hnbench hardness``),
+    write each result into ``output_dir`` and the aggregated table to ``output_dir/suite-NAME.md``.
+
+    ``settings`` / ``options``: :class:`~hnbench.settings.EvalSettings` (the task is each entry's own;
+    ``limit`` scores a seeded subset of each set).
+    Bad input raises :class:`~hnbench.errors.ConfigError` before anything loads; a failing (model, entry) is
+    logged, recorded in :attr:`SuiteRun.failures` and the rest go on.
+    """
+    from hnbench.hardness.run import model_pairs
+
+    s: EvalSettings = from_options(EvalSettings, settings, options)
+    check_declared(SuiteSettings(data_root_map=None if data_root_map is None else os.fspath(data_root_map),
+                                 output=os.fspath(output_dir)))
+    s.validate(Path(output_dir))
+    if s.task != "retrieval":
+        raise ConfigError("--task is each suite entry's own; leave it out")
+    if name.lower() not in SUITES:
+        raise SUITES.error(name)
+    suite = get_suite(name)
+    root_map = read_root_map(data_root_map) if data_root_map is not None else {}
+    check_suite(suite, root_map)
+    for entry in suite.entries:  # each entry's data flags, before anything loads
+        dataset, kw = _data(entry, root_map)
+        DataSpec.of(dataset, None, **kw)[0].validate()
+    pairs = model_pairs(models, pretrained, model_config=model_config)
+    out = Path(output_dir)
+    table_path = out / f"suite-{suite.name}.md"
+    inputs = {"suite": suite.name, "models": [list(p) for p in pairs], "model_config": model_config,
+              "root_map": root_map, "settings": s.recorded()}
+    check_output(table_path, "a suite table", inputs, overwrite=s.overwrite)
+    run = SuiteRun(suite.name, "", table_path)
+    cells: dict[tuple[str, str], Any] = {}
+    for model, weights in pairs:
+        label = f"{model} ({weights or 'random init'})"
+        for entry in suite.entries:
+            dataset, kw = _data(entry, root_map)
+            try:
+                from hnbench.evaluate import evaluate
+
+                result = evaluate(model, dataset, pretrained=weights, model_config=model_config, output_dir=out,
+                                  settings=dataclasses.replace(s, task=entry.task, limit=s.limit if entry.task == "retrieval" else None), **kw)
+            except Exception as e:  # reported, and the other entries go on
+                message = str(e) if isinstance(e, HnbenchError) else f"{type(e).__name__}: {e}"
+                logger.warning("%s on %s failed: %s", label, entry.label, message)
+                run.failures[label, entry.label] = message
+                continue
+            cells[label, entry.label] = result
+            run.results[label, entry.label] = str(result.path)
+    run.table = render_table(suite, [f"{m} ({w or 'random init'})" for m, w in pairs], cells, run.failures, out,
+                             limit=s.limit, seed=s.seed)
+    record_output(table_path, inputs)
+    atomic_write_bytes(table_path, run.table.encode())
+    return run
+
+
+def _columns(entry: Entry) -> list[str]:
+    """An entry's metric columns: retrieval's t2i/i2t R@1, another task's main score."""
+    task = TASKS.get(entry.task)
+    return ["t2i R@1", "i2t R@1"] if entry.task == "retrieval" else [task.main_of[0]]
+
+
+def render_table(suite: Suite, labels: Sequence[str], cells: dict[tuple[str, str], Any],
+                 failures: dict[tuple[str, str], str], out: Path, *, limit: int | None, seed: int) -> str:
+    """The aggregated Markdown table: a row per model, a column per entry × metric, each cell linked to its
+    result file (relative to ``out``); failed cells say so; ``limit`` names the subset in every heading."""
+    import pandas as pd
+
+    rows = []
+    for label in labels:
+        row = {"model": markdown_text(label)}
+        for entry in suite.entries:
+            task = TASKS.get(entry.task)
+            for col in _columns(entry):
+                subset = f" ({limit}-image subset)" if limit and entry.task == "retrieval" else ""
+                head = markdown_text(f"{entry.label} {task.label(col) if entry.task != 'retrieval' else col}{subset}")
+                result = cells.get((label, entry.label))
+                if result is None:
+                    row[head] = "failed" if (label, entry.label) in failures else ""
+                    continue
+                value = task.value(result.metrics, col)
+                link = os.path.relpath(result.path, out) if result.path else ""
+                row[head] = f"[{value:.1f}]({link})" if link else f"{value:.1f}"
+        rows.append(row)
+    lines = [f"# Suite {markdown_text(suite.name)}", ""]
+    if limit:
+        lines += [f"Seeded {limit}-image subsets of the retrieval sets (seed {seed}), for a quick look: not comparable "
+                  "with full runs.", ""]
+    lines += [pd.DataFrame(rows).to_markdown(index=False), ""]
+    if failures:
+        lines += ["Failed:", ""] + [f"- {markdown_text(m)} on {markdown_text(e)}: {markdown_text(msg)}"
+                                    for (m, e), msg in failures.items()] + [""]
+    return "\n".join(lines)
