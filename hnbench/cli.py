@@ -225,12 +225,9 @@ def _add_hardness_parser(sub: _Subparsers) -> None:
     p.add_argument("--label-field", default="auto",
                    help="per-image label in the manifest (or --captions column) whose structure to report, e.g. "
                         "family; default auto (synthdense's family when present); 'none' to skip")
-    g = p.add_argument_group("model")
-    g.add_argument("--model", action="append", required=True,
-                   help=f"a model as for eval, or a text-only encoder: {TEXT_ENCODERS.describe()}; repeat to compare")
-    g.add_argument("--pretrained", action="append",
-                   help="weights of each --model, in order ('none': that model has none); several for one --model: "
-                        "each is measured")
+    _add_model_list_args(p.add_argument_group("model"),
+                         f"a model as for eval, or a text-only encoder: {TEXT_ENCODERS.describe()}; repeat to compare",
+                         "; several for one --model: each is measured")
     _add_spec_args(p, required=False)  # --dataset, --model and --pretrained are the ones above (repeatable)
     p.add_argument("--output", required=True, help="directory for hardness.json, plots/, report.md")
     _add_settings_args(p, HardnessSettings)
@@ -597,13 +594,18 @@ def _run_segments(args: argparse.Namespace) -> int:
 
 
 # --- suite (a named set of benchmarks for every model) -----------------------------------------------------
+def _add_model_list_args(g: argparse._ArgumentGroup, model_help: str, pretrained_more: str = "") -> None:
+    """The repeatable --model / --pretrained pair of the commands that take several models (hardness, suite):
+    the i-th --pretrained goes with the i-th --model, 'none' for a model without weights."""
+    g.add_argument("--model", action="append", required=True, help=model_help)
+    g.add_argument("--pretrained", action="append",
+                   help="weights of each --model, in order ('none': that model has none)" + pretrained_more)
+
+
 def _add_suite_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("suite", help="run a named set of benchmarks for every model; one aggregated table")
     p.add_argument("name", metavar="NAME", help=f"the suite: {SUITES.describe()}")
-    g = _group(p, "model")
-    g.add_argument("--model", action="append", required=True, help="a model as for eval; repeat for several")
-    g.add_argument("--pretrained", action="append",
-                   help="weights of each --model, in order ('none': that model has none)")
+    _add_model_list_args(_group(p, "model"), "a model as for eval; repeat for several")
     _add_settings_args(p, ModelSpec)  # --model-config, --context-length (--model and --pretrained above)
     _add_settings_args(p, SuiteSettings, required={"output"})
     _add_settings_args(p, EvalSettings, skip={"task"})  # each entry has its own task
