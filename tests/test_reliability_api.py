@@ -47,6 +47,9 @@ TWICE = textwrap.dedent("""
         rep = call("hardness", ds, enc, output_dir=f"{out}/hard{round}", batch_size=4, n_batches=2,
                    progress=False, num_workers=0)
         assert rep.text.buckets.batch_size == 4
+        suite = call("run_suite", "synthdense", ["hnb-micro"], model_config=cfg, output_dir=f"{out}/suite{round}",
+                     limit=8, progress=False, num_workers=0, ci=False)
+        assert not suite.failures
         tc = call("TrainConfig", model="hnb-micro", model_config=cfg, dataset=data, epochs=1, batch_size=4,
                   num_workers=0, output=f"{out}/run{round}")
         assert call("train", tc, progress=False).name == "checkpoint.safetensors"
