@@ -8,6 +8,7 @@ do, independent of ``hnbench.models.flair``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -147,6 +148,12 @@ def _reference_get_logits(sd, image, text):
 
 
 @pytest.fixture
+def manifest(tmp_path):
+    pairs = make_pairs(tmp_path, n=2)
+    return write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])
+
+
+@pytest.fixture
 def release(tmp_path):
     cfg = _tiny_config(tmp_path)
     sd = _release_state_dict()
@@ -265,19 +272,48 @@ def test_issue24_flair_cli_eval_on_synthdense_writes_a_global_mode_result(releas
     assert np.isfinite(r["metrics"]["t2i"]["MRR"]) and np.isfinite(r["metrics"]["i2t"]["MRR"])
 
 
-def test_issue24_flair_unexpected_and_missing_keys_one_line(release, tmp_path, capsys):
+def test_issue24_flair_unexpected_and_missing_keys_one_line(release, manifest, tmp_path, capsys):
     from hnbench.cli import main
 
     cfg, sd, _ = release
     bad_sd = {k: v for k, v in sd.items() if k != "visual_proj.ln_q.bias"}
     bad = _save_release(tmp_path / "bad.pt", {**bad_sd, "visual.proj": torch.zeros(V_WIDTH, EMBED),
                                               "text_projection": torch.zeros(T_WIDTH, EMBED)})
-    pairs = make_pairs(tmp_path, n=2)
-    write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])
     before = snapshot(tmp_path)
     rc = main(["eval", "--model", "flair:tiny", "--model-config", str(cfg), "--pretrained", str(bad),
-               "--dataset", str(tmp_path / "m.jsonl"), "--output", str(tmp_path / "out")])
+               "--dataset", str(manifest), "--output", str(tmp_path / "out")])
     assert rc == 2
     assert_one_line_error(capsys.readouterr().err, "FLAIR checkpoint", "missing keys (1)", "visual_proj.ln_q.bias",
                           "unexpected keys (2)", "text_projection", "visual.proj")
     assert snapshot(tmp_path) == before
+
+
+def test_issue24_flair_refusals_one_line_and_the_release_pooling_block(release, manifest, tmp_path, capsys):
+    from hnbench.cli import main
+    from hnbench.models.flair import RELEASE_CONFIGS, TextConditionedPool
+
+    cfg, _, ckpt = release
+    before = snapshot(tmp_path)
+    # scored, not fine-tuned (README): train refuses it before anything loads
+    rc = main(["train", "--model", "flair:tiny", "--model-config", str(cfg), "--pretrained", str(ckpt),
+               "--dataset", str(manifest), "--output", str(tmp_path / "run")])
+    assert rc == 2
+    assert_one_line_error(capsys.readouterr().err, "flair:tiny", "does not fine-tune FLAIR")
+    rc = main(["eval", "--model", "flair:ViT-L-14-FLAIR", "--dataset", str(manifest), "--output", str(tmp_path / "o")])
+    assert rc == 2
+    assert_one_line_error(capsys.readouterr().err, "ViT-L-14-FLAIR", "ViT-B-16-FLAIR", "--model-config")
+    hf_text = tmp_path / "cfgs" / "hf-text.json"
+    hf_text.parent.mkdir()
+    hf_text.write_text(json.dumps({**json.loads(cfg.read_text()), "text_cfg": {"hf_model_name": "bert-base-uncased"}}))
+    rc = main(["eval", "--model", "flair:x", "--model-config", str(hf_text), "--dataset", str(manifest),
+               "--output", str(tmp_path / "o")])
+    assert rc == 2
+    assert_one_line_error(capsys.readouterr().err, "hf-text.json", "Hugging Face tower")
+    hf_text.unlink()
+    hf_text.parent.rmdir()
+    assert snapshot(tmp_path) == before
+    # the released architecture's pooling block: 8 heads over embed 512, about 1.05M parameters (frameworks.md §5)
+    pool = TextConditionedPool(RELEASE_CONFIGS["ViT-B-16-FLAIR"]["embed_dim"])
+    assert pool.heads == 8 and sum(p.numel() for p in pool.parameters()) == 1_053_696
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "`train` refuses it in one line" in readme and "model.extra.scoring" in readme

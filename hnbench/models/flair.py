@@ -30,7 +30,6 @@ pooling block, and the caption is scored against that text-specific image embedd
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any, cast
@@ -40,8 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hnbench.errors import CheckpointError, ConfigError
-from hnbench.io import loads_json
-from hnbench.models.base import Encoder, ModelInfo, state_dict_fingerprint
+from hnbench.models.base import Encoder, ModelInfo, family_config, state_dict_fingerprint
 from hnbench.models.checkpoint import load_checkpoint, read_state_dict
 from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing
 from hnbench.models.openclip import OpenCLIPEncoder, _seeded
@@ -177,17 +175,7 @@ class FlairEncoder(OpenCLIPEncoder):
 
 def _config(model: str, model_config: str | Path | None) -> tuple[str, dict[str, Any]]:
     name = (model[len(PREFIX):] if model.lower().startswith(PREFIX) else model) or DEFAULT_ARCH
-    if model_config is not None:
-        path = Path(model_config)
-        try:
-            cfg = loads_json(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(f"--model-config {path}: cannot read JSON ({e})") from e
-    elif name in RELEASE_CONFIGS:
-        cfg = RELEASE_CONFIGS[name]
-    else:
-        raise ConfigError(f"flair: unknown architecture {name!r}; known: {', '.join(RELEASE_CONFIGS)} "
-                          "(or pass --model-config FILE.json in FLAIR's config schema)")
+    cfg = family_config("flair", "FLAIR", name, model_config, RELEASE_CONFIGS)
     from open_clip.model import CLIPTextCfg, CLIPVisionCfg
 
     where = model_config or name
