@@ -165,13 +165,16 @@ def test_issue24_flair_release_layout_global_features_equal_reference(release, t
     import open_clip
 
     from hnbench.models import load_model
+    from hnbench.models.flair import FLAIR
 
     cfg, sd, ckpt = release
     if not wrapped:
         ckpt = _save_release(tmp_path / "bare.pt", sd, wrapped=False)
     enc = load_model("flair:tiny", str(ckpt), model_config=cfg)
     assert enc.info.context_length == 77 and enc.info.extra["family"] == "flair"
-    assert enc.info.extra["scoring"].startswith("global") and enc.info.extra["pair_scorers"] == ["flair-conditioned"]
+    assert enc.info.extra["scoring"].startswith("global") and "flair-conditioned" in enc.info.extra["scoring"]
+    assert FLAIR.text_preprocessing(enc).to_dict() == {"tokenizer": "SimpleTokenizer", "context_length": 77,
+                                                        "padding": "context", "lowercase": False, "prompts": {}}
     tok = enc.tokenize(CAPTIONS)
     reference_tokens = open_clip.get_tokenizer("ViT-B-16")(CAPTIONS)  # FLAIR's get_tokenizer: SimpleTokenizer, 77
     assert torch.equal(tok.tokens, reference_tokens) and tok.lengths[1] > 77 and tok.n_truncated(77) == 1

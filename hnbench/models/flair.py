@@ -42,7 +42,7 @@ from hnbench.errors import CheckpointError, ConfigError
 from hnbench.models.base import Encoder, ModelInfo, family_config, state_dict_fingerprint
 from hnbench.models.checkpoint import load_checkpoint, read_state_dict
 from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing
-from hnbench.models.openclip import OpenCLIPEncoder, _seeded
+from hnbench.models.openclip import OPEN_CLIP, OpenCLIPEncoder, _seeded
 
 __all__ = ["FLAIR", "FlairCLIP", "FlairConditionedScorer", "FlairEncoder", "FlairFamily", "TextConditionedPool",
            "load_flair"]
@@ -238,7 +238,7 @@ def load_flair(model: str, pretrained: str | None = None, *, model_config: str |
                      extra={"precision": precision, "family": "flair",
                             "scoring": "global (FLAIR's get_logits_as_clip: cosine of the global image and text "
                                        f"features; the paper's text-conditioned scoring is --scorer {SCORER})",
-                            "pair_scorers": [SCORER], **({"init_seed": seed} if seed is not None else {})})
+                            **({"init_seed": seed} if seed is not None else {})})
     tokenizer = SimpleTokenizer(context_length=ctx)  # FLAIR's get_tokenizer: CLIP's BPE
     return FlairEncoder(clip.to(device), tokenizer, preprocess, info)
 
@@ -319,8 +319,7 @@ class FlairFamily(ModelFamily):
         return [str(path.resolve())] if path.is_file() else None
 
     def text_preprocessing(self, encoder: Any) -> TextPreprocessing:
-        return TextPreprocessing(tokenizer=type(encoder.tokenizer).__name__,
-                                 context_length=int(encoder.info.context_length), padding="context")
+        return OPEN_CLIP.text_preprocessing(encoder)  # open_clip's SimpleTokenizer, padded to the context
 
     def check_training(self, model: str) -> None:
         raise ConfigError(f"{model}: hnbench does not fine-tune FLAIR (its text-conditioned sigmoid loss is not "
