@@ -216,6 +216,8 @@ def test_issue24_flair_conditioned_scorer_equals_reference_get_logits_in_blocks(
         assert [b.shape for b in row] == [(t1 - t0, 3), (t1 - t0, 1)]
         rows.append(torch.cat(row, dim=1))
     assert torch.allclose(torch.cat(rows), expected, atol=1e-5)
+    empty = scorer.score({k: v[:0] for k, v in texts.items()}, {k: v[:2] for k, v in images.items()})
+    assert empty.shape == (0, 2) and scorer.score(texts, {k: v[:0] for k, v in images.items()}).shape == (5, 0)
     # it is not the global mode: the conditioned ranking differs from the dual encoder's cosine
     global_cos = enc.encode_texts(tokens) @ enc.encode_images(pixels).T
     assert not torch.allclose(full, global_cos, atol=1e-2)

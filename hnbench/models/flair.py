@@ -93,7 +93,7 @@ class TextConditionedPool(nn.Module):
         dim = x.shape[-1]
         w = self.attn.in_proj_weight[part * dim:(part + 1) * dim]
         b = cast(Tensor, self.attn.in_proj_bias)[part * dim:(part + 1) * dim]
-        return F.linear(x, w, b).reshape(*x.shape[:-1], self.heads, -1).transpose(-3, -2)
+        return F.linear(x, w, b).reshape(*x.shape[:-1], self.heads, dim // self.heads).transpose(-3, -2)
 
     def queries(self, text: Tensor) -> Tensor:
         """``(heads, T, D/heads)`` queries of ``T`` global text tokens ``(T, D)``."""
