@@ -307,6 +307,10 @@ def test_issue24_flair_refusals_one_line_and_the_release_pooling_block(release, 
     rc = main(["eval", "--model", "flair:ViT-L-14-FLAIR", "--dataset", str(manifest), "--output", str(tmp_path / "o")])
     assert rc == 2
     assert_one_line_error(capsys.readouterr().err, "ViT-L-14-FLAIR", "ViT-B-16-FLAIR", "--model-config")
+    rc = main(["eval", "--model", "flair:tiny", "--model-config", str(cfg), "--pretrained", str(ckpt),
+               "--context-length", "248", "--dataset", str(manifest), "--output", str(tmp_path / "o")])
+    assert rc == 2  # the release's 77 positions are not stretched silently
+    assert_one_line_error(capsys.readouterr().err, "FLAIR checkpoint", "positional_embedding (77, 40) vs model (248, 40)")
     hf_text = tmp_path / "cfgs" / "hf-text.json"
     hf_text.parent.mkdir()
     hf_text.write_text(json.dumps({**json.loads(cfg.read_text()), "text_cfg": {"hf_model_name": "bert-base-uncased"}}))
