@@ -166,6 +166,8 @@ MODELS.register("tulip", "hnbench.models.tulip:TULIP", prefixes=("tulip:",),
                 help="TULIP: open_clip image tower + RoPE text tower (context 248): tulip:ViT-L-14 --pretrained FILE")
 MODELS.register("lotlip", "hnbench.models.lotlip:LOTLIP", prefixes=("lotlip:",),
                 help="LoTLIP: timm ViT + BERT text tower with corner tokens (context 128): lotlip:ViT-B-16 --pretrained FILE")
+MODELS.register("flair", "hnbench.models.flair:FLAIR", prefixes=("flair:",),
+                help="FLAIR: ViT-B/16 + text-conditioned pooling (context 77), global mode: flair:ViT-B-16-FLAIR --pretrained FILE")
 MODELS.register("remote", "hnbench.models.remote:REMOTE", prefixes=("remote:",),
                 help="transformers model with remote code (FG-CLIP, jina-clip): remote:DIR or remote:ORG/NAME "
                      "--pretrained COMMIT, with --trust-remote-code")
