@@ -1,0 +1,157 @@
+"""Issue 23 item 6: the reference numbers of the suite's benchmarks (published-results.csv), each under the hnbench
+protocol of the code that produced it, placed by ``--reported`` beside runs of that protocol only; zero-shot
+accuracies beside zero-shot runs."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from benchmark_fixtures import eval_argv, use_counts
+from conftest import COLOURS
+from PIL import Image
+from test_bench_coco import build_coco_val2017, build_karpathy_coco
+
+from hnbench.cli import main
+from hnbench.data.benchmarks import BENCHMARKS
+from hnbench.evaluate import evaluate
+from hnbench.leaderboard import leaderboard
+from hnbench.reported import (
+    METRIC_COLUMNS,
+    PROTOCOL_FAMILIES,
+    PUBLISHED_CSV,
+    ZERO_SHOT_SETS,
+    load_published,
+    protocol_of,
+    reported_rows,
+    task_of,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC_CSV = REPO.parent / "shared" / "spec" / "published-results.csv"
+
+
+def _sections(md: str, level: str = "##") -> dict[str, str]:
+    return {block.split("\n", 1)[0]: block for block in md.split(f"\n{level} ")[1:]}
+
+
+def test_issue23_every_reported_row_names_a_registered_protocol_and_a_source():
+    raw = load_published()
+    assert len(raw) > 96  # the spec's rows, Long-CLIP's model zoo, and this issue's reference numbers
+    for rec in raw.to_dict("records"):
+        where = f"{rec['source']} {rec['method']} {rec['benchmark']} {rec['direction']}"
+        assert isinstance(rec["source"], str) and rec["source"].strip(), where
+        protocol = protocol_of(rec["benchmark"], rec["protocol"])
+        if rec["benchmark"] in ZERO_SHOT_SETS:
+            assert task_of(rec["direction"]) == "zeroshot" and protocol in ZERO_SHOT_SETS[rec["benchmark"]], where
+            assert 0 < rec["top-1"] <= 100, where
+        else:
+            assert task_of(rec["direction"]) == "retrieval", where
+            assert protocol in [p.name for p in BENCHMARKS[rec["benchmark"]].protocols], where
+            assert 0 < rec["R@1"] <= 100 and all(math.isnan(rec[c]) or 0 < rec[c] <= 100 for c in ("R@5", "R@10"))
+        if "@" in rec["source"]:  # this issue's rows: repo@commit:file, a protocol (not a family), cited
+            assert rec["protocol"] not in PROTOCOL_FAMILIES, where
+            assert ":" in rec["source"].split("@", 1)[1], where
+    # both directions of a retrieval source/method/benchmark, one classification row per zero-shot set
+    rows = reported_rows()
+    assert len(rows) == len(raw[raw["direction"] != "classification"]) // 2 + (raw["direction"] == "classification").sum()
+    # the keys the model zoo links to: (source, method)
+    keys = set(zip(raw["source"], raw["method"]))
+    assert ("wuw2019/LoTLIP@301b906:README.md", "LoTLIP") in keys
+    assert ("UnicomAI/HiMo-CLIP@f235e97:static/images/eval_tb1.png (Table 1)", "HiMo-CLIP") in keys
+    assert ("mlfoundations/open_clip@89fb801:docs/openclip_results.csv", "CLIP (OpenAI)") in keys
+
+
+def test_issue23_reported_numbers_as_read_in_their_sources():
+    rows = reported_rows().set_index(["source", "model", "arch", "benchmark"])
+    lot = rows.loc[("wuw2019/LoTLIP@301b906:README.md", "LoTLIP", "ViT-B/16 128tok", "iiw")]
+    assert (lot["protocol"], lot["i2t R@1"], lot["t2i R@1"], lot["context_length"]) == ("612", 94.28, 92.65, 128)
+    assert rows.loc[("wuw2019/LoTLIP@301b906:README.md", "CLIP", "ViT-B/32", "sharegpt4v"), "protocol"] == "10k-sentences"
+    himo = rows.loc[("UnicomAI/HiMo-CLIP@f235e97:static/images/eval_tb1.png (Table 1)", "HiMo-CLIP", "ViT-L/14 248tok",
+                     "urban1k")]
+    assert (himo["protocol"], himo["i2t R@1"], himo["t2i R@1"]) == ("longclip", 93.0, 93.1)  # as the README's text
+    zoo = rows.loc[("mlfoundations/open_clip@89fb801:docs/openclip_retrieval_results.csv", "CLIP (OpenAI)", "ViT-B/16",
+                    "coco")]
+    assert (zoo["protocol"], zoo["t2i R@1"], zoo["i2t R@10"]) == ("karpathy-test", 33.09, 84.62)
+    zs = rows.loc[("mlfoundations/open_clip@89fb801:docs/openclip_results.csv", "CLIP (OpenAI)", "ViT-L/14",
+                   "imagenet-1k")]
+    assert (zs["task"], zs["protocol"], zs["top-1"]) == ("zeroshot", "openai", 75.54) and math.isnan(zs["top-5"])
+    unverified = rows[rows["note"].str.contains("protocol unverified")]
+    assert set(unverified.index.get_level_values("benchmark")) == {"urban1k", "docci", "flickr30k"}
+
+
+def test_issue23_an_older_published_file_still_reads(tmp_path):
+    """A file of the schema before zero-shot rows (no top-1/top-5 columns) reads, its rows unchanged in the
+    packaged file."""
+    old = tmp_path / "published-results.csv"
+    if SPEC_CSV.exists():
+        old.write_bytes(SPEC_CSV.read_bytes())
+    else:  # the schema's first line and a row of it
+        old.write_text("source,protocol,method,backbone,training,benchmark,direction,R@1,R@5,R@10,note\n"
+                       "debias-clip-2026,zero-shot-splits,CLIP,ViT-B/16,zero-shot,docci,t2i,57.1,,,\n"
+                       "debias-clip-2026,zero-shot-splits,CLIP,ViT-B/16,zero-shot,docci,i2t,60.6,,,\n")
+    assert "top-1" not in old.read_text().splitlines()[0]
+    raw = load_published(old)
+    assert set(METRIC_COLUMNS) <= set(raw.columns) and raw["top-1"].isna().all()
+    rows = reported_rows(old)
+    assert (rows["task"] == "retrieval").all() and "top-1" not in rows
+    packaged = load_published(PUBLISHED_CSV).iloc[:len(raw)]
+    pd.testing.assert_frame_equal(packaged.reset_index(drop=True), raw.reset_index(drop=True))
+
+
+def test_issue23_reported_row_joins_a_run_of_the_same_protocol_only(micro_config, tmp_path, monkeypatch):
+    """open_clip's CLIP_benchmark numbers (Karpathy test) sit beside a karpathy-test run, HiMo's (val2017) beside a
+    val2017 run; neither in the other's table, nor in a table of a protocol nobody ran (val2017-all)."""
+    build_coco_val2017(tmp_path / "coco")
+    build_karpathy_coco(tmp_path / "coco")
+    use_counts(monkeypatch, "coco", val2017=(3, 15), karpathy_test=(2, 11))
+    for protocol in ("val2017", "karpathy-test"):
+        assert main([*eval_argv(micro_config, "coco", tmp_path / "coco", tmp_path / "res"), "--protocol", protocol]) == 0
+    sections = _sections(leaderboard([tmp_path / "res"], reported=True))
+    karpathy = sections["coco · karpathy-test (karpathy-splits) · 2 images"]
+    val2017 = sections["coco · val2017 (longclip-splits) · 3 images"]
+    assert "CLIP (OpenAI)" in karpathy and "reported: mlfoundations/open_clip@89fb801" in karpathy
+    assert "HiMo-CLIP" not in karpathy and "LongCLIP-L/14" not in karpathy and "hnb-micro" in karpathy
+    assert "HiMo-CLIP [ViT-L/14 248tok] †" in val2017 and "CLIP (OpenAI)" not in val2017 and "hnb-micro" in val2017
+    assert not any("val2017-all" in title or title.startswith("flickr30k") for title in sections)
+
+
+def _imagenet_layout(root: Path, n: int = 4) -> tuple[Path, Path]:
+    """An ImageNet-1k val layout in miniature: WordNet-id class folders and a class-names file for them."""
+    names = list(COLOURS)[:n]
+    rng = np.random.default_rng(0)
+    for k, name in enumerate(names):
+        (root / f"n{k:08d}").mkdir(parents=True)
+        for j in range(2):
+            a = np.clip(np.full((32, 32, 3), COLOURS[name]) + rng.integers(0, 30, (32, 32, 3)), 0, 255)
+            Image.fromarray(a.astype(np.uint8)).save(root / f"n{k:08d}" / f"{j}.jpg")
+    names_file = root.parent / "names.txt"
+    names_file.write_text("\n".join(names) + "\n")
+    return root, names_file
+
+
+def test_issue23_zeroshot_section_shows_reported_accuracies_beside_runs(micro_config, tmp_path):
+    """A zero-shot run on an ImageNet-1k layout (any folder name) with the OpenAI templates gets open_clip's
+    ImageNet-1k top-1 rows in its table; a run with other templates or on another layout gets none."""
+    folder, names = _imagenet_layout(tmp_path / "val")
+    tpl = tmp_path / "tpl.txt"
+    tpl.write_text("a photo of a {}.\n")
+    kw = {"model_config": str(micro_config), "task": "zeroshot", "num_workers": 0, "progress": False}
+    evaluate("hnb-micro", folder, output_dir=tmp_path / "res", dataset_options={"class_names": str(names)}, **kw)
+    md = leaderboard([tmp_path / "res"], reported=True)
+    assert "## Zero-shot classification" in md and "## Retrieval" not in md
+    sections = _sections(md, "###")
+    (title, table), = sections.items()
+    assert title.startswith("val · default")
+    assert "CLIP (OpenAI) [ViT-L/14] †" in table and "75.54" in table and "hnb-micro" in table
+    assert "reported: mlfoundations/open_clip@89fb801:docs/openclip_results.csv" in table
+    assert "69.83" not in table  # ImageNet-V2's number: another set
+    csv = pd.read_csv(io.StringIO(leaderboard([tmp_path / "res"], reported=True, fmt="csv")))
+    assert set(csv.loc[csv["kind"] == "reported", "top-1"]) == {75.54, 68.34, 63.32}
+    # other templates: not the protocol the reported numbers were measured with
+    evaluate("hnb-micro", folder, output_dir=tmp_path / "simple", templates=str(tpl),
+             dataset_options={"class_names": str(names)}, **kw)
+    assert "CLIP (OpenAI)" not in leaderboard([tmp_path / "simple"], reported=True)
