@@ -5,13 +5,15 @@ accuracies beside zero-shot runs."""
 from __future__ import annotations
 
 import io
+import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from benchmark_fixtures import eval_argv, use_counts
-from conftest import COLOURS
+from conftest import COLOURS, assert_one_line_error, snapshot
 from PIL import Image
 from test_bench_coco import build_coco_val2017, build_karpathy_coco
 
@@ -155,3 +157,67 @@ def test_issue23_zeroshot_section_shows_reported_accuracies_beside_runs(micro_co
     evaluate("hnb-micro", folder, output_dir=tmp_path / "simple", templates=str(tpl),
              dataset_options={"class_names": str(names)}, **kw)
     assert "CLIP (OpenAI)" not in leaderboard([tmp_path / "simple"], reported=True)
+
+
+# --- issue 23 item 3: user-defined suite files ----------------------------------------------------------------
+def _readme_suite_toml() -> str:
+    text = (REPO / "README.md").read_text()
+    return "#" + text.split("```toml\n#", 1)[1].split("```", 1)[0]
+
+
+def test_issue23_readme_suite_file_example_reads_as_a_suite(tmp_path):
+    from hnbench.suites import get_suite
+
+    path = tmp_path / "my-suite.toml"
+    path.write_text(_readme_suite_toml())
+    suite = get_suite(str(path))
+    assert suite.name == "karpathy"
+    assert [(e.benchmark, e.protocol, e.task) for e in suite.entries] == [
+        ("coco", "karpathy-test", "retrieval"), ("flickr30k", "karpathy-test", "retrieval"), ("imagenet", None, "zeroshot")]
+    # the same suite as JSON: a list of entries, named after the file
+    (tmp_path / "same.json").write_text(json.dumps([{"benchmark": e.benchmark, "protocol": e.protocol,
+                                                    "task": e.task} for e in suite.entries[:2]]))
+    assert [(e.benchmark, e.protocol) for e in get_suite(str(tmp_path / "same.json")).entries] == [
+        ("coco", "karpathy-test"), ("flickr30k", "karpathy-test")]
+
+
+def test_issue23_suite_file_runs_like_a_registered_suite(tmp_path, monkeypatch, micro_config, capsys):
+    from benchmark_fixtures import build_docci, build_urban1k
+
+    build_urban1k(tmp_path / "urban")
+    build_docci(tmp_path / "docci")
+    use_counts(monkeypatch, "urban1k", longclip=(11, 11))
+    use_counts(monkeypatch, "docci", test=(5, 5))
+    (tmp_path / "roots.toml").write_text('urban1k = "urban"\ndocci = "docci"\n')
+    suite = tmp_path / "mine.toml"
+    suite.write_text('[[entries]]\nbenchmark = "urban1k"\nprotocol = "longclip"\n\n[[entries]]\nbenchmark = "docci"\n')
+    out = tmp_path / "out"
+    assert main(["-q", "suite", str(suite), "--model", "hnb-micro", "--model-config", str(micro_config),
+                 "--data-root-map", str(tmp_path / "roots.toml"), "--output", str(out), "--num-workers", "0",
+                 "--no-ci"]) == 0
+    table = (out / "suite-mine.md").read_text()
+    assert table.startswith("# Suite mine") and "urban1k/longclip t2i R@1" in table and "docci t2i R@1" in table
+    links = re.findall(r"\]\(([^)]+)\)", table)
+    assert [json.loads((out / link).read_text())["dataset"]["protocol"] for link in links[::2]] == ["longclip", "test"]
+
+
+def test_issue23_suite_file_problems_are_one_line_all_at_once(tmp_path, capsys):
+    """Unknown benchmark, protocol and task and a malformed entry: one line naming each, exit 2, before anything
+    loads (no data-root map read, no output folder made)."""
+    suite = tmp_path / "bad.json"
+    suite.write_text(json.dumps({"entries": [
+        {"benchmark": "cocoa"}, {"benchmark": "flickr30k", "protocol": "karpathy-tset"},
+        {"benchmark": "urban1k", "task": "zeroshott"}, {"benchmark": "docci", "split": "test"}, {"protocol": "x"}]}))
+    before = snapshot(tmp_path)
+    assert main(["suite", str(suite), "--model", "hnbench-tiny", "--data-root-map", str(tmp_path / "absent.toml"),
+                 "--output", str(tmp_path / "out")]) == 2
+    assert_one_line_error(capsys.readouterr().err, "5 problems", "'cocoa'", "did you mean 'coco'", "karpathy-tset",
+                          "karpathy-test", "'zeroshott'", "entry 4", "'split'", "entry 5")
+    assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
+    for text, words in (("entries = []", ["non-empty 'entries'"]), ("name = 'a b'\n[[entries]]\nbenchmark = 'coco'",
+                                                                     ["plain name"]), ("[[entries", ["not valid TOML"])):
+        (tmp_path / "x.toml").write_text(text)
+        assert main(["suite", str(tmp_path / "x.toml"), "--model", "hnbench-tiny", "--output", str(tmp_path / "o")]) == 2
+        assert_one_line_error(capsys.readouterr().err, *words)
+    assert main(["suite", str(tmp_path / "none.toml"), "--model", "hnbench-tiny", "--output", str(tmp_path / "o")]) == 2
+    assert_one_line_error(capsys.readouterr().err, "none.toml", "unreadable")
