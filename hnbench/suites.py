@@ -13,7 +13,7 @@ scored by :func:`hnbench.evaluate.evaluate` into ``--output`` (its result file n
 settings, so cached embeddings and the same names make a rerun cheap), a failure is reported and the rest go
 on, and one table is printed and written (``suite-NAME.md``: a row per model, a column per entry and metric,
 each cell linked to its result file). ``--limit N`` scores a seeded N-image subset of each entry: recorded in
-its result (``settings.limit``), named in the table's headings, and kept apart from full runs.
+its result (``settings.limit``), said in one line under the table's title, and kept apart from full runs.
 """
 
 from __future__ import annotations
@@ -151,6 +151,17 @@ def get_suite(name: str) -> Suite:
         raise SUITES.error(name)
     suite: Suite = SUITES.get(name)(name=name.lower())
     return suite
+
+
+def describe_suites() -> str:
+    """``hnbench suite --list``: every registered suite, what it is (a family suite: the paper whose table it
+    reproduces), and its entries (``benchmark/protocol``, a task other than retrieval in parentheses)."""
+    lines = []
+    for name in SUITES.declared():
+        entries = get_suite(name).entries
+        lines += [f"{name}: {SUITES.help(name)}",
+                  "    " + ", ".join(e.label + ("" if e.task == "retrieval" else f" ({e.task})") for e in entries)]
+    return "\n".join(lines) + "\n"
 
 
 def _raise_all(what: str, problems: Sequence[str]) -> None:
@@ -302,7 +313,7 @@ def _columns(entry: Entry) -> list[str]:
 def render_table(suite: Suite, labels: Sequence[str], cells: dict[tuple[str, str], Any],
                  failures: dict[tuple[str, str], str], out: Path, *, limit: int | None, seed: int) -> str:
     """The aggregated Markdown table: a row per model, a column per entry × metric, each cell linked to its
-    result file (relative to ``out``); failed cells say so; ``limit`` names the subset in every heading."""
+    result file (relative to ``out``); failed cells say so; ``limit``: one line under the title names the subsets."""
     import pandas as pd
 
     rows = []
@@ -311,8 +322,7 @@ def render_table(suite: Suite, labels: Sequence[str], cells: dict[tuple[str, str
         for entry in suite.entries:
             task = TASKS.get(entry.task)
             for col in _columns(entry):
-                subset = f" ({limit}-image subset)" if limit and entry.task == "retrieval" else ""
-                head = markdown_text(f"{entry.label} {task.label(col) if entry.task != 'retrieval' else col}{subset}")
+                head = markdown_text(f"{entry.label} {task.label(col) if entry.task != 'retrieval' else col}")
                 result = cells.get((label, entry.label))
                 if result is None:
                     row[head] = "failed" if (label, entry.label) in failures else ""
@@ -322,9 +332,10 @@ def render_table(suite: Suite, labels: Sequence[str], cells: dict[tuple[str, str
                 row[head] = f"[{value:.1f}]({link})" if link else f"{value:.1f}"
         rows.append(row)
     lines = [f"# Suite {markdown_text(suite.name)}", ""]
-    if limit:
-        lines += [f"Seeded {limit}-image subsets of the retrieval sets (seed {seed}), for a quick look: not comparable "
-                  "with full runs.", ""]
+    subsets = [e.label for e in suite.entries if e.task == "retrieval"] if limit else []
+    if subsets:  # said once, under the title, rather than in every column heading
+        lines += [f"Seeded {limit}-image subsets (seed {seed}) of {', '.join(subsets)}, for a quick look: not "
+                  "comparable with full runs.", ""]
     lines += [pd.DataFrame(rows).to_markdown(index=False), ""]
     if failures:
         lines += ["Failed:", ""] + [f"- {markdown_text(m)} on {markdown_text(e)}: {markdown_text(msg)}"

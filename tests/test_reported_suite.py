@@ -114,7 +114,7 @@ def test_issue23_reported_row_joins_a_run_of_the_same_protocol_only(micro_config
         assert main([*eval_argv(micro_config, "coco", tmp_path / "coco", tmp_path / "res"), "--protocol", protocol]) == 0
     sections = _sections(leaderboard([tmp_path / "res"], reported=True))
     karpathy = sections["coco · karpathy-test (karpathy-splits) · 2 images"]
-    val2017 = sections["coco · val2017 (longclip-splits) · 3 images"]
+    val2017 = sections["coco · val2017 (longclip-splits, tulip-splits) · 3 images"]
     assert "CLIP (OpenAI)" in karpathy and "reported: mlfoundations/open_clip@89fb801" in karpathy
     assert "HiMo-CLIP" not in karpathy and "LongCLIP-L/14" not in karpathy and "hnb-micro" in karpathy
     assert "HiMo-CLIP [ViT-L/14 248tok] †" in val2017 and "CLIP (OpenAI)" not in val2017 and "hnb-micro" in val2017
@@ -221,3 +221,59 @@ def test_issue23_suite_file_problems_are_one_line_all_at_once(tmp_path, capsys):
         assert_one_line_error(capsys.readouterr().err, *words)
     assert main(["suite", str(tmp_path / "none.toml"), "--model", "hnbench-tiny", "--output", str(tmp_path / "o")]) == 2
     assert_one_line_error(capsys.readouterr().err, "none.toml", "unreadable")
+
+
+# --- issue 23 item 4: the --limit heading; protocol families named after their paper, each a suite ------------------
+def test_issue23_limit_is_said_once_under_the_title(tmp_path):
+    from hnbench.suites import Entry, Suite, render_table
+
+    suite = Suite("t", (Entry("urban1k", "test"), Entry("imagenet", None, "zeroshot"), Entry("docci", "test")))
+    table = render_table(suite, ["m (w)"], {}, {}, tmp_path, limit=50, seed=3)
+    lines = table.splitlines()
+    assert lines[0] == "# Suite t" and lines[2] == ("Seeded 50-image subsets (seed 3) of urban1k/test, docci/test, for a "
+                                                    "quick look: not comparable with full runs.")
+    header = next(line for line in lines if line.startswith("| model"))
+    assert "subset" not in header and "urban1k/test t2i R@1" in header and "imagenet top-1" in header
+    assert "Seeded" not in render_table(suite, ["m (w)"], {}, {}, tmp_path, limit=None, seed=3)
+
+
+def test_issue23_protocol_families_are_papers_tables_and_suites():
+    from hnbench.registry import FAMILIES, SUITES
+    from hnbench.suites import get_suite
+
+    declared = {fam for spec in BENCHMARKS.values() for p in spec.protocols for fam in p.families}
+    assert declared == set(FAMILIES) == set(PROTOCOL_FAMILIES)
+    for fam in set(FAMILIES) - {"train"}:
+        assert fam in SUITES and SUITES.help(fam) == FAMILIES[fam]
+        assert len({e.benchmark for e in get_suite(fam).entries}) >= 2, fam  # a table: several benchmarks
+    assert "train" not in SUITES
+    # the tables as their code reads them (suite notes §1; the reference rows above sit under these protocols)
+    assert PROTOCOL_FAMILIES["longclip-splits"] == {"urban1k": "longclip", "coco": "val2017", "flickr30k": "full",
+                                                    "sharegpt4v": "1k"}
+    assert PROTOCOL_FAMILIES["tulip-splits"] == {"long-dci": "tulip", "urban1k": "longclip", "coco": "val2017",
+                                                 "flickr30k": "full", "sharegpt4v": "1k-raw"}
+    assert PROTOCOL_FAMILIES["lotlip-10k"] == {"dci": "full-sentences", "sharegpt4v": "10k-sentences", "iiw": "612"}
+    assert PROTOCOL_FAMILIES["flair-splits"]["dci"] == "full-sentences"
+
+
+def test_issue23_readme_lists_the_registered_suites():
+    from hnbench.registry import SUITES
+
+    text = (REPO / "README.md").read_text().split("### Suites", 1)[1]
+    rows = re.findall(r"^\| `([^`]+)` \| (.*) \|$", text.split("\n\nEvery model", 1)[0], flags=re.M)
+    assert rows == [(name, SUITES.help(name)) for name in SUITES.declared()]
+
+
+def test_issue23_suite_list_prints_each_suite_with_its_entries(capsys):
+    import pytest
+
+    from hnbench.registry import SUITES
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["suite", "--list"])  # no NAME, --model or --output: it lists and exits, as --help does
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for name in SUITES.declared():
+        assert f"{name}: {SUITES.help(name)}\n" in out
+    assert "\n    urban1k/longclip, coco/val2017, flickr30k/full, sharegpt4v/1k\n" in out  # longclip-splits
+    assert "\n    imagenet (zeroshot)\n" in out

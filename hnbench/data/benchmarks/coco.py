@@ -43,7 +43,7 @@ SPEC = BenchmarkSpec(
     layout="annotations/captions_val2017.json and val2017/ (val2017.zip); for karpathy-test dataset_coco.json "
            "(caption_datasets.zip) and val2014/ (val2014.zip)",
     protocols=(
-        Protocol("val2017", ("longclip-splits",), 5000, 25000, "coco-captions-json", "raw",
+        Protocol("val2017", ("longclip-splits", "tulip-splits"), 5000, 25000, "coco-captions-json", "raw",
                  "val2017's 5,000 images in id order, the first 5 captions of each in annotation order "
                  "(torchvision CocoCaptions, captions[0:5]: Long-CLIP, TULIP, FineLIP, HiMo, FG-CLIP)",
                  {**_VAL2017, "first_k": 5}, aliases=("val2017-first5",)),

@@ -51,7 +51,7 @@ SPEC = BenchmarkSpec(
     layout="results_20130124.token and flickr30k-images/ (flickr30k.tar.gz, flickr30k-images.tar); for the "
            "Karpathy protocols dataset_flickr30k.json (caption_datasets.zip)",
     protocols=(
-        Protocol("full", ("longclip-splits",), 31783, 158915, "flickr-token", "raw",
+        Protocol("full", ("longclip-splits", "tulip-splits"), 31783, 158915, "flickr-token", "raw",
                  "every line of results_20130124.token: all 31,783 images, 5 captions each (Long-CLIP, TULIP, FineLIP)",
                  {**_IMAGES, "file": "results_20130124.token", "dirs": ("", "flickr30k", "flickr"),
                   "from": f"{TOKENS.filename} from {_FORM} (by request)"}, layouts=_FULL_LAYOUTS),
