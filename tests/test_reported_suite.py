@@ -68,13 +68,16 @@ def test_issue23_every_reported_row_names_a_registered_protocol_and_a_source():
 
 
 def test_issue23_reported_numbers_as_read_in_their_sources():
-    rows = reported_rows().set_index(["source", "model", "arch", "benchmark"])
+    rows = reported_rows().set_index(["source", "model", "arch", "benchmark"]).sort_index()
     lot = rows.loc[("wuw2019/LoTLIP@301b906:README.md", "LoTLIP", "ViT-B/16 128tok", "iiw")]
     assert (lot["protocol"], lot["i2t R@1"], lot["t2i R@1"], lot["context_length"]) == ("612", 94.28, 92.65, 128)
     assert rows.loc[("wuw2019/LoTLIP@301b906:README.md", "CLIP", "ViT-B/32", "sharegpt4v"), "protocol"] == "10k-sentences"
     himo = rows.loc[("UnicomAI/HiMo-CLIP@f235e97:static/images/eval_tb1.png (Table 1)", "HiMo-CLIP", "ViT-L/14 248tok",
                      "urban1k")]
     assert (himo["protocol"], himo["i2t R@1"], himo["t2i R@1"]) == ("longclip", 93.0, 93.1)  # as the README's text
+    tulip = rows.loc[("UnicomAI/HiMo-CLIP@f235e97:static/images/eval_tb1.png (Table 1)", "TULIP", "ViT-L/14 248tok")]
+    assert tulip.loc["urban1k", "protocol"] == "longclip" and tulip.loc["long-dci", "protocol"] == "tulip"
+    assert (tulip.loc["urban1k", "i2t R@1"], tulip.loc["urban1k", "t2i R@1"]) == (90.1, 91.1)  # as tulip#4 quotes
     zoo = rows.loc[("mlfoundations/open_clip@89fb801:docs/openclip_retrieval_results.csv", "CLIP (OpenAI)", "ViT-B/16",
                     "coco")]
     assert (zoo["protocol"], zoo["t2i R@1"], zoo["i2t R@10"]) == ("karpathy-test", 33.09, 84.62)
