@@ -80,12 +80,6 @@ class Entry:
             out.append(f"suite entry {self.label}: {TASKS.error(self.task)}")
         return out
 
-    def check(self) -> None:
-        """The benchmark, protocol and task exist (one line, "did you mean")."""
-        problems = self.problems()
-        if problems:
-            raise ConfigError("; ".join(problems))
-
 
 @dataclass(frozen=True)
 class Suite:
@@ -267,7 +261,7 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
     s.validate(Path(output_dir))
     if s.task != "retrieval":
         raise ConfigError("--task is each suite entry's own; leave it out")
-    suite = get_suite(name)  # a registered suite or a suite file, every entry checked
+    suite = get_suite(name)  # a registered suite or a suite file (its entries checked as it is read)
     root_map = read_root_map(data_root_map) if data_root_map is not None else {}
     check_suite(suite, root_map)
     for entry in suite.entries:  # each entry's data flags, before anything loads
