@@ -35,6 +35,9 @@ Backends
            one that ran for the rest). CUDA -> faiss-gpu when the faiss build has GPUs, else torch
            on the GPU (not calibrated: no GPU has run it yet).
 
+The rank/tie/top-k rule over one block of score rows is :func:`score_rows`, whatever computes the scores: the
+torch backend's inner products, or a pairwise scorer's (:mod:`hnbench.scorers`).
+
 Devices: ``cuda:i`` searches on GPU i; plain ``cuda`` on every visible GPU — faiss splits the
 gallery over them (``index_cpu_to_gpus_list`` with ``shard=True``), torch splits the query rows
 (the gallery copied to each GPU, one thread per GPU).

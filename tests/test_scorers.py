@@ -318,3 +318,23 @@ def test_issue24_leaderboard_marks_pairwise_rows_in_every_format(tmp_path):
     assert sorted(line.split(",")[col] for line in lines) == ["cosine", FINELIP]
     page = leaderboard([tmp_path / "results"], fmt="html")
     assert f"‡ pairwise ({FINELIP})" in page and "‡ pairwise" in page.split("<table")[0]
+
+
+def test_issue24_cosine_through_the_pairwise_path_ranks_as_the_cosine_search(micro_config):
+    from hnbench.scorers import CosineScorer
+    from hnbench.search import retrieve
+
+    enc = load_model("hnb-micro", model_config=str(micro_config))
+    scorer = CosineScorer(enc)
+    g = torch.Generator().manual_seed(4)
+    images = scorer.image_state(torch.randn(7, 3, 32, 32, generator=g))
+    texts = scorer.text_state(enc.tokenize([f"caption {i} of a thing" for i in range(9)]).tokens)
+    caption_image = np.array([0, 1, 2, 3, 4, 5, 6, 0, 3])
+    for t2i in (True, False):
+        ptr, idx = (np.arange(10), caption_image) if t2i else csr_from_assignment(caption_image, 7)
+        q, c = (texts, images) if t2i else (images, texts)
+        pair = retrieve_pairwise(scorer, q, c, ptr, idx, t2i=t2i, k=4, query_block=2, candidate_block=3)
+        cos = retrieve(q["embedding"], c["embedding"], ptr, idx, k=4, backend="torch")
+        for field in ("rank", "tied", "gt_index", "best_wrong_index", "topk_index"):
+            np.testing.assert_array_equal(getattr(pair, field), getattr(cos, field), err_msg=field)
+        np.testing.assert_allclose(pair.topk_score, cos.topk_score, rtol=1e-5, atol=1e-6)
