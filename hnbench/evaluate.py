@@ -292,7 +292,9 @@ def run_evaluation(encoder: Encoder, dataset: ImageTextDataset, settings: EvalSe
         scorer = None if s.scorer == COSINE else pick(s.scorer, encoder)  # refused before any encoding
         if scorer is not None and ctx.enabled:
             raise ConfigError(f"--scorer {s.scorer} runs in one process; run it without torchrun")
-        cache = EmbeddingCache.for_encoder(encoder, s.cache_dir, amp=s.amp) if s.use_cache else None
+        # a pairwise scorer's states are never cached; with --rerank-top the dual-encoder embeddings are
+        embeds = s.use_cache and (scorer is None or s.rerank_top is not None)
+        cache = EmbeddingCache.for_encoder(encoder, s.cache_dir, amp=s.amp) if embeds else None
         text_bs = s.text_batch_size or max(s.batch_size, 64)
         shared = {"images": 0, "texts": 0}
         if ctx.enabled:

@@ -371,11 +371,13 @@ def retrieve_pairwise(scorer: PairScorer, queries: States, gallery: States, pos_
 def _listed_scores(scorer: PairScorer, queries: States, gallery: States, cand: np.ndarray, t2i: bool,
                    dev: torch.device, query_block: int, candidate_block: int) -> Tensor:
     """(N, L) scores of each query against its own candidates ``cand`` (N, L): per block of queries, the union of
-    their candidates is scored (in candidate blocks) and each query's picked out."""
+    their candidates is scored (in candidate blocks) and each query's picked out; the block holds about
+    ``candidate_block`` // L queries, so the union scored stays near the candidates asked for."""
     n, width = cand.shape
     out = torch.empty((n, width))
-    for start in range(0, n, query_block):
-        stop = min(n, start + query_block)
+    step = max(1, min(query_block, candidate_block // width))
+    for start in range(0, n, step):
+        stop = min(n, start + step)
         union, local = np.unique(cand[start:stop], return_inverse=True)
         q = _rows(queries, slice(start, stop), dev)
         s = torch.empty((stop - start, union.size), device=dev)

@@ -182,17 +182,21 @@ def _eval(run_dir, micro_config, data, out, *extra):
                  "--no-ci", "-q", *extra])
 
 
-@pytest.mark.slow
 def test_issue24_eval_scorer_finelip_end_to_end_equals_brute_force(run_dir, micro_config, data, tmp_path, capsys):
     out = tmp_path / "eval"
-    assert _eval(run_dir, micro_config, data, out, "--scorer", FINELIP) == 0
-    assert _eval(run_dir, micro_config, data, out) == 0  # the dual encoder, beside it (another file)
+    assert _eval(run_dir, micro_config, data, out) == 0  # the dual encoder first: its embeddings fill the cache
+    assert "scored by" not in capsys.readouterr().out
+    assert _eval(run_dir, micro_config, data, out, "--scorer", FINELIP) == 0  # beside it (another file)
+    assert f"scored by {FINELIP}, every pair: " in capsys.readouterr().out
     files = sorted(out.glob("*.json"))
     results = {read_result(f).scorer["name"]: read_result(f) for f in files}
     assert set(results) == {"cosine", FINELIP}
     r = results[FINELIP]
     assert r.scorer["rerank_top"] is None and "0.8·cos" in r.scorer["description"]
     assert r.settings["scorer"] == FINELIP and r.settings["similarity"].startswith(FINELIP)
+    # the states are never cached, and the cached cosine embeddings were not served as states: all encoded
+    assert r.settings["cache"] is False and r.settings["encoding"]["encoded"] == {"images": 10, "texts": 12}
+    assert results["cosine"].settings["cache"] is True
     assert "scorer" not in results["cosine"].settings and results["cosine"].scorer["rerank_top"] is None
     # brute force: the states of every image and caption, the whole N×M score matrix at once
     from hnbench.data import load_dataset
