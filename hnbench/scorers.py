@@ -197,7 +197,7 @@ def finelip_cross_net(pretrained: str | None, *, read: bool = True) -> dict[str,
     if not pretrained or not Path(pretrained).exists():
         return {} if read else False
     path = Path(pretrained)
-    beside = (path if path.is_dir() else path.parent) / OBJECTIVE_MODULES
+    beside = path.parent / OBJECTIVE_MODULES  # RUN/checkpoint.safetensors or RUN/adapter: the run's folder
     sources = [(beside, _RUN_PREFIX)] if beside.is_file() else []
     if path.is_file():
         sources.append((path, _RELEASE_PREFIX))
