@@ -376,8 +376,9 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
         states["candidate"], pair_txt = encode_states(encoder, scorer, texts=texts["candidate"], **state_options)
         states["query"] = states["candidate"] if same_texts else encode_states(
             encoder, scorer, texts=texts["query"], **state_options)[0]
-        timings["encode_states"] = time.perf_counter() - t
-        if not cosine:
+        if cosine:  # beside the embeddings; else the state passes are the image and text encoding
+            timings["encode_states"] = time.perf_counter() - t
+        else:
             txt = query = pair_txt
     timings["encode_texts"] = txt.seconds + (query.seconds if query is not txt else 0.0)
 
