@@ -342,3 +342,77 @@ def test_issue24_cosine_through_the_pairwise_path_ranks_as_the_cosine_search(mic
         for field in ("rank", "tied", "gt_index", "best_wrong_index", "topk_index"):
             np.testing.assert_array_equal(getattr(pair, field), getattr(cos, field), err_msg=field)
         np.testing.assert_allclose(pair.topk_score, cos.topk_score, rtol=1e-5, atol=1e-6)
+
+
+# -- a family registered in a test module plugs a scorer in through the contract (as FLAIR's family does) -------
+class _PooledScorer:
+    """A text-conditioned pooling scorer (FLAIR-like): each caption attends over the image's patch tokens and is
+    scored against the pooled feature; states: the patch tokens (B, P, D) and the caption feature (B, D)."""
+
+    name, description = "flair-conditioned", "test: caption-conditioned attention pooling of the patch tokens"
+
+    def __init__(self, encoder):
+        from hnbench.train.towers import CLIPTowers
+
+        self.towers = CLIPTowers(encoder.model, "open_clip", encoder=encoder)
+
+    @torch.no_grad()
+    def image_state(self, pixels):
+        return {"patches": torch.nn.functional.normalize(self.towers._image_with_tokens(pixels)[1], dim=-1)}
+
+    @torch.no_grad()
+    def text_state(self, tokens):
+        return {"text": self.towers._text_with_tokens(tokens)[0]}
+
+    def score(self, text_state, image_state):
+        t, x = text_state["text"].double(), image_state["patches"].double()  # (T, D), (I, P, D)
+        weights = torch.einsum("td,ipd->tip", t, x).mul(10).softmax(dim=-1)
+        pooled = torch.nn.functional.normalize(torch.einsum("tip,ipd->tid", weights, x), dim=-1)
+        return torch.einsum("td,tid->ti", t, pooled).float()
+
+
+@pytest.fixture
+def pairtest_family(micro_config):
+    from hnbench.models.family import ModelFamily
+    from hnbench.models.openclip import load_openclip
+    from hnbench.registry import MODELS
+
+    class PairTestFamily(ModelFamily):
+        name = "pairtest"
+
+        def load(self, model, pretrained=None, **kw):
+            enc = load_openclip(model.removeprefix("pairtest:"), pretrained, model_config=str(micro_config),
+                                **{k: v for k, v in kw.items() if k != "model_config"})
+            enc.info.arch = model  # the family answers for its encoders (family_of(info.arch))
+            return enc
+
+        def pair_scorers(self, encoder):
+            return {"flair-conditioned": _PooledScorer(encoder)}
+
+    MODELS.register("pairtest", PairTestFamily(), prefixes=("pairtest:",))
+    yield "pairtest:hnb-micro"
+    for table in (MODELS._targets, MODELS._help, MODELS._spelling):
+        table.pop("pairtest", None)
+    MODELS._prefixes.pop("pairtest:", None)
+
+
+def test_issue24_a_family_registered_in_a_test_module_offers_its_scorer(pairtest_family, data, tmp_path):
+    from hnbench.data import load_dataset
+    from hnbench.evaluate import evaluate
+    from hnbench.models.family import ModelFamily, family_of
+
+    assert family_of(pairtest_family).pair_scorer_names(pairtest_family, None) is None  # known once it loads
+    assert ModelFamily().pair_scorer_names("x", None) == []  # a family without pair_scorers: a dual encoder
+    r = evaluate(pairtest_family, str(data), scorer="flair-conditioned", output_dir=tmp_path / "out", ci=False,
+                 progress=False, batch_size=4, text_batch_size=5)  # several batches of each
+    assert r.scorer["name"] == "flair-conditioned" and r.settings["similarity"] == "flair-conditioned, fp32"
+    enc = load_model(pairtest_family)
+    scorer = _PooledScorer(enc)
+    ds = load_dataset(str(data))
+    pixels = torch.stack([enc.image_transform(ds.images.open(i)) for i in range(ds.n_images)])
+    s = scorer.score(scorer.text_state(enc.tokenize(list(ds.captions)).tokens), scorer.image_state(pixels)).numpy()
+    for direction, scores, (ptr, idx) in (("t2i", s, (np.arange(ds.n_captions + 1), ds.caption_image)),
+                                          ("i2t", s.T, csr_from_assignment(ds.caption_image, ds.n_images))):
+        ranks, _, _ = _brute_force_ranks(scores, ptr, idx)
+        assert r.metrics[direction]["R@1"] == pytest.approx(100 * np.mean(ranks <= 1))
+        assert r.metrics[direction]["MRR"] == pytest.approx(np.mean(1 / ranks))
