@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from hnbench.errors import ConfigError
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
-from hnbench.registry import SCORERS
+from hnbench.results import dual_encoder_scorer
 from hnbench.search import (
     RetrievalOutput,
     canonical_positives,
@@ -48,8 +48,9 @@ from hnbench.search import (
     score_rows,
 )
 
-__all__ = ["COSINE", "CosineScorer", "FineLIPScorer", "PairScorer", "States", "check_scorer", "encode_states",
-           "finelip_cross_net", "finelip_scorers", "rerank", "retrieve_pairwise", "scorer_record"]
+__all__ = ["COSINE", "FINELIP", "RERANK_RULE", "CosineScorer", "FineLIPScorer", "PairScorer", "States", "check_scorer",
+           "encode_states", "finelip_cross_net", "finelip_scorers", "offered", "pick", "rerank", "retrieve_pairwise",
+           "scorer_record"]
 
 COSINE = "cosine"  # the dual encoder: today's path (embeddings, cosine, the search backends)
 States = dict[str, Tensor]
@@ -112,7 +113,7 @@ def pick(scorer: str, encoder: Encoder) -> PairScorer:
 def scorer_record(scorer: PairScorer | None, rerank_top: int | None) -> dict[str, Any]:
     """What a result records of its scorer: name, description, ``rerank_top`` (None: every pair scored)."""
     if scorer is None:
-        return {"name": COSINE, "description": SCORERS.help(COSINE), "rerank_top": None}
+        return dual_encoder_scorer()
     return {"name": scorer.name, "description": scorer.description, "rerank_top": rerank_top,
             **({"rule": RERANK_RULE} if rerank_top is not None else {})}
 
