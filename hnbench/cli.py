@@ -461,6 +461,10 @@ def _run_eval(args: argparse.Namespace, model: ModelSpec, data: DataSpec) -> int
           f"{ds['name']}/{ds['protocol'] or 'default'}: {ds['n_images']} images, "
           + (f"{ds['n_captions']} captions, " if "n_captions" in ds else f"{ds.get('n_classes')} classes, ")  # zeroshot
           + f"{result.tokens['n_truncated']} truncated")
+    if result.scorer.get("name", "cosine") != "cosine":  # a pairwise scorer (--scorer): said above its numbers
+        top = result.scorer.get("rerank_top")
+        print(f"scored by {result.scorer['name']}" + (f", re-ranking the dual encoder's top {top}" if top else
+                                                      ", every pair") + f": {result.scorer.get('description', '')}")
     print(result.table())
     print(f"wrote {result.path}")
     return 0

@@ -42,6 +42,17 @@ from hnbench.results import (
     check_target,
     write_result_pair,
 )
+from hnbench.scorers import (
+    COSINE,
+    PairScorer,
+    States,
+    check_scorer,
+    encode_states,
+    pick,
+    rerank,
+    retrieve_pairwise,
+    scorer_record,
+)
 from hnbench.search import RetrievalOutput, retrieve
 from hnbench.search_approximate import retrieve_approximate
 from hnbench.settings import EvalSettings, from_options
@@ -85,9 +96,7 @@ def score_embeddings(
     are then lower bounds and each output carries its recall against exact search on a sample.
     """
     k = max(*ks, PER_QUERY_TOP)  # the per-query file keeps the top PER_QUERY_TOP items whatever the Ks
-    n_images = image_vectors.shape[0]
-    t2i_ptr, t2i_idx = np.arange(len(caption_image) + 1, dtype=np.int64), caption_image.astype(np.int64)
-    i2t_ptr, i2t_idx = csr_from_assignment(caption_image, n_images)
+    (t2i_ptr, t2i_idx), (i2t_ptr, i2t_idx) = positives(caption_image, image_vectors.shape[0]).values()
 
     def run(q: np.ndarray, g: np.ndarray, ptr: np.ndarray, idx: np.ndarray, desc: str) -> RetrievalOutput:
         if search == "approximate":
@@ -97,13 +106,26 @@ def score_embeddings(
     queries = text_vectors if query_text_vectors is None else query_text_vectors
     outs = {"t2i": run(queries, image_vectors, t2i_ptr, t2i_idx, "search t2i"),
             "i2t": run(image_vectors, text_vectors, i2t_ptr, i2t_idx, "search i2t")}
+    metrics, ci95 = summaries(outs, ks=ks, ci=ci, seed=seed)
+    return metrics, ci95, outs
+
+
+def positives(caption_image: np.ndarray, n_images: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each direction's positives in CSR form: t2i, a caption's image; i2t, an image's captions."""
+    return {"t2i": (np.arange(len(caption_image) + 1, dtype=np.int64), caption_image.astype(np.int64)),
+            "i2t": csr_from_assignment(caption_image, n_images)}
+
+
+def summaries(outs: dict[str, RetrievalOutput], *, ks: Sequence[int], ci: bool, seed: int,
+              ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(metrics, ci95) of each direction's ranks."""
     metrics: dict[str, dict[str, Any]] = {}
     ci95: dict[str, dict[str, Any]] = {}
     for direction, out in outs.items():
         summary = summarize(out.rank, out.tied, ks=ks, ci=ci, seed=seed)
         ci95[direction] = summary.pop("ci95", None) or {}
         metrics[direction] = summary
-    return metrics, ci95, outs
+    return metrics, ci95
 
 
 def per_query_frame(ds: ImageTextDataset, outs: dict[str, RetrievalOutput]) -> pd.DataFrame:
@@ -186,6 +208,8 @@ def evaluate(
     spec.validate()  # the model config's architecture name (a loaded encoder: nothing to check)
     if isinstance(model, str):
         check_trusted(model, weights, spec.trust_remote_code)  # remote code: refused before anything loads
+        if s.scorer != COSINE:  # a scorer the family does not offer: refused before the data loads where it can tell
+            check_scorer(s.scorer, model, family_of(model).pair_scorer_names(model, weights))
     data: DataSpec | None = None
     loader_options: dict[str, Any] = {}
     if isinstance(dataset, str):
@@ -210,7 +234,7 @@ def evaluate(
             dataset = dataset.sample_images(s.limit, s.seed)
         timings["load_data"] = time.perf_counter() - t0
         t = time.perf_counter()
-        if isinstance(model, str) and s.use_cache and not ctx.enabled:
+        if isinstance(model, str) and s.use_cache and not ctx.enabled and s.scorer == COSINE:
             # Remembered fingerprint: the model is built only if some embedding is not cached yet.
             encoder = load_remembered(model, weights,
                                       root=s.cache_dir if s.cache_dir is not None else default_root(),
@@ -265,7 +289,12 @@ def run_evaluation(encoder: Encoder, dataset: ImageTextDataset, settings: EvalSe
                 settings=s.recorded()),  # the same settings the result will record, so the same file name
                 output_dir, s.overwrite)
 
-        cache = EmbeddingCache.for_encoder(encoder, s.cache_dir, amp=s.amp) if s.use_cache else None
+        scorer = None if s.scorer == COSINE else pick(s.scorer, encoder)  # refused before any encoding
+        if scorer is not None and ctx.enabled:
+            raise ConfigError(f"--scorer {s.scorer} runs in one process; run it without torchrun")
+        # a pairwise scorer's states are never cached; with --rerank-top the dual-encoder embeddings are
+        embeds = s.use_cache and (scorer is None or s.rerank_top is not None)
+        cache = EmbeddingCache.for_encoder(encoder, s.cache_dir, amp=s.amp) if embeds else None
         text_bs = s.text_batch_size or max(s.batch_size, 64)
         shared = {"images": 0, "texts": 0}
         if ctx.enabled:
@@ -294,7 +323,7 @@ def run_evaluation(encoder: Encoder, dataset: ImageTextDataset, settings: EvalSe
         def score() -> EvalResult:
             return _encode_and_score(
                 encoder, dataset, cache, shared, timings, t0, s, output_dir=output_dir, device=device,
-                text_batch_size=text_bs, world_size=ctx.world_size, data_spec=data_spec,
+                text_batch_size=text_bs, world_size=ctx.world_size, data_spec=data_spec, scorer=scorer,
                 # rank 0 searches on every GPU of its node ("cuda"), not only its own "cuda:0"
                 search_device="cuda" if ctx.enabled and device.startswith("cuda") else device)
 
@@ -307,10 +336,23 @@ def run_evaluation(encoder: Encoder, dataset: ImageTextDataset, settings: EvalSe
 def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: EmbeddingCache | None,
                       shared: dict[str, int], timings: dict[str, float], t0: float, s: EvalSettings, *,
                       output_dir: str | Path | None, device: str, text_batch_size: int, world_size: int,
-                      search_device: str, data_spec: DataSpec | None = None) -> EvalResult:
-    """Encode (through the cache) what is not there yet, search both ways, score, and write the result."""
-    img = encode_images(encoder, dataset.images, batch_size=s.batch_size, num_workers=s.num_workers,
-                        skip_bad=s.skip_invalid, amp=s.amp, progress=s.progress, cache=cache)
+                      search_device: str, data_spec: DataSpec | None = None,
+                      scorer: PairScorer | None = None) -> EvalResult:
+    """Encode (through the cache) what is not there yet, search both ways, score, and write the result.
+
+    ``scorer``: a pairwise scorer (:mod:`hnbench.scorers`): its states are encoded (never cached) and every pair
+    scored; with ``--rerank-top`` the dual encoder's embeddings (cached) pick each query's candidates first."""
+    cosine = scorer is None or s.rerank_top is not None  # the dual encoder's embeddings are needed
+    states: dict[str, States] = {}
+    state_options: dict[str, Any] = {"batch_size": s.batch_size, "text_batch_size": text_batch_size,
+                                     "num_workers": s.num_workers, "amp": s.amp, "progress": s.progress}
+    if cosine:
+        img = encode_images(encoder, dataset.images, batch_size=s.batch_size, num_workers=s.num_workers,
+                            skip_bad=s.skip_invalid, amp=s.amp, progress=s.progress, cache=cache)
+    else:
+        assert scorer is not None
+        states["image"], img = encode_states(encoder, scorer, images=dataset.images, skip_bad=s.skip_invalid,
+                                             **state_options)
     image_vectors = img.vectors
     if img.bad:
         keep = [i for i in range(dataset.n_images) if i not in img.bad]
@@ -319,18 +361,37 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
     timings["encode_images"] = img.seconds
     # a family's per-direction prompts (jina-clip's task prompt on queries): candidates and queries embedded apart
     prompts = family_of(encoder.info.arch).prompts(encoder)
-    txt = encode_texts(encoder, [prompts.get("candidate", "") + c for c in dataset.captions], batch_size=text_batch_size,
-                       amp=s.amp, progress=s.progress, cache=cache, num_workers=s.num_workers)
-    query = txt if prompts.get("query", "") == prompts.get("candidate", "") else encode_texts(
-        encoder, [prompts.get("query", "") + c for c in dataset.captions], batch_size=text_batch_size, amp=s.amp,
-        progress=s.progress, cache=cache, num_workers=s.num_workers)
+    texts = {side: [prompts.get(side, "") + c for c in dataset.captions] for side in ("candidate", "query")}
+    same_texts = prompts.get("query", "") == prompts.get("candidate", "")
+    if cosine:
+        txt = encode_texts(encoder, texts["candidate"], batch_size=text_batch_size,
+                           amp=s.amp, progress=s.progress, cache=cache, num_workers=s.num_workers)
+        query = txt if same_texts else encode_texts(
+            encoder, texts["query"], batch_size=text_batch_size, amp=s.amp,
+            progress=s.progress, cache=cache, num_workers=s.num_workers)
+    if scorer is not None:  # the pairwise states (never cached), of the images and captions that are scored
+        t = time.perf_counter()
+        if "image" not in states:
+            states["image"], _ = encode_states(encoder, scorer, images=dataset.images, **state_options)
+        states["candidate"], pair_txt = encode_states(encoder, scorer, texts=texts["candidate"], **state_options)
+        states["query"] = states["candidate"] if same_texts else encode_states(
+            encoder, scorer, texts=texts["query"], **state_options)[0]
+        if cosine:  # beside the embeddings; else the state passes are the image and text encoding
+            timings["encode_states"] = time.perf_counter() - t
+        else:
+            txt = query = pair_txt
     timings["encode_texts"] = txt.seconds + (query.seconds if query is not txt else 0.0)
 
     t = time.perf_counter()
-    # "auto" is resolved per search (by a stored calibration and a probe on this data), in retrieve
-    metrics, ci95, outs = score_embeddings(image_vectors, txt.vectors, dataset.caption_image, ks=s.ks,
-                                           backend=s.backend, device=search_device, ci=s.ci, progress=s.progress,
-                                           search=s.search, seed=s.seed, query_text_vectors=query.vectors)
+    if scorer is None:
+        # "auto" is resolved per search (by a stored calibration and a probe on this data), in retrieve
+        metrics, ci95, outs = score_embeddings(image_vectors, txt.vectors, dataset.caption_image, ks=s.ks,
+                                               backend=s.backend, device=search_device, ci=s.ci, progress=s.progress,
+                                               search=s.search, seed=s.seed, query_text_vectors=query.vectors)
+    else:
+        outs = _pairwise_outputs(scorer, states, dataset.caption_image, s, search_device,
+                                 None if s.rerank_top is None else (image_vectors, txt.vectors, query.vectors))
+        metrics, ci95 = summaries(outs, ks=s.ks, ci=s.ci, seed=s.seed)
     timings["search_and_metrics"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
     # Items encoded by any rank in this run, and those that came from an earlier run's cache.
@@ -351,12 +412,14 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
         # the declared settings (EvalSettings fields marked ``record``), with the device and backend as used
         settings={**s.recorded(), "device": str(device), "backend": outs["t2i"].backend,
                   "tie_rule": "pessimistic: rank = 1 + #non-positives scoring >= the best positive",
-                  "similarity": "cosine, fp32", "cache": bool(s.use_cache and cache is not None),
+                  "similarity": f"{'cosine' if scorer is None else scorer.name}, fp32",
+                  "cache": bool(s.use_cache and cache is not None),
                   "encoding": encoding,
                   **({"init_seed": encoder.info.extra["init_seed"]} if "init_seed" in encoder.info.extra else {}),
                   **({"approximate": {d: o.recall_vs_exact for d, o in outs.items()}} if s.search == "approximate"
                      else {})},
         timings={k: round(v, 4) for k, v in timings.items()},
+        scorer=scorer_record(scorer, s.rerank_top),
     )
     if dataset.n_skipped():
         logger.warning("%d items skipped: %s", dataset.n_skipped(), result.dataset["skipped"])
@@ -365,3 +428,27 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
         per_query_frame(dataset, outs).to_parquet(buf, index=False)
         write_result_pair(result, output_dir, buf.getvalue(), overwrite=s.overwrite)
     return result
+
+
+def _pairwise_outputs(scorer: PairScorer, states: dict[str, States], caption_image: np.ndarray, s: EvalSettings,
+                      device: str, vectors: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+                      ) -> dict[str, RetrievalOutput]:
+    """Both directions scored by ``scorer`` over the states: every pair (exact, in blocks), or with ``vectors``
+    (image, caption-candidate, caption-query embeddings) the dual encoder's top ``s.rerank_top`` re-ranked."""
+    k = max(*s.ks, PER_QUERY_TOP)
+    n_images = next(iter(states["image"].values())).shape[0] if states["image"] else 0
+    pos = positives(caption_image, n_images)
+    sides = {"t2i": (states["query"], states["image"]), "i2t": (states["image"], states["candidate"])}
+    outs = {}
+    for direction, (queries, gallery) in sides.items():
+        ptr, idx = pos[direction]
+        if vectors is None:
+            outs[direction] = retrieve_pairwise(scorer, queries, gallery, ptr, idx, t2i=direction == "t2i", k=k,
+                                                device=device, progress=s.progress, desc=f"{scorer.name} {direction}")
+        else:
+            image, candidate, query = vectors
+            q, g = (query, image) if direction == "t2i" else (image, candidate)
+            outs[direction] = rerank(scorer, queries, gallery, q, g, ptr, idx, top=s.rerank_top or 1,
+                                     t2i=direction == "t2i", k=k, backend=s.backend, device=device,
+                                     progress=s.progress, desc=f"{scorer.name} {direction}")
+    return outs

@@ -27,6 +27,9 @@ Rules (also in ``leaderboards/README.md``):
   a * when the paired 95% bootstrap interval of the difference (:func:`hnbench.comparison.paired_tests`: both results' per-query hits, queries
   resampled jointly, 1000 draws, seed 0) excludes zero. Rows without a per-query file, reported rows
   and mean R@1 are not tested and carry no mark; a note under the table names the untested rows.
+- A pairwise-scored result (``hnbench eval --scorer NAME``: not a dual encoder) is its own row, marked
+  ``‡ pairwise (NAME)`` in its model cell (a legend line says what it means) and in a CSV ``scorer`` column
+  (``cosine`` for a dual encoder): it is never ranked in a dual-encoder column without saying so.
 - Reported rows (the packaged published numbers) carry a † and a ``reported: SOURCE`` cell; beside
   measured results they join only tables of a (benchmark, protocol) that was measured.
 - Unreadable, corrupt, newer- or unknown-schema files, files with malformed fields (``model.arch`` a
@@ -107,6 +110,23 @@ Tests: TypeAlias = "dict[str, dict[tuple[str, int], PairedTest]]"  # paired test
 Block: TypeAlias = "tuple[str, str | list[str] | pd.DataFrame]"  # (h1/h2/h3/p, text), (ul, items), (table, cells)
 
 
+def _scorer(r: EvalResult) -> str:
+    """How a result scored its pairs: ``cosine`` (a dual encoder), or a pairwise scorer's name (with its re-rank
+    depth)."""
+    scorer = r.scorer if isinstance(r.scorer, dict) else {}
+    name, top = str(scorer.get("name") or "cosine"), scorer.get("rerank_top")
+    return name + (f", re-ranking the top {top}" if top and name != "cosine" else "")
+
+
+def _mark(scorer: Any) -> str:
+    """The model cell's mark of a pairwise-scored row (:data:`PAIRWISE_LEGEND`); none for the cosine."""
+    return f" ‡ pairwise ({scorer})" if isinstance(scorer, str) and scorer != "cosine" else ""
+
+
+PAIRWISE_LEGEND = ("‡ pairwise (SCORER): scored by a query-conditioned scorer (hnbench eval --scorer), not as a dual "
+                   "encoder: the score of a pair is not a cosine of two independent embeddings")
+
+
 def _row(r: EvalResult) -> dict[str, Any]:
     """One leaderboard row from a result record (tolerates fields older schema versions lack)."""
     m, d = r.model, r.dataset
@@ -119,7 +139,9 @@ def _row(r: EvalResult) -> dict[str, Any]:
            "protocol": d.get("protocol") or "default", "context_length": int(ctx),
            "search": _search_mode(r.settings or {}), "data_fingerprint": d.get("fingerprint") or "",
            "n_images": d.get("n_images"), "hnbench_version": r.hnbench_version, "created": r.created,
-           "path": r.path, "source": "measured", "note": "", "task": r.task}
+           "path": r.path, "source": "measured", "note": "", "task": r.task, "scorer": _scorer(r)}
+    if row["scorer"] != "cosine":  # a pairwise-scored result is its own row beside the same weights' cosine one
+        row["identity"] += f":{row['scorer']}"
     if r.task != "retrieval":  # the task's own columns (and intervals), no recall columns
         task = r.task_spec()
         # what a reported zero-shot row is placed by (hnbench.reported.place): the set's layout, the templates
@@ -281,6 +303,11 @@ class _Markup:
         return f"[{text}]({href})" if self.md else f'<a href="{href}">{html.escape(text)}</a>'
 
 
+def _scorers(t: pd.DataFrame) -> list[Any]:
+    """Each row's scorer (rows without the column, reported ones: None)."""
+    return list(t["scorer"]) if "scorer" in t else [None] * len(t)
+
+
 def _signed(x: float) -> str:
     return f"{x:+.2f}".replace("-", "\u2212")
 
@@ -290,7 +317,8 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
     """Display cells of one ranked table of ``task`` (default retrieval): marks, deltas, intervals, metadata,
     links."""
     out = pd.DataFrame({"#": [str(int(r)) if r == r else "—" for r in t["rank"]],
-                        "model": [mk.text(m) + (" †" if k == "reported" else "") for m, k in zip(t["model"], t["kind"])]})
+                        "model": [mk.text(m + _mark(p)) + (" †" if k == "reported" else "")
+                                  for m, k, p in zip(t["model"], t["kind"], _scorers(t))]})
     for col in _columns(task):
         shown = t[col].round(2)
         distinct = sorted(shown.dropna().unique(), reverse=True) if shown.notna().sum() >= 2 else []
@@ -369,7 +397,8 @@ def _borda(tables: dict[TableKey, pd.DataFrame]) -> list[tuple[str, pd.DataFrame
         for key, column in zip(keys, columns):
             t = tables[key]
             for _, r in t.iterrows():
-                s = score.setdefault(r["identity"], {"model": r["model"], "kind": r["kind"], "points": 0})
+                s = score.setdefault(r["identity"], {"model": r["model"], "kind": r["kind"], "points": 0,
+                                                     "scorer": r.get("scorer")})
                 s[column] = r["rank"]
                 s["points"] += int(((t["rank"] > r["rank"]) | t["rank"].isna()).sum()) if r["rank"] == r["rank"] else 0
         b = pd.DataFrame(list(score.values()))
@@ -450,7 +479,8 @@ def _task_blocks(frame: pd.DataFrame, task: Task, mk: _Markup, flat: list[pd.Dat
         blocks.append((h, "Borda rank across benchmarks"))
     for heading, b, benches in borda:
         cells = pd.DataFrame({"#": b["rank"].astype(int).astype(str),
-                              "model": [mk.text(m) + (" †" if k == "reported" else "") for m, k in zip(b["model"], b["kind"])],
+                              "model": [mk.text(m + _mark(p)) + (" †" if k == "reported" else "")
+                                        for m, k, p in zip(b["model"], b["kind"], _scorers(b))],
                               **{f"{mk.text(x)} rank": [str(int(r)) if r == r else "—" for r in b[x]] for x in benches},
                               "points": b["points"].astype(str), "benchmarks": b["benchmarks"].astype(str)})
         blocks += [(f"h{level + 1}", mk.text(heading)), ("table", cells)]
@@ -478,7 +508,8 @@ def _header(frame: pd.DataFrame, mk: _Markup, command: str, sort: str, baseline:
                if baseline else "")
             + (f" Brackets: {CI_RULE}." if ci else "")
             + (" Each task has its own section, its tables ranked by the task's main score ("
-               + "; ".join(f"{t.title}: {t.main_score}" for t in tasks) + ")." if len(tasks) > 1 or others else ""))
+               + "; ".join(f"{t.title}: {t.main_score}" for t in tasks) + ")." if len(tasks) > 1 or others else "")
+            + (f" {mk.text(PAIRWISE_LEGEND)}." if len(frame) and any(_mark(p) for p in _scorers(frame)) else ""))
 
 
 def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, sig: Tests,
@@ -503,6 +534,7 @@ def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, si
             out[f"{col} lo"], out[f"{col} hi"] = t[f"{col} lo"].round(2), t[f"{col} hi"].round(2)
     out = out.assign(data_fingerprint=t["data"], arch=t["arch"], weights=t["weights"], fingerprint=t["fingerprint"],
                      hnbench=t["hnbench_version"], note=t["note"])
+    out["scorer"] = [p if isinstance(p, str) else "" for p in _scorers(t)]  # "cosine": a dual encoder
     out["source"] = [_rel(p, link_base) if k == "measured" else s
                      for k, p, s in zip(t["kind"], t["path"], t["source"])]
     return out

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # for the entries' types only: importing them here would load
     from hnbench.models.base import Encoder
     from hnbench.tasks import Task
 
-__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "OBJECTIVES", "RECIPES", "RECIPE_DIR", "SUITES", "TASKS",
+__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "OBJECTIVES", "RECIPES", "RECIPE_DIR", "SCORERS", "SUITES", "TASKS",
            "TEXT_ENCODERS", "Registry",
            "Target", "model_family"]
 
@@ -191,6 +191,18 @@ MODELS.register("flair", "hnbench.models.flair:FLAIR", prefixes=("flair:",),
 MODELS.register("remote", "hnbench.models.remote:REMOTE", prefixes=("remote:",),
                 help="transformers model with remote code (FG-CLIP, jina-clip): remote:DIR or remote:ORG/NAME "
                      "--pretrained COMMIT, with --trust-remote-code")
+
+
+# --- how a pair is scored (--scorer): the dual encoder's cosine, or a query-conditioned scorer a family offers
+# (hnbench.models.family.ModelFamily.pair_scorers); name → the scorer's class (hnbench.scorers.PairScorer) -------
+SCORERS: Registry[Any] = Registry("scorer", default="cosine")
+SCORERS.register("cosine", "hnbench.scorers:CosineScorer",
+                 help="dual encoder: cosine of independent image and caption embeddings, every model")
+SCORERS.register("finelip-finegrained", "hnbench.scorers:FineLIPScorer",
+                 help="FineLIP: 0.8·cos + 0.2·its cross-net's late-interaction score; a FineLIP run's checkpoint "
+                      "or a state dict with cross_net.* keys")
+SCORERS.register("flair-conditioned", "hnbench.models.flair:FlairScorer",
+                 help="FLAIR: each caption pools the image's tokens by attention; offered by FLAIR's family")
 
 
 def model_family(model: str) -> str:

@@ -21,6 +21,8 @@ Schema (version 2)::
     timings   {load_model, load_data, encode_images, encode_texts, search, metrics, total}  (seconds)
     per_query file name of the per-query parquet written beside the JSON
     per_query_sha256  sha256 of that parquet's bytes (absent in files written before it was added)
+    scorer    {name, description, rerank_top (null: every pair scored)}: how a pair was scored (``--scorer``,
+              :mod:`hnbench.scorers`); files written before it was recorded read as the dual encoder's cosine
 
 File name (:meth:`EvalResult.stem`): model, data and a short hash of the settings that change the
 numbers (the ``identity`` options of :class:`~hnbench.settings.EvalSettings`, as the record names them), so two runs that differ in any of them never share a file; a name that would pass the
@@ -74,7 +76,7 @@ from hnbench.io import (
     write_temp,
 )
 from hnbench.metrics import EXACT_BELOW
-from hnbench.registry import TASKS
+from hnbench.registry import SCORERS, TASKS
 from hnbench.settings import EvalSettings, identity_fields
 from hnbench.tasks import Task
 
@@ -112,6 +114,7 @@ class EvalResult:
     per_query_sha256: str | None = None
     task: str = "retrieval"
     main_score: dict[str, Any] = field(default_factory=dict)  # filled from the metrics when left empty
+    scorer: dict[str, Any] = field(default_factory=lambda: dual_encoder_scorer())  # how pairs were scored
     schema_version: int = SCHEMA_VERSION
     hnbench_version: str = __version__
     created: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
@@ -129,7 +132,7 @@ class EvalResult:
         d = asdict(self)
         d.pop("path")
         order = ["schema_version", "hnbench_version", "created", "task", "main_score", "model", "dataset", "metrics",
-                 "ci95", "ci95_method", "tokens", "settings", "timings", "per_query", "per_query_sha256"]
+                 "ci95", "ci95_method", "tokens", "settings", "timings", "per_query", "per_query_sha256", "scorer"]
         optional: dict[str, Any] = {"per_query_sha256": None, "ci95_method": {}}  # left out when empty: older files keep their bytes
         return {k: d[k] for k in order if k not in optional or d[k] != optional[k]}
 
@@ -345,6 +348,11 @@ def read_result(path: str | Path) -> EvalResult:
     return result
 
 
+def dual_encoder_scorer() -> dict[str, Any]:
+    """The ``scorer`` record of a dual-encoder result (and of every file written before scorers were recorded)."""
+    return {"name": "cosine", "description": SCORERS.help("cosine"), "rerank_top": None}
+
+
 def upgrade_record(d: dict[str, Any]) -> dict[str, Any]:
     """A result record of any known schema version as the current schema reads it (a copy; ``d`` is kept).
 
@@ -352,6 +360,7 @@ def upgrade_record(d: dict[str, Any]) -> dict[str, Any]:
     ``main_score`` is the retrieval main score of its metrics (mean R@1). Nothing else changes, so an old
     file keeps its name, its rank and its comparisons."""
     out = dict(d)
+    out.setdefault("scorer", dual_encoder_scorer())  # written before pairwise scorers: the dual encoder's cosine
     if isinstance(out.get("schema_version"), int) and out["schema_version"] < 2:
         out["task"] = "retrieval"
         out["main_score"] = TASKS.get("retrieval").main_record(out.get("metrics") or {})
@@ -374,6 +383,7 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], bool, str]] = {
     "settings.identity": ((list,), True, "a list"),
     "per_query": ((str,), True, "a file name or null"), "per_query_sha256": ((str,), True, "a text or null"),
     "hnbench_version": ((str,), True, "a text"), "created": ((str,), True, "a text"),
+    "scorer": ((dict,), True, "an object"), "scorer.name": ((str,), True, "a text"),
 }
 
 

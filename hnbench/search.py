@@ -35,6 +35,9 @@ Backends
            one that ran for the rest). CUDA -> faiss-gpu when the faiss build has GPUs, else torch
            on the GPU (not calibrated: no GPU has run it yet).
 
+The rank/tie/top-k rule over one block of score rows is :func:`score_rows`, whatever computes the scores: the
+torch backend's inner products, or a pairwise scorer's (:mod:`hnbench.scorers`).
+
 Devices: ``cuda:i`` searches on GPU i; plain ``cuda`` on every visible GPU — faiss splits the
 gallery over them (``index_cpu_to_gpus_list`` with ``shard=True``), torch splits the query rows
 (the gallery copied to each GPU, one thread per GPU).
@@ -63,7 +66,8 @@ from hnbench import search_calibration
 from hnbench.metrics import validate_csr
 from hnbench.validate import BACKENDS
 
-__all__ = ["RetrievalOutput", "available_backends", "ieee_fp32_matmul", "resolve_backend", "retrieve"]
+__all__ = ["RetrievalOutput", "ScoreBlock", "available_backends", "canonical_positives", "empty_output",
+           "ieee_fp32_matmul", "resolve_backend", "retrieve", "score_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +215,21 @@ def _sorted_pairs(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndar
     return new_ptr, idx
 
 
+def canonical_positives(pos_ptr: np.ndarray, pos_idx: np.ndarray, n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The positives of ``n`` queries among ``m`` candidates, checked and in the canonical CSR the rank rule reads."""
+    return _sorted_pairs(*validate_csr(pos_ptr, pos_idx, n, m))
+
+
+def empty_output(n: int, k: int, backend: str) -> RetrievalOutput:
+    """A :class:`RetrievalOutput` of ``n`` queries and top-``k`` lists, to be filled (no positive, no wrong yet)."""
+    return RetrievalOutput(
+        rank=np.zeros(n, np.int64), tied=np.zeros(n, bool), gt_index=np.zeros(n, np.int64),
+        gt_score=np.zeros(n, np.float32), best_wrong_index=np.full(n, -1, np.int64),
+        best_wrong_score=np.full(n, np.nan, np.float32), topk_index=np.zeros((n, k), np.int64),
+        topk_score=np.zeros((n, k), np.float32), backend=backend,
+    )
+
+
 def _order_desc(vals: torch.Tensor, inds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Sort each row by (score desc, index asc): stable sort on index, then stable on score."""
     o = torch.argsort(inds, dim=1, stable=True)
@@ -273,7 +292,25 @@ def _best_positive(s: torch.Tensor, local: torch.Tensor, cols: torch.Tensor) -> 
 def _torch_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray,
                 k: int, chunk: int, out: RetrievalOutput, pbar: tqdm[Any]) -> None:
     """Exact results for the (ascending) query indices `rows`, written into `out` in place."""
-    dev, m = g.device, g.shape[0]
+    dev = g.device
+
+    def block(r: np.ndarray, buf: torch.Tensor) -> torch.Tensor:
+        contiguous = int(r[-1]) - int(r[0]) + 1 == r.size  # slicing avoids an index copy in the common case
+        qc = q[int(r[0]) : int(r[-1]) + 1] if contiguous else q[torch.from_numpy(r)]
+        return torch.mm(qc.to(dev, non_blocking=True), g.T, out=buf)  # (c, M) fp32
+
+    score_rows(block, g.shape[0], dev, ptr, idx, rows, k, chunk, out, pbar)
+
+
+ScoreBlock = Callable[[np.ndarray, torch.Tensor], torch.Tensor]  # (query indices, (c, M) buffer) -> scores
+
+
+def score_rows(block: ScoreBlock, m: int, dev: torch.device, ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray,
+               k: int, chunk: int, out: RetrievalOutput, pbar: tqdm[Any]) -> None:
+    """Exact results for the (ascending) query indices ``rows`` against ``m`` candidates, written into ``out`` in
+    place; ``block(r, buf)`` returns the (len(r), m) score block of queries ``r`` (written into ``buf``, fp32 on
+    ``dev``; the inner product for :func:`retrieve`, a pairwise scorer's for :mod:`hnbench.scorers`). One rank,
+    tie and top-k rule for every score (``ptr``/``idx``: canonical CSR positives, :func:`canonical_positives`)."""
     # One score block reused by every chunk: a fresh (chunk, M) allocation per chunk costs as much
     # as the matmul itself on CPU (page faults on ~256 MB each time).
     buf = torch.empty((min(chunk, rows.size), m), device=dev)
@@ -282,9 +319,7 @@ def _torch_rows(q: torch.Tensor, g: torch.Tensor, ptr: np.ndarray, idx: np.ndarr
         c = r.size
         local_np, cols_np = _csr_rows(ptr, idx, r)
         local, cols = torch.from_numpy(local_np).to(dev), torch.from_numpy(cols_np).to(dev)
-        contiguous = int(r[-1]) - int(r[0]) + 1 == c  # slicing avoids an index copy in the common case
-        qc = q[int(r[0]) : int(r[-1]) + 1] if contiguous else q[torch.from_numpy(r)]
-        s = torch.mm(qc.to(dev, non_blocking=True), g.T, out=buf[:c])  # (c, M) fp32
+        s = block(r, buf[:c])  # (c, M) fp32
         gt, n_pos_at_max, gt_idx = _best_positive(s, local, cols)
         # Depth k + #positives + margin: holds the top-k and the best wrong for sure, and the best
         # positive for most queries, so the full-row comparison passes run only for the rest.
@@ -475,7 +510,7 @@ def retrieve(queries: np.ndarray | torch.Tensor, gallery: np.ndarray | torch.Ten
     if device is None:
         device = str(q.device) if q.is_cuda else ("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
-    ptr, idx = _sorted_pairs(*validate_csr(pos_ptr, pos_idx, n, m))
+    ptr, idx = canonical_positives(pos_ptr, pos_idx, n, m)
     name = resolve_backend(backend, dev.type, m)
     k = min(k, m)
     if name == "faiss-gpu" and k + 1 > _FAISS_GPU_MAX_K:
@@ -493,12 +528,7 @@ def retrieve(queries: np.ndarray | torch.Tensor, gallery: np.ndarray | torch.Ten
         # faster than the torch path; the probe in _faiss_phase checks that this data agrees.
         costs = search_calibration.costs(m, _measure_costs)
         name = "faiss" if costs["faiss"] < costs["torch"] else "torch"
-    out = RetrievalOutput(
-        rank=np.zeros(n, np.int64), tied=np.zeros(n, bool), gt_index=np.zeros(n, np.int64),
-        gt_score=np.zeros(n, np.float32), best_wrong_index=np.full(n, -1, np.int64),
-        best_wrong_score=np.full(n, np.nan, np.float32), topk_index=np.zeros((n, k), np.int64),
-        topk_score=np.zeros((n, k), np.float32), backend=name,
-    )
+    out = empty_output(n, k, name)
     log.debug("retrieve: N=%d M=%d d=%d k=%d backend=%s device=%s chunk=%d", n, m, q.shape[1], k, name, dev, chunk)
     with ieee_fp32_matmul(), torch.inference_mode(), tqdm(total=n, desc=desc, unit="q", disable=not progress) as pbar:
         rows = np.arange(n, dtype=np.int64)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.errors import ConfigError, did_you_mean
-from hnbench.registry import TASKS
+from hnbench.registry import SCORERS, TASKS
 from hnbench.validate import (
     BACKENDS,
     DEFAULT_KS,
@@ -236,6 +236,15 @@ class EvalSettings:
     limit: int | None = option(None, group="evaluation", record="if_set", identity=True, minimum=1, metavar="N",
                                help="score a seeded subset of N images (seed: --seed) and their captions, for a quick "
                                     "look: recorded in the result, which is never ranked with full runs")
+    scorer: str = option("cosine", group="evaluation", record="if_set", identity=True, choices=SCORERS.names(),
+                         help=f"how a pair is scored (default: cosine): {SCORERS.describe()}. A pairwise scorer "
+                              "scores every (image, caption) pair exactly, in blocks (memory: the items' states, "
+                              "never an N×M token tensor); only the model's family offers it; its states are never "
+                              "cached")
+    rerank_top: int | None = option(None, group="evaluation", record="if_set", identity=True, minimum=1, metavar="K",
+                                    help="with a pairwise --scorer: re-score only the dual encoder's top K of each "
+                                         "query and re-order them by it; a positive outside them keeps its "
+                                         "dual-encoder rank (> K, below the K re-ranked); recorded in the result")
     text_batch_size: int | None = option(None, group="evaluation", minimum=1,
                                          help="captions per encoder batch (default: max(--batch-size, 64))")
     num_workers: int | None = option(None, group="evaluation", minimum=0,
@@ -268,6 +277,12 @@ class EvalSettings:
         """Every setting (and the output directory), before any model or data is loaded."""
         check_declared(self)
         check_eval(ks=self.ks, device=self.device, output_dir=output_dir, backend=self.backend)
+        for flag, value, plain in (("--task", self.task, "retrieval"), ("--search", self.search, "exact")):
+            if self.scorer != "cosine" and value != plain:
+                raise ConfigError(f"--scorer {self.scorer} scores retrieval exactly: not with {flag} {value}")
+        if self.rerank_top is not None and self.scorer == "cosine":
+            raise ConfigError("--rerank-top K re-ranks the dual encoder's top K with a pairwise --scorer; pass --scorer "
+                              f"NAME ({', '.join(n for n in SCORERS.names() if n != 'cosine')})")
 
     def recorded(self) -> dict[str, Any]:
         """The fields marked ``record``, as written to a result's ``settings`` (tuples as lists), and under

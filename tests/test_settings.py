@@ -61,12 +61,12 @@ def test_cli_and_python_api_make_the_same_settings(tmp_path):
              "--context-length", "77", "--precision", "bf16", "--amp", "--backend", "torch", "--k", "1", "3",
              "--no-ci", "--seed", "5", "--skip-invalid", "--no-cache", "--cache-dir", str(tmp_path / "c"),
              "--search", "approximate", "--overwrite", "--task", "zeroshot", "--templates", "simple",
-             "--prefixes", "captions", "--limit", "4"]
+             "--prefixes", "captions", "--limit", "4", "--scorer", "finelip-finegrained", "--rerank-top", "7"]
     python = EvalSettings(device="cpu", batch_size=8, text_batch_size=16, num_workers=0, context_length=77,
                           precision="bf16", amp=True, backend="torch", ks=[1, 3], ci=False, seed=5,
                           skip_invalid=True, use_cache=False, cache_dir=tmp_path / "c", search="approximate",
                           overwrite=True, progress=False, task="zeroshot", templates="simple", prefixes="captions",
-                          limit=4)
+                          limit=4, scorer="finelip-finegrained", rerank_top=7)
     assert eval_settings(parser.parse_args(["-q", *base, *flags])) == python
     # every field was given a non-default value above, so no flag is silently ignored
     assert all(getattr(python, f.name) != f.default for f in dataclasses.fields(EvalSettings)

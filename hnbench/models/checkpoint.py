@@ -23,7 +23,8 @@ _WRAPPER_PREFIXES = ("clip_model.",)
 # naming them) when the model has no such keys. Any other unexpected key is refused by :func:`load_into`.
 TRAINING_ONLY = {
     "cross_net.": "FineLIP's token aggregation module (its cross-modal late-interaction score, used only by "
-                  "FineLIP's fused --finegrain re-scoring); plain-cosine eval scores the towers alone",
+                  "FineLIP's fused --finegrain re-scoring); plain-cosine eval scores the towers alone "
+                  "(--scorer finelip-finegrained reads them from the file)",
 }
 # A buffer, not a weight: HF CLIP's arange of positions; whether it is saved depends on the transformers version.
 POSITION_IDS_SUFFIX = "embeddings.position_ids"

@@ -10,6 +10,8 @@ name prefixes it claims). It answers:
   (the packages whose versions enter the memo's key), read by :mod:`hnbench.models.remembered`;
 - **text preprocessing**: :meth:`ModelFamily.text_preprocessing` of a loaded encoder (tokenizer, padding,
   case, context length, prompts per direction), recorded with the model;
+- **pairwise scorers**: :meth:`ModelFamily.pair_scorers` (query-conditioned scorers, :mod:`hnbench.scorers`; none for a
+  dual encoder) and :meth:`ModelFamily.pair_scorer_names` (what it offers, asked before anything loads);
 - **remote code**: :meth:`ModelFamily.remote_code` (the release's code files loading would run: refused without
   ``trust_remote_code``, :func:`check_trusted`) and :meth:`ModelFamily.prompts` (the per-direction text prefixes the
   evaluation applies);
@@ -117,6 +119,17 @@ class ModelFamily:
         """The text prefix per retrieval direction (``"query"``, ``"candidate"``) the evaluation applies to a loaded
         encoder's captions; none by default (asked of any encoder, remembered ones included, without building it)."""
         return {}
+
+    def pair_scorers(self, encoder: Any) -> dict[str, Any]:
+        """The query-conditioned scorers (:class:`hnbench.scorers.PairScorer`, by name) a loaded encoder of this family
+        offers beside its cosine (``--scorer NAME``); ``{}`` by default: a dual encoder."""
+        return {}
+
+    def pair_scorer_names(self, model: str, pretrained: str | None) -> list[str] | None:
+        """The names :meth:`pair_scorers` will offer for (``model``, ``pretrained``), known without building it, so a
+        scorer it lacks is refused before the data loads; None: known only once it loads. A family that does not
+        override :meth:`pair_scorers` offers none."""
+        return [] if type(self).pair_scorers is ModelFamily.pair_scorers else None
 
     def check_training(self, model: str) -> None:
         """Refuse (one line, before anything loads) to fine-tune ``model`` where the family cannot be trained at

@@ -332,6 +332,19 @@ class OpenCLIPFamily(ModelFamily):
         return TextPreprocessing(tokenizer=type(encoder.tokenizer).__name__,
                                  context_length=int(encoder.info.context_length), padding="context")
 
+    def pair_scorers(self, encoder: Any) -> dict[str, Any]:
+        """FineLIP's fine-grained scorer where the weights carry its cross-net (a FineLIP run's folder, or a released
+        state dict's ``cross_net.*`` keys): :func:`hnbench.scorers.finelip_scorers`."""
+        from hnbench.scorers import finelip_scorers
+
+        return dict(finelip_scorers(encoder))
+
+    def pair_scorer_names(self, model: str, pretrained: str | None) -> list[str] | None:
+        from hnbench.scorers import FINELIP, finelip_cross_net
+
+        found = finelip_cross_net(pretrained, read=False)
+        return None if found is None else [FINELIP] * bool(found)
+
     def tower_of(self, param_name: str) -> str:
         if "logit_scale" in param_name or "logit_bias" in param_name:
             return "shared"
