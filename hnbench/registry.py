@@ -201,7 +201,7 @@ SCORERS.register("cosine", "hnbench.scorers:CosineScorer",
 SCORERS.register("finelip-finegrained", "hnbench.scorers:FineLIPScorer",
                  help="FineLIP: 0.8·cos + 0.2·its cross-net's late-interaction score; a FineLIP run's checkpoint "
                       "or a state dict with cross_net.* keys")
-SCORERS.register("flair-conditioned", "hnbench.models.flair:FlairScorer",
+SCORERS.register("flair-conditioned", "hnbench.models.flair:FlairConditionedScorer",
                  help="FLAIR: each caption pools the image's tokens by attention; offered by FLAIR's family")
 
 

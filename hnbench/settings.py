@@ -119,21 +119,24 @@ def check_minimums(settings: Any, *, with_key: bool = False) -> None:
         is_float, low = types_[f.name][0] is float, bounds["minimum"]
         if value is None and f.default is None:
             continue
-        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-        label = f"{flag} ({f.name})" if with_key else flag
+        label = _bound_label(f, with_key)
         if is_float:
             check_number(label, value, **bounds)
         elif low is not None:
             check_at_least(label, value, int(low))
         if f.metadata.get("odd") and value and value % 2 == 0:
             raise ConfigError(f"{label} must be 0 or odd, got {value}")
-        if (other := f.metadata.get("not_above")) and value is not None:
+    for f in dataclasses.fields(settings):  # relations between fields, once each field is within its own bounds
+        value, other = getattr(settings, f.name), f.metadata.get("not_above")
+        if other and value is not None and (limit := getattr(settings, other)) is not None and value > limit:
             g = next(g for g in dataclasses.fields(settings) if g.name == other)
-            limit = getattr(settings, other)
-            if limit is not None and value > limit:
-                g_flag = g.metadata.get("flag") or "--" + g.name.replace("_", "-")
-                g_label = f"{g_flag} ({g.name})" if with_key else g_flag
-                raise ConfigError(f"{label} ({value:g}) is above {g_label} ({limit:g})")
+            raise ConfigError(f"{_bound_label(f, with_key)} ({value:g}) is above {_bound_label(g, with_key)} "
+                              f"({limit:g})")
+
+
+def _bound_label(f: dataclasses.Field[Any], with_key: bool) -> str:
+    flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+    return f"{flag} ({f.name})" if with_key else str(flag)
 
 
 def _label(f: dataclasses.Field[Any], with_key: bool) -> str:

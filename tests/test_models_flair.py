@@ -261,6 +261,41 @@ def test_issue24_flair_evaluate_scores_global_mode_on_tiny_synthdense(release, t
     assert r.tokens["n_truncated"] == sum(n > 77 for n in lengths) > 0
 
 
+def test_issue24_flair_conditioned_scorer_end_to_end_equals_the_reference_ranks(release, tmp_path, capsys):
+    """``hnbench eval --scorer flair-conditioned``: FLAIR's paper scoring over the whole gallery, in blocks, gives
+    the ranks of the reference ``get_logits`` over every (image, caption) pair at once; recorded as pairwise."""
+    from hnbench.cli import main
+    from hnbench.data import load_dataset
+    from hnbench.metrics import csr_from_assignment
+    from hnbench.models import load_model
+    from hnbench.results import read_result
+
+    cfg, sd, ckpt = release
+    data = tmp_path / "m.jsonl"
+    pairs = make_pairs(tmp_path, n=6)
+    write_jsonl(data, [{"image": p, "caption": c} for p, c in pairs]
+                + [{"image": pairs[0][0], "caption": "a second caption of the first image"}])
+    out = tmp_path / "out"
+    args = ["eval", "--model", "flair:tiny", "--pretrained", str(ckpt), "--model-config", str(cfg),
+            "--dataset", str(data), "--output", str(out), "--no-ci"]
+    assert main([*args, "--scorer", "flair-conditioned"]) == 0
+    assert "scored by flair-conditioned" in capsys.readouterr().out
+    (r,) = [read_result(f) for f in out.glob("*.json")]
+    assert r.scorer["name"] == "flair-conditioned" and r.scorer["rerank_top"] is None
+    ds = load_dataset(str(data))
+    enc = load_model("flair:tiny", str(ckpt), model_config=cfg)
+    pixels = torch.stack([enc.image_transform(ds.images.open(i)) for i in range(ds.n_images)])
+    with torch.no_grad():
+        s = _reference_get_logits(sd, pixels, enc.tokenize(list(ds.captions)).tokens).T.numpy()  # (texts, images)
+    for direction, scores, (ptr, idx) in (("t2i", s, (np.arange(ds.n_captions + 1), ds.caption_image)),
+                                          ("i2t", s.T, csr_from_assignment(ds.caption_image, ds.n_images))):
+        ranks = np.array([1 + sum(scores[q, j] >= max(scores[q, p] for p in idx[ptr[q]:ptr[q + 1]])
+                                  for j in range(scores.shape[1]) if j not in set(idx[ptr[q]:ptr[q + 1]]))
+                          for q in range(scores.shape[0])])
+        for k in (1, 5):
+            assert r.metrics[direction][f"R@{k}"] == pytest.approx(100 * np.mean(ranks <= k))
+
+
 @pytest.mark.slow
 def test_issue24_flair_cli_eval_on_synthdense_writes_a_global_mode_result(release, tmp_path):
     from hnbench.cli import main

@@ -329,5 +329,9 @@ class FlairFamily(ModelFamily):
         """The pairwise scorers a loaded (or remembered) FLAIR encoder offers: ``flair-conditioned``."""
         return {SCORER: FlairConditionedScorer(encoder)}
 
+    def pair_scorer_names(self, model: str, pretrained: str | None) -> list[str] | None:
+        """Every FLAIR model offers ``flair-conditioned`` (known before it loads)."""
+        return [SCORER]
+
 
 FLAIR = FlairFamily()
