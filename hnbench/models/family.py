@@ -173,7 +173,10 @@ def check_trusted(model: str, pretrained: str | None, trust_remote_code: bool) -
     """Refuse (one line naming the files) a model whose family runs release code unless ``trust_remote_code``; the
     keywords its family's ``load`` then takes (``trust_remote_code=True`` for such a family, none otherwise)."""
     from hnbench.errors import ConfigError
+    from hnbench.models import zoo
 
+    zoo.check(model, pretrained)  # a zoo name whose weights cannot be had: one line, before anything loads
+    model, pretrained = (resolved := zoo.resolve(model, pretrained)).model, resolved.pretrained
     family = family_of(model)
     files = family.remote_code(model, pretrained)
     if not files:
@@ -185,9 +188,10 @@ def check_trusted(model: str, pretrained: str | None, trust_remote_code: bool) -
 
 def family_of(model: str) -> ModelFamily:
     """The adapter of the family that loads ``model`` (a registered plain loader: wrapped, never remembered)."""
+    from hnbench.models.zoo import model_of
     from hnbench.registry import MODELS, model_family
 
-    name = model_family(model)
+    name = model_family(model_of(model))  # a zoo name: its entry's family
     found: Any = MODELS.get(name)
     if isinstance(found, ModelFamily):
         return found

@@ -1,0 +1,224 @@
+"""Issue 24, item 6: the model zoo (``--model NAME``, ``hnbench models``), training-only keys per family, and
+checkpoints of a known family refused when given to another one's loader.
+
+Weights "on this machine" are real files in a temporary Hugging Face cache laid out as huggingface_hub lays it out
+(``models--ORG--NAME/refs/main`` + ``snapshots/COMMIT/FILE``); the network is never asked (conftest sets
+``HF_HUB_OFFLINE``)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import assert_one_line_error, snapshot
+
+from hnbench.cli import main
+from hnbench.models import load_model, zoo
+from hnbench.registry import MODEL_ZOO, MODELS, model_family
+from hnbench.reported import load_published
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_WEIGHTS = ROOT / "hnbench" / "assets" / "hnbench-tiny-synthdense.safetensors"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+# the releases issue 24 names, by the names they are registered under
+ASKED = ("longclip-b16", "longclip-l14", "himo-clip-l14", "siglip2-b16", "siglip2-b16-hf", "metaclip2-h14",
+         "pe-core-l14", "tulip-l14", "lotlip-b16", "goal-b16-docci", "goal-b16-dci", "goal-l14-docci", "goal-l14-dci",
+         "structxlip-b16-docci", "fg-clip2-base", "jina-clip-v2", "dreamlip-b16", "dci_pick1", "dci_pick1_nl0")
+TINY = zoo.ZooEntry("tiny-zoo-test", "open_clip", "hnbench-tiny",
+                    zoo.Weights("hub-file", "hnbench-test/tiny", "tiny.safetensors"), 77, "CLIP BPE",
+                    "hnbench-tiny trained on synthdense, as a hub release (this test's)",
+                    published=(("longclip-model-zoo", "LongCLIP-B/16"),))
+
+
+def _hub_cache(root: Path, repo: str, filename: str, source: Path) -> Path:
+    """``source`` as huggingface_hub caches ``repo``'s ``filename`` at ``main``."""
+    base = root / f"models--{repo.replace('/', '--')}"
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / "main").write_text(COMMIT)
+    target = base / "snapshots" / COMMIT / filename
+    target.parent.mkdir(parents=True)
+    shutil.copyfile(source, target)
+    return target
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch) -> Path:
+    """An empty Hugging Face cache of this test's own (``HF_HUB_CACHE``)."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))  # read once at import: the env alone is too late
+    return cache
+
+
+@pytest.fixture
+def tiny_entry(monkeypatch) -> zoo.ZooEntry:
+    """:data:`TINY` registered in the zoo for this test only."""
+    monkeypatch.setitem(MODEL_ZOO._targets, TINY.name, TINY)
+    monkeypatch.setitem(MODEL_ZOO._spelling, TINY.name, TINY.name)
+    return TINY
+
+
+# --- item 1: the registered entries --------------------------------------------------------------------
+def test_issue24_zoo_registers_every_asked_release_once():
+    assert set(ASKED) <= set(MODEL_ZOO.names())
+    declared = {v.name for v in vars(zoo).values() if isinstance(v, zoo.ZooEntry)}
+    assert declared == set(MODEL_ZOO.names())  # every entry declared in zoo.py is listed, and only those
+    for name in MODEL_ZOO.names():
+        entry = MODEL_ZOO.get(name)
+        assert entry.name == name and entry.family in MODELS and entry.description and entry.text_policy
+        assert model_family(entry.model) == entry.family  # its --model is its family's
+        assert entry.context_length > 0
+    text = (ROOT / "hnbench" / "registry.py").read_text()
+    assert all(text.count(f'("{name}", ') == 1 for name in ASKED)
+
+
+def test_issue24_zoo_names_collide_with_no_architecture_or_prefix():
+    import open_clip
+
+    from hnbench.models.openclip import register_builtin_configs
+
+    register_builtin_configs()
+    archs = {a.lower() for a in open_clip.list_models()}
+    prefixes = [p for name in MODELS.names() for p in MODELS.prefixes(name)]
+    assert prefixes and "hf:" in prefixes
+    for name in MODEL_ZOO.names():
+        assert ":" not in name and "/" not in name, name
+        assert name.lower() not in archs and name.lower().replace("_", "-") not in archs, name
+        assert not any(name.lower().startswith(p) for p in prefixes), name
+        assert name.lower() not in {n.lower() for n in MODELS.names()}, name
+
+
+def test_issue24_zoo_weights_sources_and_published_keys():
+    published = set(zip(*(load_published()[c] for c in ("source", "method")), strict=True))
+    for name in MODEL_ZOO.names():
+        entry = MODEL_ZOO.get(name)
+        w = entry.weights
+        assert w.kind in ("hub-file", "hub-model", "open_clip-tag", "url", "manual")
+        assert set(entry.published) <= published, (name, set(entry.published) - published)
+        if w.kind == "hub-file":
+            assert w.repo and w.filename
+        if w.kind == "url":
+            assert w.url and re.fullmatch(r"[0-9a-f]{64}", str(w.sha256)) and w.folder
+        if w.kind == "manual":
+            assert str(w.page).startswith("https://")
+        if w.kind == "open_clip-tag":
+            import open_clip
+
+            assert open_clip.get_pretrained_cfg(entry.model, str(w.tag)), name
+    # DCI's sha256 as facebookresearch/DCI@8326c97 download.py checks them
+    assert MODEL_ZOO.get("dci_pick1").weights.sha256 == \
+        "225b9e1c88a00a2dd62cd5b0e23d4133efbbffe8d28b6de796ba894db1a2aa6a"
+    assert MODEL_ZOO.get("dci_pick1_nl0").weights.sha256 == \
+        "2943daaba2489492c274284631223e02933cc9436db201c23abe5939ed01d446"
+    assert ("hn-clip-2026-table1", "Long-CLIP (released)") in MODEL_ZOO.get("longclip-l14").published
+    assert MODEL_ZOO.get("jina-clip-v2").trust_remote_code and MODEL_ZOO.get("pe-core-l14").context_length == 32
+    # what suite.md §2 marks unverified is marked so in the entry
+    assert all(MODEL_ZOO.get(n).unverified for n in ("himo-clip-l14", "tulip-l14", "dreamlip-b16", "dci_pick1",
+                                                     "goal-l14-dci", "lotlip-b16", "fg-clip2-base"))
+
+
+# --- item 2: --model NAME ------------------------------------------------------------------------------
+def test_issue24_eval_zoo_name_loads_its_weights_and_records_the_name(tmp_path, hub, tiny_entry):
+    _hub_cache(hub, "hnbench-test/tiny", "tiny.safetensors", TINY_WEIGHTS)
+    out = tmp_path / "out"
+    assert main(["-q", "eval", "--model", "tiny-zoo-test", "--dataset", "synthdense", "--limit", "8",
+                 "--output", str(out), "--num-workers", "0"]) == 0
+    result = json.loads(next(out.rglob("*.json")).read_text())
+    plain = load_model("hnbench-tiny", "synthdense")
+    assert result["model"]["arch"] == "hnbench-tiny"  # the resolved spec
+    assert result["model"]["fingerprint"] == plain.info.fingerprint  # the entry's weights, from the HF cache
+    assert result["model"]["pretrained"] == str(hub / "models--hnbench-test--tiny" / "snapshots" / COMMIT /
+                                                "tiny.safetensors")
+    recorded = result["model"]["extra"]["zoo"]
+    assert recorded["name"] == "tiny-zoo-test" and recorded["family"] == "open_clip"
+    assert recorded["weights"] == "huggingface.co/hnbench-test/tiny tiny.safetensors"
+
+
+def test_issue24_explicit_pretrained_overrides_the_zoo_weights(hub, tiny_entry):
+    enc = load_model("tiny-zoo-test", "synthdense")  # no hub copy needed: the user's weights win
+    assert enc.info.arch == "hnbench-tiny" and enc.info.pretrained == "synthdense"
+    assert enc.info.extra["zoo"]["pretrained"] == "synthdense"
+
+
+def test_issue24_zoo_name_in_the_embedding_cache_path_is_recorded_too(tmp_path, hub, tiny_entry):
+    from hnbench.models.remembered import load_remembered
+
+    _hub_cache(hub, "hnbench-test/tiny", "tiny.safetensors", TINY_WEIGHTS)
+    for _ in range(2):  # built and remembered, then remembered
+        enc = load_remembered("tiny-zoo-test", None, root=tmp_path / "cache")
+        assert enc.info.arch == "hnbench-tiny" and enc.info.extra["zoo"]["name"] == "tiny-zoo-test"
+    assert type(enc).__name__ == "RememberedEncoder"
+
+
+def test_issue24_zoo_download_offline_is_one_line_naming_what_and_where(tmp_path, hub, capsys):
+    before = snapshot(tmp_path)
+    assert main(["-q", "eval", "--model", "longclip-l14", "--dataset", "synthdense",
+                 "--output", str(tmp_path / "out")]) == 2
+    assert_one_line_error(capsys.readouterr().err, "zoo model longclip-l14", "BeichenZhang/LongCLIP-L",
+                          "longclip-L.pt", "HF_HUB_OFFLINE", "--pretrained FILE")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("name", ["goal-l14-docci", "tulip-l14", "dreamlip-b16"])
+def test_issue24_manual_zoo_entry_says_where_to_get_the_file(tmp_path, name, capsys):
+    before = snapshot(tmp_path)
+    assert main(["-q", "eval", "--model", name, "--dataset", "synthdense", "--output", str(tmp_path / "out")]) == 2
+    page = str(MODEL_ZOO.get(name).weights.page).split()[0]
+    assert_one_line_error(capsys.readouterr().err, f"zoo model {name}", "--pretrained FILE", page)
+    assert snapshot(tmp_path) == before
+
+
+def test_issue24_zoo_remote_entry_still_needs_trust_remote_code(tmp_path, capsys):
+    from hnbench.models.family import family_of
+
+    assert family_of("jina-clip-v2").name == "remote"  # the entry's family answers for it
+    assert zoo.resolve("jina-clip-v2", None).model == "remote:jinaai/jina-clip-v2"
+
+
+# --- item 3: hnbench models ----------------------------------------------------------------------------
+def test_issue24_list_models_names_families_entries_and_what_is_on_this_machine(hub, tiny_entry, capsys):
+    import hnbench
+
+    frame = hnbench.list_models()
+    assert set(MODELS.names()) | set(MODEL_ZOO.names()) == set(frame["name"])
+    fam = frame.set_index("name")
+    assert fam.loc["hf", "kind"] == "family" and "hf:" in fam.loc["hf", "model"]
+    assert fam.loc["tiny-zoo-test", "on_machine"] is False  # not in the cache yet
+    assert fam.loc["goal-l14-docci", "on_machine"] is None  # manual: where the user put it
+    assert fam.loc["longclip-l14", "context"] == 248 and fam.loc["pe-core-l14", "context"] == 32
+    assert "--reported" in fam.loc["longclip-l14", "reference"] and "urban1k 86.1/82.5" in \
+        fam.loc["longclip-l14", "reference"]  # the best R@1 of its linked rows (hn-clip-2026-table1's urban1k)
+    _hub_cache(hub, "hnbench-test/tiny", "tiny.safetensors", TINY_WEIGHTS)
+    assert hnbench.list_models().set_index("name").loc["tiny-zoo-test", "on_machine"] is True
+
+    assert main(["models", "--family", "open_clip"]) == 0
+    md = capsys.readouterr().out
+    lines = md.splitlines()
+    assert lines[0].startswith("| name") and all(line.startswith("|") for line in lines)
+    assert "| tiny-zoo-test " in md and "| yes " in md and "lotlip-b16" not in md
+    assert "dci\\_pick1" not in md and main(["models", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["name"] for r in rows} == set(frame["name"]) and {r["kind"] for r in rows} == {"family", "zoo"}
+    assert main(["models", "--format", "csv", "--family", "hf"]) == 0
+    csv_lines = capsys.readouterr().out.splitlines()
+    assert csv_lines[0].startswith("kind,name,family,model,context") and any("dci_pick1," in x for x in csv_lines)
+
+
+def test_issue24_models_markdown_escapes_what_it_shows():
+    import pandas as pd
+
+    frame = pd.DataFrame([{"name": "a|b", "family": "x", "model": "<b>m</b>", "context": 1, "weights": "*w*",
+                           "on_machine": None, "reference": ""}])
+    md = zoo.render_models(frame)
+    assert "a\\|b" in md and "\\<b\\>" in md and "\\*w\\*" in md and "<b>" not in md
+
+
+def test_issue24_models_unknown_family_is_one_line(capsys):
+    assert main(["models", "--family", "nope"]) == 2
+    assert_one_line_error(capsys.readouterr().err, "nope", "open_clip")
