@@ -8,11 +8,13 @@ Weights "on this machine" are real files in a temporary Hugging Face cache laid 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import assert_one_line_error, snapshot
 
 from hnbench.cli import main
@@ -222,3 +224,62 @@ def test_issue24_models_markdown_escapes_what_it_shows():
 def test_issue24_models_unknown_family_is_one_line(capsys):
     assert main(["models", "--family", "nope"]) == 2
     assert_one_line_error(capsys.readouterr().err, "nope", "open_clip")
+
+
+# --- item 4: training-only keys, per family ------------------------------------------------------------
+def _longclip_layout(micro, extra: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A Long-CLIP-format release of ``micro``'s towers (its two position tables) with ``extra`` modules."""
+    sd = {k: v.clone() for k, v in micro.model.state_dict().items()}
+    pe = sd["positional_embedding"]
+    sd["positional_embedding"] = torch.cat([pe[:20], torch.randn_like(pe[20:])])
+    sd["positional_embedding_res"] = torch.cat([torch.randn_like(pe[:20]), pe[20:]])
+    return {**sd, **extra}
+
+
+def test_issue24_training_only_keys_are_declared_per_family():
+    from hnbench.models import checkpoint
+    from hnbench.models.family import as_family
+
+    assert not hasattr(checkpoint, "TRAINING_ONLY")  # no global table any more
+    assert set(as_family("open_clip").training_only_keys) == {"cross_net.", "mask_net."}
+    for name in ("hf", "tulip", "lotlip"):  # as before: FineLIP's module only
+        assert set(as_family(name).training_only_keys) == {"cross_net."}, name
+    assert dict(as_family("remote").training_only_keys) == {}
+
+
+def test_issue24_smartclip_mask_net_is_dropped_with_a_warning_naming_it(micro_config, tmp_path, caplog):
+    torch.manual_seed(0)
+    micro = load_model("hnb-micro", model_config=str(micro_config))
+    mask_net = {"mask_net.0.weight": torch.randn(8, 32), "mask_net.0.bias": torch.zeros(8),
+                "mask_net.2.weight": torch.randn(1, 8)}
+    path = tmp_path / "smartclip-B.pt"
+    torch.save({"state_dict": _longclip_layout(micro, mask_net)}, path)
+    with caplog.at_level(logging.WARNING, logger="hnbench.models.checkpoint"):
+        enc = load_model("hnb-micro", str(path), model_config=str(micro_config))
+    warned = [r.getMessage() for r in caplog.records if "mask_net" in r.getMessage()]
+    assert len(warned) == 1 and "ignoring 3 keys of mask_net" in warned[0] and "SmartCLIP" in warned[0]
+    assert all(k in warned[0] for k in mask_net)
+    assert enc.info.fingerprint == micro.info.fingerprint  # the towers, exactly
+
+
+def test_issue24_keep_a_training_only_prefix_when_asked():
+    from hnbench.models.checkpoint import FINELIP_CROSS_NET, drop_training_only
+
+    sd = {"a.w": torch.zeros(1), "cross_net.x": torch.ones(1)}
+    assert set(drop_training_only(sd, {"a.w"}, "f", FINELIP_CROSS_NET)) == {"a.w"}
+    assert set(drop_training_only(sd, {"a.w"}, "f", FINELIP_CROSS_NET, keep=("cross_net.",))) == set(sd)
+
+
+def test_issue24_unknown_module_in_a_longclip_release_is_refused_listing_it(micro_config, tmp_path, capsys):
+    torch.manual_seed(0)
+    micro = load_model("hnb-micro", model_config=str(micro_config))
+    path = tmp_path / "odd-B.pt"
+    torch.save(_longclip_layout(micro, {"foo.w": torch.randn(4, 4), "foo.b": torch.zeros(4),
+                                        "mask_net.0.weight": torch.randn(2, 2)}), path)
+    before = snapshot(tmp_path)
+    assert main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--pretrained", str(path),
+                 "--dataset", "synthdense", "--limit", "4", "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert_one_line_error(err, "unexpected keys (2)", "foo.b", "foo.w")
+    assert "mask_net" not in err  # the allow-listed module is dropped, not listed
+    assert snapshot(tmp_path) == before

@@ -10,6 +10,8 @@ name prefixes it claims). It answers:
   (the packages whose versions enter the memo's key), read by :mod:`hnbench.models.remembered`;
 - **text preprocessing**: :meth:`ModelFamily.text_preprocessing` of a loaded encoder (tokenizer, padding,
   case, context length, prompts per direction), recorded with the model;
+- **training-only keys**: :attr:`ModelFamily.training_only_keys` (modules its releases carry that scoring never
+  uses: dropped with a warning; any other unexpected key is refused);
 - **remote code**: :meth:`ModelFamily.remote_code` (the release's code files loading would run: refused without
   ``trust_remote_code``, :func:`check_trusted`) and :meth:`ModelFamily.prompts` (the per-direction text prefixes the
   evaluation applies);
@@ -29,9 +31,10 @@ taken for a random init.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from torch import Tensor
@@ -77,6 +80,9 @@ class ModelFamily:
     framework: str | None = None  # the ``info.framework`` its encoders report, if the family declares one
     export_names: tuple[str, ...] = ()  # the entries :meth:`export` writes into a training run's folder
     library_versions: tuple[str, ...] = LIBRARY_VERSIONS
+    # key prefix → why: modules its released checkpoints carry beside the towers that plain-cosine scoring never
+    # uses (dropped with a WARNING naming them; any other unexpected key is refused, listed)
+    training_only_keys: Mapping[str, str] = MappingProxyType({})
 
     def __init__(self, loader: Callable[..., Encoder] | None = None):
         self._loader = loader

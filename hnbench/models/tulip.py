@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -24,7 +25,7 @@ from torch import nn
 
 from hnbench.errors import ConfigError
 from hnbench.models.base import ModelInfo, state_dict_fingerprint
-from hnbench.models.checkpoint import load_checkpoint, read_state_dict
+from hnbench.models.checkpoint import FINELIP_CROSS_NET, load_checkpoint, read_state_dict
 from hnbench.models.family import RANDOM_INIT
 from hnbench.models.openclip import (
     OpenCLIPEncoder,
@@ -206,7 +207,7 @@ def load_tulip(model: str, pretrained: str | None = None, *, model_config: str |
             logger.info("%s: ignoring %s (unused by the RoPE text tower)", local_file, ", ".join(dropped))
         sd = {k: v for k, v in sd.items() if k not in UNUSED_KEYS}
         sd.setdefault("logit_scale", clip.logit_scale.detach().clone())  # a distilled text file has none
-        load_checkpoint(clip, sd, f"TULIP checkpoint {local_file}")
+        load_checkpoint(clip, sd, f"TULIP checkpoint {local_file}", TULIP.training_only_keys)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     if dtype is not None:
         clip.to(dtype)
@@ -224,6 +225,7 @@ class TulipFamily(OpenCLIPFamily):
     a RoPE text tower that has no position table to stretch."""
 
     name = "tulip"
+    training_only_keys = MappingProxyType(FINELIP_CROSS_NET)  # as before families declared their own
 
     def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
              context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
