@@ -283,3 +283,44 @@ def test_issue24_unknown_module_in_a_longclip_release_is_refused_listing_it(micr
     assert_one_line_error(err, "unexpected keys (2)", "foo.b", "foo.w")
     assert "mask_net" not in err  # the allow-listed module is dropped, not listed
     assert snapshot(tmp_path) == before
+
+
+# --- item 5: another family's checkpoint given to the open_clip loader ----------------------------------
+def _tulip_text_only(tmp_path):
+    """A distilled TULIP text tower (main_distill_rope.py's student state dict) for the test's tiny architecture."""
+    from test_models_tulip import _release_state_dict, _save_release, _tiny_config
+
+    cfg = _tiny_config(tmp_path)
+    arch, sd = _release_state_dict(cfg)
+    text = {k: v for k, v in sd.items() if not k.startswith("visual.") and k not in ("positional_embedding",
+                                                                                     "logit_scale")}
+    return cfg, arch, _save_release(tmp_path / "tulip-text.pt", text)
+
+
+def test_issue24_tulip_text_tower_given_to_open_clip_names_the_tulip_family(tmp_path, capsys):
+    cfg, arch, path = _tulip_text_only(tmp_path)
+    before = snapshot(tmp_path)
+    assert main(["-q", "eval", "--model", arch, "--model-config", str(cfg), "--pretrained", str(path),
+                 "--dataset", "synthdense", "--limit", "4", "--output", str(tmp_path / "out")]) == 2
+    assert_one_line_error(capsys.readouterr().err, "TULIP's RoPE text tower", f"--model tulip:{arch}",
+                          "image tower")
+    assert snapshot(tmp_path) == before
+
+
+def test_issue24_tulip_text_only_checkpoint_says_what_it_needs(tmp_path, capsys):
+    cfg, arch, path = _tulip_text_only(tmp_path)
+    assert main(["-q", "eval", "--model", f"tulip:{arch}", "--model-config", str(cfg), "--pretrained", str(path),
+                 "--dataset", "synthdense", "--limit", "4", "--output", str(tmp_path / "out")]) == 2
+    assert_one_line_error(capsys.readouterr().err, "only TULIP's RoPE text tower", "no visual.* keys",
+                          "add the teacher's", "visual.* keys")
+
+
+def test_issue24_families_declare_the_signatures_the_open_clip_loader_asks():
+    from hnbench.models.family import as_family, claimed_elsewhere
+
+    sd = {"token_embedding.weight": torch.zeros(1), "transformer.resblocks.0.ln_1.weight": torch.zeros(1)}
+    assert "tulip:ViT-L-14" in str(as_family("tulip").claims(sd, "ViT-L-14"))
+    assert as_family("open_clip").claims(sd, "ViT-L-14") is None  # the default: nothing claimed
+    assert as_family("tulip").claims({**sd, "positional_embedding": torch.zeros(1)}, "ViT-L-14") is None
+    assert "tulip:" in str(claimed_elsewhere(sd, as_family("open_clip"), "ViT-L-14"))
+    assert claimed_elsewhere(sd, as_family("tulip"), "ViT-L-14") is None  # a family never refuses its own

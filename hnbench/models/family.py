@@ -43,6 +43,7 @@ from hnbench.errors import ConfigError
 from hnbench.models.base import Encoder
 
 __all__ = ["LIBRARY_VERSIONS", "RANDOM_INIT", "ModelFamily", "TextPreprocessing", "as_family", "check_trusted",
+           "claimed_elsewhere",
            "export_names", "family_of", "remote_code_refusal"]
 
 # Stands in for the weights file of a random-init model: its weights are a function of the init seed.
@@ -113,6 +114,12 @@ class ModelFamily:
     def check(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None) -> None:
         """What can be checked of (``model``, ``pretrained``) without building anything (one line each); by
         default nothing: the family checks when it loads."""
+
+    def claims(self, state_dict: Mapping[str, Tensor], arch: str) -> str | None:
+        """Why ``state_dict`` (a checkpoint another family's loader was given for architecture ``arch``) is this
+        family's release, with what to pass instead (one phrase), else None: another family's loader refuses it
+        (:func:`claimed_elsewhere`) rather than loading it wrong. By default nothing is claimed."""
+        return None
 
     def remote_code(self, model: str, pretrained: str | None) -> list[str]:
         """The code files of the release that loading ``model`` would run (transformers' ``auto_map``); a family
@@ -190,6 +197,20 @@ def check_trusted(model: str, pretrained: str | None, trust_remote_code: bool) -
     if not trust_remote_code:
         raise ConfigError(remote_code_refusal(model, files))
     return {"trust_remote_code": True}
+
+
+def claimed_elsewhere(state_dict: Mapping[str, Tensor], loading: ModelFamily, arch: str) -> str | None:
+    """The first registered family other than ``loading`` that :meth:`~ModelFamily.claims` ``state_dict`` (its
+    reason and advice), else None: the key signatures every family declares, asked by a loader before it loads."""
+    from hnbench.registry import MODELS
+
+    for name in MODELS.names():
+        found: Any = MODELS.get(name)
+        if isinstance(found, ModelFamily) and found is not loading:
+            why = found.claims(state_dict, arch)
+            if why:
+                return why
+    return None
 
 
 def family_of(model: str) -> ModelFamily:

@@ -28,7 +28,7 @@ from hnbench.models.checkpoint import (
     read_state_dict,
     save_state_dict,
 )
-from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing
+from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing, claimed_elsewhere
 from hnbench.models.longclip_tables import convert_longclip_state_dict
 from hnbench.models.tags import check_tag, offline_download
 from hnbench.validate import check_model_config_name
@@ -253,6 +253,9 @@ def load_openclip(
         if "logit_scale" in sd and sd["logit_scale"].ndim != model.logit_scale.ndim:
             sd["logit_scale"] = sd["logit_scale"].reshape(model.logit_scale.shape)
         own = model.state_dict()
+        other = claimed_elsewhere(sd, OPEN_CLIP, arch)  # another family's release: refused, not loaded wrong
+        if other:
+            raise CheckpointError(f"checkpoint {local_file}: {other}")
         sd = drop_training_only(sd, own, f"checkpoint {local_file}", OPEN_CLIP.training_only_keys)
         sd = _fit_positional_embedding(model, sd, str(local_file))
         load_into(model, {k: v.to(own[k].dtype) if k in own else v for k, v in sd.items()},
