@@ -22,7 +22,6 @@ if TYPE_CHECKING:  # for the entries' types only: importing them here would load
     from hnbench.data.base import ImageTextDataset
     from hnbench.data.benchmarks.spec import BenchmarkSpec
     from hnbench.models.base import Encoder
-    from hnbench.models.zoo import ZooEntry
     from hnbench.tasks import Task
 
 __all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "MODEL_ZOO", "OBJECTIVES", "RECIPES", "RECIPE_DIR", "SUITES", "TASKS",
@@ -186,7 +185,7 @@ def model_family(model: str) -> str:
 # --- the model zoo: released checkpoints by name (--model longclip-l14), each a ZooEntry declared in
 # hnbench/models/zoo.py (family, --model/--pretrained it expands to, weights source, context, text policy, the
 # published rows it links); `hnbench models` lists them. A name is no open_clip architecture and no family prefix.
-MODEL_ZOO: Registry[ZooEntry] = Registry("zoo model")
+MODEL_ZOO: Registry[Any] = Registry("zoo model")  # of hnbench.models.zoo.ZooEntry (it imports this module)
 for _name, _entry in (
         ("longclip-b16", "LONGCLIP_B16"), ("longclip-l14", "LONGCLIP_L14"), ("himo-clip-l14", "HIMO_CLIP_L14"),
         ("siglip2-b16", "SIGLIP2_B16"), ("siglip2-b16-hf", "SIGLIP2_B16_HF"), ("metaclip2-h14", "METACLIP2_H14"),

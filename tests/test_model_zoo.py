@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_one_line_error, snapshot
+from conftest import assert_one_line_error, make_pairs, snapshot, write_jsonl
 
 from hnbench.cli import main
 from hnbench.models import load_model, zoo
@@ -140,6 +140,26 @@ def test_issue24_eval_zoo_name_loads_its_weights_and_records_the_name(tmp_path, 
     recorded = result["model"]["extra"]["zoo"]
     assert recorded["name"] == "tiny-zoo-test" and recorded["family"] == "open_clip"
     assert recorded["weights"] == "huggingface.co/hnbench-test/tiny tiny.safetensors"
+
+
+@pytest.mark.slow
+def test_issue24_zoo_name_works_for_hardness_suite_and_train(tmp_path, hub, tiny_entry):
+    import hnbench
+
+    _hub_cache(hub, "hnbench-test/tiny", "tiny.safetensors", TINY_WEIGHTS)
+    plain = load_model("hnbench-tiny", "synthdense").info.fingerprint
+    captions = [f"a {c} square beside {n} circles" for c in ("red", "blue", "green", "pink") for n in range(4)]
+    rep = hnbench.hardness(captions, "tiny-zoo-test", batch_size=4, n_batches=2, progress=False, num_workers=0)
+    assert rep.encoder["fingerprint"] == plain  # the entry's weights embedded the captions
+    suite = hnbench.run_suite("synthdense", ["tiny-zoo-test"], output_dir=tmp_path / "suite", limit=8,
+                              progress=False, num_workers=0, ci=False)
+    assert not suite.failures
+    result = json.loads(next((tmp_path / "suite").rglob("*__synthdense-test__*.json")).read_text())
+    assert result["model"]["fingerprint"] == plain and result["model"]["extra"]["zoo"]["name"] == "tiny-zoo-test"
+    data = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in make_pairs(tmp_path, n=8)])
+    cfg = hnbench.TrainConfig(model="tiny-zoo-test", dataset=str(data), epochs=1, batch_size=4, num_workers=0,
+                              output=str(tmp_path / "run"))
+    assert hnbench.train(cfg, progress=False).name == "checkpoint.safetensors"
 
 
 def test_issue24_explicit_pretrained_overrides_the_zoo_weights(hub, tiny_entry):
@@ -324,3 +344,19 @@ def test_issue24_families_declare_the_signatures_the_open_clip_loader_asks():
     assert as_family("tulip").claims({**sd, "positional_embedding": torch.zeros(1)}, "ViT-L-14") is None
     assert "tulip:" in str(claimed_elsewhere(sd, as_family("open_clip"), "ViT-L-14"))
     assert claimed_elsewhere(sd, as_family("tulip"), "ViT-L-14") is None  # a family never refuses its own
+
+
+# --- item 6: the README's model zoo section ------------------------------------------------------------
+def test_issue24_readme_model_zoo_table_is_the_registry():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Model zoo", 1)[1].split("\n### ", 1)[0]
+    assert zoo.zoo_table() in section  # every entry, as registered
+    for claim in ("hnbench models", "--format md|csv|json", "--family F", "hnbench.list_models(family=None)",
+                  "model.extra.zoo", "`cross_net.*`", "`mask_net.*`", "ModelFamily.training_only_keys",
+                  "ModelFamily.claims", "--trust-remote-code", "`--pretrained FILE`"):
+        assert claim in section, claim
+    assert set(re.findall(r"\| `([a-z0-9_.-]+)` \| (?:open_clip|hf|tulip|lotlip|remote) \|", section)) == \
+        set(MODEL_ZOO.names())
+    from hnbench.cli import build_parser
+
+    assert "models" in build_parser()._subparsers._group_actions[0].choices  # the command the section names

@@ -187,7 +187,10 @@ def entry_of(model: str) -> ZooEntry | None:
     """The zoo entry named ``model`` (case-insensitive), else None."""
     from hnbench.registry import MODEL_ZOO
 
-    return MODEL_ZOO.get(model) if isinstance(model, str) and model in MODEL_ZOO else None
+    if not (isinstance(model, str) and model in MODEL_ZOO):
+        return None
+    entry: ZooEntry = MODEL_ZOO.get(model)
+    return entry
 
 
 def model_of(model: str) -> str:
@@ -389,7 +392,7 @@ def list_models(family: str | None = None) -> pd.DataFrame:
                      "context": None, "text_policy": "", "weights": "", "on_machine": None, "reference": "",
                      "description": MODELS.help(name)})
     for name in MODEL_ZOO.names():
-        e = MODEL_ZOO.get(name)
+        e: ZooEntry = MODEL_ZOO.get(name)
         rows.append({"kind": "zoo", "name": e.name, "family": e.family, "model": e.model, "context": e.context_length,
                      "text_policy": e.text_policy, "weights": e.weights.describe(), "on_machine": on_machine(e),
                      "reference": reference_numbers(e), "description": e.description + (
@@ -431,3 +434,17 @@ def render_models(frame: pd.DataFrame, fmt: str = "md") -> str:
 
     rows = [[cell(v) for v in r] for r in frame.loc[:, list(_MD_COLUMNS)].itertuples(index=False)]
     return tabulate(rows, headers=list(_MD_COLUMNS), tablefmt="github", disable_numparse=True)
+
+
+def zoo_table() -> str:
+    """The registered entries as the README's Markdown table (name, family, ``--model``, context, weights); a test
+    checks the README shows exactly this."""
+    from hnbench.io import markdown_code, markdown_text
+    from hnbench.registry import MODEL_ZOO
+
+    lines = ["| name | family | `--model` | context | weights |", "|---|---|---|---|---|"]
+    for name in MODEL_ZOO.names():
+        e: ZooEntry = MODEL_ZOO.get(name)
+        lines.append(f"| {markdown_code(e.name)} | {e.family} | {markdown_code(e.model)} | {e.context_length} | "
+                     f"{markdown_text(e.weights.describe())} |")
+    return "\n".join(lines)
