@@ -187,6 +187,22 @@ def test_issue24_zoo_download_offline_is_one_line_naming_what_and_where(tmp_path
     assert snapshot(tmp_path) == before
 
 
+def test_issue24_zoo_download_that_fails_is_one_line_too(hub, tiny_entry, monkeypatch):
+    from huggingface_hub import constants
+
+    from hnbench.errors import CheckpointError
+    from hnbench.models import tags
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(tags, "_reachable", lambda host, port=443: True)  # the host answers ...
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # ... but the download itself fails, at once
+    with pytest.raises(CheckpointError) as e:
+        load_model("tiny-zoo-test")
+    assert str(e.value).startswith("zoo model tiny-zoo-test: cannot fetch huggingface.co/hnbench-test/tiny "
+                                   "tiny.safetensors (") and "\n" not in str(e.value)
+    assert str(e.value).endswith("fetch it by hand and pass --pretrained FILE")
+
+
 @pytest.mark.parametrize("name", ["goal-l14-docci", "tulip-l14", "dreamlip-b16"])
 def test_issue24_manual_zoo_entry_says_where_to_get_the_file(tmp_path, name, capsys):
     before = snapshot(tmp_path)

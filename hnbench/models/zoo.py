@@ -300,7 +300,12 @@ def fetch(entry: ZooEntry) -> str | None:
         if found is None:
             from huggingface_hub import hf_hub_download
 
-            found = hf_hub_download(str(w.repo), str(w.filename), revision=w.revision)
+            try:
+                found = hf_hub_download(str(w.repo), str(w.filename), revision=w.revision)
+            except Exception as e:  # huggingface_hub raises many types (offline, HTTP, auth, a missing file)
+                first = (str(e).strip().splitlines() or [""])[0][:200]
+                raise CheckpointError(f"zoo model {entry.name}: cannot fetch {w.describe()} ({type(e).__name__}: "
+                                      f"{first}); fetch it by hand and pass --pretrained FILE") from None
         return found
     if w.kind == "url":
         return str(_fetch_url(entry))
