@@ -178,12 +178,21 @@ def test_issue24_zoo_name_in_the_embedding_cache_path_is_recorded_too(tmp_path, 
     assert type(enc).__name__ == "RememberedEncoder"
 
 
-def test_issue24_zoo_download_offline_is_one_line_naming_what_and_where(tmp_path, hub, capsys):
+@pytest.mark.parametrize(("name", "words"), [
+    ("longclip-l14", ("BeichenZhang/LongCLIP-L", "longclip-L.pt", "--pretrained FILE")),
+    ("siglip2-b16-hf", ("huggingface.co/google/siglip2-base-patch16-224", "--model with a local copy")),
+    ("dci_pick1", ("dl.fbaipublicfiles.com/densely_captioned_images/dci_pick1.tar.gz", "cannot be reached",
+                   "--pretrained FILE"))])
+def test_issue24_zoo_download_offline_is_one_line_naming_what_and_where(tmp_path, hub, capsys, monkeypatch, name,
+                                                                        words):
+    from hnbench.models import tags
+
+    monkeypatch.setenv("HNBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(tags, "_reachable", lambda host, port=443: False)  # no network, whatever this machine has
     before = snapshot(tmp_path)
-    assert main(["-q", "eval", "--model", "longclip-l14", "--dataset", "synthdense",
-                 "--output", str(tmp_path / "out")]) == 2
-    assert_one_line_error(capsys.readouterr().err, "zoo model longclip-l14", "BeichenZhang/LongCLIP-L",
-                          "longclip-L.pt", "HF_HUB_OFFLINE", "--pretrained FILE")
+    assert main(["-q", "eval", "--model", name, "--dataset", "synthdense", "--output", str(tmp_path / "out")]) == 2
+    why = () if name == "dci_pick1" else ("HF_HUB_OFFLINE",)
+    assert_one_line_error(capsys.readouterr().err, f"zoo model {name}", *words, *why)
     assert snapshot(tmp_path) == before
 
 

@@ -278,12 +278,13 @@ def check(model: str, pretrained: str | None) -> None:
 
         check_tag(entry.model, str(w.tag))  # open_clip's offline answer, now rather than after the data loads
         return
-    if w.kind not in ("hub-file", "url") or on_machine(entry):
-        return  # a hub model: its family downloads it and answers
+    if on_machine(entry):
+        return
     why = _offline_reason(_source_url(entry))
     if why is not None:
+        instead = "--pretrained FILE" if w.kind in ("hub-file", "url") else "--model with a local copy of the repo"
         raise CheckpointError(f"zoo model {entry.name}: its weights need a download from {w.describe()} and {why}; "
-                              "fetch them once with the internet (they are cached), or pass --pretrained FILE")
+                              f"fetch them once with the internet (they are cached), or pass {instead}")
 
 
 def fetch(entry: ZooEntry) -> str | None:
