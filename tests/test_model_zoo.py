@@ -385,3 +385,47 @@ def test_issue24_readme_model_zoo_table_is_the_registry():
     from hnbench.cli import build_parser
 
     assert "models" in build_parser()._subparsers._group_actions[0].choices  # the command the section names
+
+
+def _url_entry(tmp_path, digest: str | None = None) -> tuple[zoo.ZooEntry, Path]:
+    """A zoo entry whose weights are a ``.tar.gz`` at a ``file://`` URL (DCI's release form), and the archive."""
+    import hashlib
+    import tarfile
+
+    archive = tmp_path / "release" / "tiny_pick.tar.gz"
+    archive.parent.mkdir()
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(TINY_WEIGHTS, arcname="tiny_pick/model.safetensors")
+    sha = digest or hashlib.sha256(archive.read_bytes()).hexdigest()
+    entry = zoo.ZooEntry("tiny-url-test", "open_clip", "hnbench-tiny",
+                         zoo.Weights("url", url=archive.as_uri(), sha256=sha, folder="tiny_pick/model.safetensors"),
+                         77, "CLIP BPE", "hnbench-tiny as a tarball release (this test's)")
+    return entry, archive
+
+
+def test_issue24_url_release_is_checked_unpacked_and_loaded(tmp_path, monkeypatch):
+    from hnbench.models import tags
+
+    entry, _ = _url_entry(tmp_path)
+    monkeypatch.setitem(MODEL_ZOO._targets, entry.name, entry)
+    monkeypatch.setenv("HNBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(tags, "_reachable", lambda host, port=443: True)
+    assert zoo.on_machine(entry) is False
+    enc = load_model("tiny-url-test")
+    assert enc.info.fingerprint == load_model("hnbench-tiny", "synthdense").info.fingerprint
+    unpacked = tmp_path / "cache" / "models" / "tiny-url-test" / "tiny_pick" / "model.safetensors"
+    assert enc.info.pretrained == str(unpacked) and zoo.on_machine(entry) is True
+    assert sorted(p.name for p in (tmp_path / "cache" / "models").iterdir()) == ["tiny-url-test"]  # no leftovers
+
+
+def test_issue24_url_release_with_another_sha256_is_refused_and_leaves_nothing(tmp_path, monkeypatch):
+    from hnbench.errors import CheckpointError
+    from hnbench.models import tags
+
+    entry, _ = _url_entry(tmp_path, digest="0" * 64)
+    monkeypatch.setitem(MODEL_ZOO._targets, entry.name, entry)
+    monkeypatch.setenv("HNBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(tags, "_reachable", lambda host, port=443: True)
+    with pytest.raises(CheckpointError, match="not the published 0000"):
+        load_model("tiny-url-test")
+    assert list((tmp_path / "cache" / "models").iterdir()) == [] and zoo.on_machine(entry) is False

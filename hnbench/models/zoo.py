@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from hnbench.errors import CheckpointError, ConfigError
+from hnbench.errors import CheckpointError, ConfigError, DataError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,7 +39,7 @@ class Weights:
     """Where an entry's weights come from. ``kind``: ``"hub-file"`` (``repo`` / ``filename`` at ``revision``),
     ``"hub-model"`` (a transformers repo the family downloads itself; ``revision`` passed as ``--pretrained``),
     ``"open_clip-tag"`` (``tag``: open_clip downloads it), ``"url"`` (a ``.tar.gz`` checked against ``sha256``,
-    unpacked into hnbench's cache; ``folder``: the directory inside it that is the weights) or ``"manual"``
+    unpacked into hnbench's cache; ``folder``: the directory (or file) inside it that is the weights) or ``"manual"``
     (``page``: where a person gets them; hnbench cannot)."""
 
     kind: str
@@ -237,7 +237,7 @@ def on_machine(entry: ZooEntry) -> bool | None:
 
         return _local_copy(open_clip.get_pretrained_cfg(model_of(entry.model), str(w.tag)))[0] is not None
     if w.kind == "url":
-        return _url_weights(entry).is_dir()
+        return _url_weights(entry).exists()
     return None
 
 
@@ -323,23 +323,28 @@ def _fetch_url(entry: ZooEntry) -> Path:
     from hnbench.io import sha256_file
 
     target = _url_weights(entry)
-    if target.is_dir():
+    if target.exists():
         return target
     w = entry.weights
     root = _url_dir(entry)
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}-", dir=root.parent))
     try:
-        archive = fetch_url(str(w.url), tmp / os.path.basename(urllib.parse.urlsplit(str(w.url)).path))
+        try:
+            archive = fetch_url(str(w.url), tmp / os.path.basename(urllib.parse.urlsplit(str(w.url)).path),
+                                progress=False)
+        except DataError as e:
+            raise CheckpointError(f"zoo model {entry.name}: {str(e).split('; offline?')[0]}; fetch and unpack it by "
+                                  f"hand and pass --pretrained {w.folder or 'PATH'}") from None
         digest = sha256_file(archive)
         if digest != w.sha256:
             raise CheckpointError(f"zoo model {entry.name}: {w.url} has sha256 {digest}, not the published {w.sha256}")
         extract(archive, tmp / "unpacked")
+        if not (tmp / "unpacked" / str(w.folder or "")).exists():
+            raise CheckpointError(f"zoo model {entry.name}: {w.url} holds no {w.folder}")
         (tmp / "unpacked").replace(root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if not target.is_dir():
-        raise CheckpointError(f"zoo model {entry.name}: {w.url} holds no {w.folder}/ folder")
     return target
 
 
