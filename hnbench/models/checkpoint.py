@@ -7,6 +7,7 @@ import pickle
 import zipfile
 from collections.abc import Collection, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import torch
 
@@ -83,7 +84,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def drop_training_only(state_dict: dict[str, torch.Tensor], model_keys: set[str] | dict[str, torch.Tensor],
-                       source: str, training_only: Mapping[str, str], *,
+                       source: str, training_only: Mapping[str, str] = MappingProxyType({}), *,
                        keep: Collection[str] = ()) -> dict[str, torch.Tensor]:
     """``state_dict`` without the ``training_only`` modules (key prefix → why: the loading family's
     :attr:`~hnbench.models.family.ModelFamily.training_only_keys`) the model lacks; one WARNING per module names the
@@ -153,9 +154,10 @@ def load_into(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], sourc
 
 
 def load_checkpoint(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], source: str,
-                    training_only: Mapping[str, str]) -> None:
-    """A released checkpoint into ``model``: the family's ``training_only`` modules dropped, tensors cast to the
-    model's dtypes, then :func:`load_into` (any other key the model lacks is refused, listed)."""
+                    training_only: Mapping[str, str] = MappingProxyType({})) -> None:
+    """A released checkpoint into ``model``: the family's ``training_only`` modules dropped (none by default: a
+    family allow-lists its own), tensors cast to the model's dtypes, then :func:`load_into` (any other key the model
+    lacks is refused, listed)."""
     own = model.state_dict()
     state_dict = drop_training_only(state_dict, own, source, training_only)
     load_into(model, {k: v.to(own[k].dtype) if k in own else v for k, v in state_dict.items()}, source)

@@ -11,7 +11,8 @@ name prefixes it claims). It answers:
 - **text preprocessing**: :meth:`ModelFamily.text_preprocessing` of a loaded encoder (tokenizer, padding,
   case, context length, prompts per direction), recorded with the model;
 - **training-only keys**: :attr:`ModelFamily.training_only_keys` (modules its releases carry that scoring never
-  uses: dropped with a warning; any other unexpected key is refused);
+  uses: dropped with a warning; any other unexpected key is refused) and :meth:`ModelFamily.claims` (its releases'
+  key signature: another family's loader given such a file refuses it, :func:`claimed_elsewhere`);
 - **remote code**: :meth:`ModelFamily.remote_code` (the release's code files loading would run: refused without
   ``trust_remote_code``, :func:`check_trusted`) and :meth:`ModelFamily.prompts` (the per-direction text prefixes the
   evaluation applies);
