@@ -603,9 +603,25 @@ def _add_model_list_args(g: argparse._ArgumentGroup, model_help: str, pretrained
                    help="weights of each --model, in order ('none': that model has none)" + pretrained_more)
 
 
+class _ListSuites(argparse.Action):
+    """``hnbench suite --list``: print the suites and exit, as --help does (no NAME, --model or --output needed)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from hnbench.suites import describe_suites
+
+        print(describe_suites(), end="")
+        parser.exit()
+
+
 def _add_suite_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("suite", help="run a named set of benchmarks for every model; one aggregated table")
-    p.add_argument("name", metavar="NAME", help=f"the suite: {SUITES.describe()}")
+    p.add_argument("name", metavar="NAME", help=f"the suite: {SUITES.describe()}; or a suite file FILE.toml / "
+                   "FILE.json of entries (benchmark, protocol, task)")
+    p.add_argument("--list", action=_ListSuites, help="list the suites with their entries and exit")
     _add_model_list_args(_group(p, "model"), "a model as for eval; repeat for several")
     _add_settings_args(p, ModelSpec)  # --model-config, --context-length (--model and --pretrained above)
     _add_settings_args(p, SuiteSettings, required={"output"})

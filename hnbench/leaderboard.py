@@ -70,7 +70,7 @@ from hnbench.io import (
 from hnbench.metrics import CI_RULE
 from hnbench.pages.board import page as board_page
 from hnbench.registry import BENCHMARK_SPECS, DATASETS, TASKS
-from hnbench.reported import KS, families_of, mapped_families, reported_rows
+from hnbench.reported import KS, families_of, mapped_families, place, reported_rows
 from hnbench.results import (
     EvalResult,
     ResultFormatError,
@@ -122,6 +122,8 @@ def _row(r: EvalResult) -> dict[str, Any]:
            "path": r.path, "source": "measured", "note": "", "task": r.task}
     if r.task != "retrieval":  # the task's own columns (and intervals), no recall columns
         task = r.task_spec()
+        # what a reported zero-shot row is placed by (hnbench.reported.place): the set's layout, the templates
+        row.update(layout=(d.get("meta") or {}).get("format"), templates=(r.settings or {}).get("templates", "openai"))
         for column in task.columns:
             group, _, metric = column.partition(" ")
             label = task.label(column)
@@ -578,8 +580,7 @@ def leaderboard(results_dirs: Sequence[str | Path] = (), output: str | Path | No
     if reported:
         ref = reported_rows().assign(data="")
         if len(frame):  # each measured table of a (benchmark, protocol) gets its reported rows
-            tables = frame.loc[frame["task"] == "retrieval", ["benchmark", "protocol", "data"]].drop_duplicates()
-            ref = ref.drop(columns="data").merge(tables, on=["benchmark", "protocol"])
+            ref = place(ref, frame)
         frame = pd.concat([frame, ref], ignore_index=True) if len(frame) else ref
     if len(frame):
         frame = _disambiguate(frame.reset_index(drop=True))

@@ -142,6 +142,26 @@ TASKS.register("zeroshot", "hnbench.tasks.zeroshot:TASK",
 TASKS.register("monotonicity", "hnbench.tasks.monotonicity:TASK",
                help="caption-length monotonicity, HiMo@K: Pearson r of prefix index and image–text cosine")
 
+# --- protocol families: name → the paper whose table its protocols reproduce -----------------------------
+#: protocol family → the paper (and table) whose numbers its protocols reproduce (each protocol declares its
+#: families, ``Protocol.families``; a family's protocol on a benchmark is the first that declares it,
+#: ``hnbench.reported``). Every family but ``train`` is also a suite (``hnbench suite NAME``, below).
+FAMILIES: dict[str, str] = {
+    "zero-shot-splits": "the zero-shot long-caption table of Long-CLIP, TULIP, FineLIP, LoTLIP, DeBias-CLIP and "
+                        "HN-CLIP: DOCCI test, DCI-full, Long-DCI (TULIP's), Urban-1K",
+    "goal-splits": "GOAL's (CVPR'25) and HN-CLIP's fine-tuning table: DOCCI test+qual, DCI and Long-DCI by GOAL's "
+                   "lists, Urban-1K",
+    "longclip-splits": "Long-CLIP's (ECCV'24) table: Urban-1K, ShareGPT4V-1k, COCO val2017, Flickr30k full",
+    "tulip-splits": "TULIP's (ICLR'25) table: Urban-1K, Long-DCI, ShareGPT4V-1k (raw), COCO val2017, Flickr30k full",
+    "lotlip-splits": "LoTLIP's (NeurIPS'24) table, sentences re-joined: DCI-full, IIW 612, ShareGPT4V-1k",
+    "lotlip-10k": "LoTLIP's README table: DCI-full, IIW 612, ShareGPT4V-10k (sentences re-joined)",
+    "flair-splits": "FLAIR's (CVPR'25) defaults: DCI-full, IIW fine-grained, ShareGPT4V-1k, COCO val2017 (all "
+                    "captions), Flickr30k Karpathy val",
+    "karpathy-splits": "Karpathy & Fei-Fei's 5k / 1k test splits, as CLIP_benchmark and LLM2CLIP report them: COCO, "
+                       "Flickr30k",
+    "train": "the fine-tuning sets (DOCCI train, GOAL's DCI train list): no suite",
+}
+
 # --- suites (hnbench suite NAME): name → a function (name=...) → hnbench.suites.Suite of (benchmark, protocol, task) --
 SUITES: Registry[Callable[..., Any]] = Registry("suite")
 SUITES.register("long-caption", "hnbench.suites:fixed", help="urban1k, docci, dci, long-dci, sharegpt4v 1k, iiw 612",
@@ -153,9 +173,9 @@ SUITES.register("forgetting", "hnbench.suites:fixed", help="ImageNet zero-shot t
                 entries=(("imagenet", None, "zeroshot"),))
 SUITES.register("synthdense", "hnbench.suites:fixed", help="synthdense test (generated, offline)",
                 entries=(("synthdense", "test", "retrieval"),))
-for _family in ("goal-splits", "zero-shot-splits"):
-    SUITES.register(_family, "hnbench.suites:family", family=_family,
-                    help=f"every benchmark protocol of the {_family} family")
+for _family, _paper in FAMILIES.items():  # a paper's table: every benchmark protocol of its family
+    if _family != "train":
+        SUITES.register(_family, "hnbench.suites:family", family=_family, help=_paper)
 
 # --- model families, picked by name prefix (a local save_pretrained directory is HF's too) -----------
 # Each target is the family's adapter (hnbench.models.family.ModelFamily, callable as its loader); a plain loader
@@ -170,6 +190,8 @@ MODELS.register("tulip", "hnbench.models.tulip:TULIP", prefixes=("tulip:",),
                 help="TULIP: open_clip image tower + RoPE text tower (context 248): tulip:ViT-L-14 --pretrained FILE")
 MODELS.register("lotlip", "hnbench.models.lotlip:LOTLIP", prefixes=("lotlip:",),
                 help="LoTLIP: timm ViT + BERT text tower with corner tokens (context 128): lotlip:ViT-B-16 --pretrained FILE")
+MODELS.register("flair", "hnbench.models.flair:FLAIR", prefixes=("flair:",),
+                help="FLAIR: ViT-B/16 + text-conditioned pooling (context 77), global mode: flair:ViT-B-16-FLAIR --pretrained FILE")
 MODELS.register("remote", "hnbench.models.remote:REMOTE", prefixes=("remote:",),
                 help="transformers model with remote code (FG-CLIP, jina-clip): remote:DIR or remote:ORG/NAME "
                      "--pretrained COMMIT, with --trust-remote-code")

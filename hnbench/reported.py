@@ -1,8 +1,16 @@
 """Published numbers as reference rows: the papers' figures, mapped onto hnbench's protocol names.
 
-The packaged copy of ``published-results.csv`` (``hnbench/assets/``) keeps the papers' own protocol
-*families*; :data:`PROTOCOL_FAMILIES`, read from the benchmark specs (each protocol declares its
-families), says which hnbench protocol each family means on each benchmark, so a reported row only ever lands in a table of the matching protocol.
+The packaged ``published-results.csv`` (``hnbench/assets/``) has one row per (source, method, backbone,
+benchmark, direction). Its ``protocol`` column is either an hnbench protocol of the row's benchmark (a name
+or alias: the protocol whose selection rule the code that produced the number uses) or, in the older rows,
+a paper's protocol *family*; :data:`PROTOCOL_FAMILIES`, read from the benchmark specs (each protocol
+declares its families), says which hnbench protocol each family means on each benchmark, so a reported row
+only ever lands in a table of the matching protocol.
+
+``direction`` names the task's metric group (:data:`hnbench.registry.TASKS`): ``t2i``/``i2t`` rows are
+retrieval (columns ``R@1``, ``R@5``, ``R@10``), ``classification`` rows are zero-shot classification (columns
+``top-1``, ``top-5``; :data:`ZERO_SHOT_SETS`: the benchmark is the labelled set's layout, the protocol the
+prompt templates). A file without the classification columns (the older schema) still reads.
 """
 
 from __future__ import annotations
@@ -14,11 +22,17 @@ from typing import Any
 import pandas as pd
 
 from hnbench.data.benchmarks import BENCHMARKS
-from hnbench.registry import BENCHMARK_SPECS
+from hnbench.registry import BENCHMARK_SPECS, TASKS
 from hnbench.validate import DEFAULT_KS
 
 PUBLISHED_CSV = Path(__file__).parent / "assets" / "published-results.csv"
 
+#: the metric columns of the file beyond the retrieval ones (absent from older files: read as empty)
+METRIC_COLUMNS = ("R@1", "R@5", "R@10", "top-1", "top-5")
+
+#: zero-shot sets a reported classification row may name: the labelled set's layout
+#: (:func:`hnbench.data.classes.class_layout`) → its protocols, the prompt templates (``--templates``)
+ZERO_SHOT_SETS: dict[str, tuple[str, ...]] = {"imagenet-1k": ("openai", "simple"), "imagenet-v2": ("openai", "simple")}
 
 
 def _protocol_families() -> dict[str, dict[str, str]]:
@@ -60,20 +74,49 @@ def context_length_of(backbone: str) -> int:
 
 
 def load_published(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
-    """The published CSV as read (one row per source, method, benchmark and direction)."""
-    return pd.read_csv(path, keep_default_na=False, na_values=[""])
+    """The published CSV as read (one row per source, method, benchmark and direction); the metric columns
+    an older file lacks (:data:`METRIC_COLUMNS`) are empty."""
+    raw = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    missing = {c: float("nan") for c in METRIC_COLUMNS if c not in raw}
+    frame: pd.DataFrame = raw.assign(**missing) if missing else raw
+    return frame
+
+
+def task_of(direction: str) -> str:
+    """The task whose metric groups include ``direction`` (t2i/i2t: retrieval; classification: zeroshot)."""
+    for name in TASKS.declared():
+        if direction in TASKS.get(name).groups:
+            return name
+    raise KeyError(f"direction {direction!r} is no task's metric group")
+
+
+def protocol_of(benchmark: str, protocol: str) -> str:
+    """The hnbench protocol a row's ``protocol`` cell means: a protocol (or alias) of ``benchmark``, a zero-shot
+    set's templates (:data:`ZERO_SHOT_SETS`), else a family mapped by :data:`PROTOCOL_FAMILIES` (``KeyError``
+    if neither)."""
+    if benchmark in ZERO_SHOT_SETS:
+        if protocol not in ZERO_SHOT_SETS[benchmark]:
+            raise KeyError(f"{benchmark}: protocol {protocol!r} is not one of {ZERO_SHOT_SETS[benchmark]}")
+        return protocol
+    if benchmark in BENCHMARK_SPECS:
+        spec = BENCHMARKS[benchmark]
+        for proto in spec.protocols:
+            if protocol == proto.name or protocol in proto.aliases:
+                return proto.name
+    return PROTOCOL_FAMILIES[protocol][benchmark]
 
 
 def reported_rows(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
     """Reference rows in the leaderboard's row format: one per (source, method, backbone, benchmark).
 
-    Directions are pivoted into ``t2i R@K`` / ``i2t R@K`` columns; the family is replaced by the
-    hnbench protocol name through :data:`PROTOCOL_FAMILIES` (unknown families raise ``KeyError``).
+    Each row's task is its direction's (:func:`task_of`); the direction's metrics become the task's
+    columns (retrieval: ``t2i R@K`` / ``i2t R@K``; zero-shot: ``top-1``, ``top-5``); the protocol cell
+    becomes the hnbench protocol name (:func:`protocol_of`; an unknown one raises ``KeyError``).
     """
     raw = load_published(path)
     rows: dict[tuple[str, ...], dict[str, Any]] = {}
     for rec in raw.to_dict("records"):
-        protocol = PROTOCOL_FAMILIES[rec["protocol"]][rec["benchmark"]]
+        protocol, task = protocol_of(rec["benchmark"], rec["protocol"]), TASKS.get(task_of(rec["direction"]))
         key = (rec["source"], rec["method"], rec["backbone"], rec["benchmark"], protocol)
         row = rows.setdefault(key, {
             "kind": "reported", "model": rec["method"], "identity": f"reported:{rec['source']}:{rec['method']}:"
@@ -81,10 +124,35 @@ def reported_rows(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
             "benchmark": rec["benchmark"], "protocol": protocol, "family": rec["protocol"],
             "context_length": context_length_of(rec["backbone"]), "search": "exact", "data_fingerprint": "",
             "n_images": None, "hnbench_version": "", "created": "", "path": "", "source": rec["source"],
-            "note": ""})
-        for k in KS:
-            row[f"{rec['direction']} R@{k}"] = rec[f"R@{k}"]
+            "note": "", "task": task.name})
+        for column in task.columns:  # "t2i R@1" → the R@1 cell of a t2i row; "classification top-1" → top-1
+            group, _, metric = column.partition(" ")
+            if group == rec["direction"]:
+                row[task.label(column)] = rec[metric]
         if isinstance(rec["note"], str) and rec["note"] and rec["note"] not in row["note"]:
             row["note"] = "; ".join(filter(None, [row["note"], rec["note"]]))
     table: pd.DataFrame = pd.DataFrame(list(rows.values()))  # (the stubs' overloads give Any for dict rows)
     return table
+
+
+def place(reported: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """The reported rows that join a table of ``measured`` rows, taking that table's keys: a retrieval row
+    joins the tables of its (benchmark, protocol); a zero-shot row the zero-shot tables whose data has its
+    layout (``layout``: ImageNet-1k, ImageNet-V2) and whose prompt templates are its protocol, whatever the
+    set's folder is called."""
+    keys = ["benchmark", "protocol", "data"]
+    task = measured["task"].fillna("retrieval") if "task" in measured else pd.Series("retrieval", index=measured.index)
+    retrieval = measured.loc[task == "retrieval", keys].drop_duplicates()
+    ref = reported.drop(columns="data", errors="ignore")
+    ref_task = ref["task"] if "task" in ref else pd.Series("retrieval", index=ref.index)
+    parts = [ref[ref_task == "retrieval"].merge(retrieval, on=["benchmark", "protocol"])]
+    if "layout" in measured:
+        zs = measured.loc[(task == "zeroshot") & measured["layout"].isin(list(ZERO_SHOT_SETS)),
+                          [*keys, "layout", "templates"]].drop_duplicates()
+        zs = zs.rename(columns={"benchmark": "_benchmark", "protocol": "_protocol"})
+        placed = ref[ref_task == "zeroshot"].merge(zs, left_on=["benchmark", "protocol"],
+                                                     right_on=["layout", "templates"])
+        placed = placed.assign(benchmark=placed["_benchmark"], protocol=placed["_protocol"])
+        parts.append(placed.drop(columns=["_benchmark", "_protocol", "layout", "templates"]))
+    out: pd.DataFrame = pd.concat(parts, ignore_index=True)
+    return out

@@ -40,7 +40,8 @@ def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None =
            resume_free: bool = False, identity: bool = False, sep: str | None = None, minimum: float | None = None,
            above: float | None = None, maximum: float | None = None, below: float | None = None,
            reads: Sequence[str] | None = None, default_factory: Any = dataclasses.MISSING, off: str | None = None,
-           renamed_from: str | None = None, **argparse_extra: Any) -> Any:
+           renamed_from: str | None = None, odd: bool = False, not_above: str | None = None,
+           **argparse_extra: Any) -> Any:
     """A dataclass field with the metadata the CLI, resume check and result record read.
 
     ``flag`` defaults to ``--field-name`` (a bool whose default is True becomes ``--no-<flag>``);
@@ -51,7 +52,10 @@ def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None =
     keeps the names of the files written before it); ``sep`` parses a
     list flag from one separated string; ``minimum``: an integer field holds an integer at least this;
     a float field (always a finite number) lies within ``minimum``/``maximum`` (inclusive) and
-    ``above``/``below`` (exclusive), where declared (checked by :func:`check_minimums`); ``choices`` are
+    ``above``/``below`` (exclusive), where declared, an ``odd`` integer is 0 or odd, and a field declaring
+    ``not_above`` (another field's name) is at most that field's value (all checked by :func:`check_minimums`,
+    naming the flags of the class being checked: a field reused with :func:`same_as` under another name is
+    named by its own flag); ``choices`` are
     the only values a field takes (checked by :func:`check_choices`, None allowed where it is the default);
     ``reads``: the kinds of data that read a data field (:class:`hnbench.specs.DataSpec`); ``off``: for a bool
     that is on by default, what its ``--no-<flag>`` does (``help`` says what the option does when on; the
@@ -60,8 +64,8 @@ def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None =
     """
     meta = {"help": help, "off": off, "renamed_from": renamed_from, "group": group, "flag": flag, "choices": tuple(choices) if choices else None,
             "cli": cli, "record": record, "resume_free": resume_free, "identity": identity, "sep": sep,
-            "minimum": minimum, "above": above, "maximum": maximum, "below": below,
-            "reads": tuple(reads) if reads else None, "argparse": argparse_extra}
+            "minimum": minimum, "above": above, "maximum": maximum, "below": below, "odd": odd,
+            "not_above": not_above, "reads": tuple(reads) if reads else None, "argparse": argparse_extra}
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -121,6 +125,15 @@ def check_minimums(settings: Any, *, with_key: bool = False) -> None:
             check_number(label, value, **bounds)
         elif low is not None:
             check_at_least(label, value, int(low))
+        if f.metadata.get("odd") and value and value % 2 == 0:
+            raise ConfigError(f"{label} must be 0 or odd, got {value}")
+        if (other := f.metadata.get("not_above")) and value is not None:
+            g = next(g for g in dataclasses.fields(settings) if g.name == other)
+            limit = getattr(settings, other)
+            if limit is not None and value > limit:
+                g_flag = g.metadata.get("flag") or "--" + g.name.replace("_", "-")
+                g_label = f"{g_flag} ({g.name})" if with_key else g_flag
+                raise ConfigError(f"{label} ({value:g}) is above {g_label} ({limit:g})")
 
 
 def _label(f: dataclasses.Field[Any], with_key: bool) -> str:

@@ -13,7 +13,7 @@ scored by :func:`hnbench.evaluate.evaluate` into ``--output`` (its result file n
 settings, so cached embeddings and the same names make a rerun cheap), a failure is reported and the rest go
 on, and one table is printed and written (``suite-NAME.md``: a row per model, a column per entry and metric,
 each cell linked to its result file). ``--limit N`` scores a seeded N-image subset of each entry: recorded in
-its result (``settings.limit``), named in the table's headings, and kept apart from full runs.
+its result (``settings.limit``), said in one line under the table's title, and kept apart from full runs.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -64,15 +65,20 @@ class Entry:
         """Whether the data-root map must name this entry's benchmark (all but generated data)."""
         return self.benchmark in FOLDER_SETS or self.benchmark in BENCHMARK_SPECS
 
-    def check(self) -> None:
-        """The benchmark, protocol and task exist (one line each, "did you mean")."""
+    def problems(self) -> list[str]:
+        """What is wrong with this entry: an unknown benchmark, protocol or task ("did you mean"); none: []."""
+        out = []
         if self.benchmark not in DATASETS and self.benchmark not in FOLDER_SETS:
             known = [*DATASETS.names(), *FOLDER_SETS]
-            raise ConfigError(f"suite entry {self.label}: {unknown_name('benchmark', self.benchmark, known)}")
+            out.append(f"suite entry {self.label}: {unknown_name('benchmark', self.benchmark, known)}")
+        elif self.benchmark in BENCHMARK_SPECS:
+            try:
+                BENCHMARK_SPECS.get(self.benchmark).protocol(self.protocol)
+            except ConfigError as e:
+                out.append(f"suite entry {self.label}: {e}")
         if self.task not in TASKS:
-            raise TASKS.error(self.task)
-        if self.benchmark in BENCHMARK_SPECS:
-            BENCHMARK_SPECS.get(self.benchmark).protocol(self.protocol)
+            out.append(f"suite entry {self.label}: {TASKS.error(self.task)}")
+        return out
 
 
 @dataclass(frozen=True)
@@ -93,9 +99,71 @@ def family(family: str, *, name: str) -> Suite:
     return Suite(name, entries)
 
 
+SUITE_FILE_SUFFIXES = (".toml", ".json")
+ENTRY_KEYS = tuple(f.name for f in dataclasses.fields(Entry))
+
+
+def is_suite_file(name: str | os.PathLike[str]) -> bool:
+    """Whether ``hnbench suite NAME`` names a suite file (``.toml``/``.json``) rather than a registered suite."""
+    return str(name).lower().endswith(SUITE_FILE_SUFFIXES)
+
+
+def read_suite_file(path: str | os.PathLike[str]) -> Suite:
+    """A user-defined suite: a TOML or JSON file of ``entries`` (each ``benchmark``, optional ``protocol`` and
+    ``task``, as a registered suite's) and an optional ``name`` (default: the file's stem; it names
+    ``suite-NAME.md``). Every problem (a malformed entry, an unknown benchmark, protocol or task) is named in
+    one line, before anything loads."""
+    data = _read_object(Path(path), "suite file")
+    stem = Path(path).stem
+    name = data.get("name", stem) if isinstance(data, dict) else stem
+    entries = data.get("entries") if isinstance(data, dict) else data
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise ConfigError(f"suite file {path}: 'name' must be a plain name (letters, digits, . _ -), got {name!r}")
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"suite file {path}: expected a non-empty 'entries' list of {{benchmark, protocol, task}} "
+                          "objects ([[entries]] tables in TOML)")
+    out, problems = [], []
+    for n, raw in enumerate(entries, start=1):
+        unknown = sorted(set(raw) - set(ENTRY_KEYS)) if isinstance(raw, dict) else []
+        if (not isinstance(raw, dict) or not isinstance(raw.get("benchmark"), str) or unknown
+                or not all(isinstance(raw.get(k), str) for k in ("protocol", "task") if k in raw)):
+            problems.append(f"entry {n}: expected an object with a 'benchmark' string and optional 'protocol' and "
+                            f"'task' strings" + (f" (unknown key {', '.join(map(repr, unknown))})" if unknown else ""))
+            continue
+        entry = Entry(raw["benchmark"].lower(), raw.get("protocol"), raw.get("task", "retrieval"))
+        problems += entry.problems()
+        out.append(entry)
+    _raise_all(f"suite file {path}", problems)
+    return Suite(name.lower(), tuple(out))
+
+
 def get_suite(name: str) -> Suite:
+    """The suite ``name`` names: a suite file (:func:`read_suite_file`) or a registered suite."""
+    if is_suite_file(name):
+        return read_suite_file(name)
+    if name.lower() not in SUITES:
+        raise SUITES.error(name)
     suite: Suite = SUITES.get(name)(name=name.lower())
     return suite
+
+
+def describe_suites() -> str:
+    """``hnbench suite --list``: every registered suite, what it is (a family suite: the paper whose table it
+    reproduces), and its entries (``benchmark/protocol``, a task other than retrieval in parentheses)."""
+    lines = []
+    for name in SUITES.declared():
+        entries = get_suite(name).entries
+        lines += [f"{name}: {SUITES.help(name)}",
+                  "    " + ", ".join(e.label + ("" if e.task == "retrieval" else f" ({e.task})") for e in entries)]
+    return "\n".join(lines) + "\n"
+
+
+def _raise_all(what: str, problems: Sequence[str]) -> None:
+    """Every problem of one input in one line."""
+    if len(problems) == 1:
+        raise ConfigError(f"{what}: {problems[0]}")
+    if problems:
+        raise ConfigError(f"{what}: {len(problems)} problems: {'; '.join(problems)}")
 
 
 @dataclass
@@ -124,18 +192,24 @@ class SuiteRun:
         return not self.failures
 
 
-def read_root_map(path: str | os.PathLike[str]) -> dict[str, str]:
-    """The data-root map: a JSON or TOML object benchmark → folder (names lower-cased, folders as given)."""
+def _read_object(path: Path, what: str, label: str | None = None) -> Any:
+    """A TOML (``.toml``) or JSON file's content, as untrusted input: not there, too big or invalid is one line
+    naming ``what`` (``label``: how a parse error names it; default ``what``)."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:
         import tomli as tomllib
-    text = read_untrusted(Path(path), "data-root map", error=ConfigError).decode("utf-8", errors="replace")
+    text = read_untrusted(path, what, error=ConfigError).decode("utf-8", errors="replace")
     try:
-        data = tomllib.loads(text) if str(path).endswith(".toml") else loads_json(text)
+        return tomllib.loads(text) if str(path).endswith(".toml") else loads_json(text)
     except (ValueError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"--data-root-map {path}: not valid {'TOML' if str(path).endswith('.toml') else 'JSON'}: "
+        raise ConfigError(f"{label or what} {path}: not valid {'TOML' if str(path).endswith('.toml') else 'JSON'}: "
                           f"{str(e).splitlines()[0]}") from None
+
+
+def read_root_map(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The data-root map: a JSON or TOML object benchmark → folder (names lower-cased, folders as given)."""
+    data = _read_object(Path(path), "data-root map", "--data-root-map")
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
         raise ConfigError(f"--data-root-map {path}: expected an object of benchmark name → folder")
     base = Path(path).parent
@@ -145,8 +219,7 @@ def read_root_map(path: str | os.PathLike[str]) -> dict[str, str]:
 def check_suite(suite: Suite, root_map: dict[str, str]) -> None:
     """Every entry known, the map naming every benchmark the suite needs (all missing listed at once), each
     folder the suite uses existing."""
-    for entry in suite.entries:
-        entry.check()
+    _raise_all(f"suite {suite.name}", [p for entry in suite.entries for p in entry.problems()])
     needed = list(dict.fromkeys(e.benchmark for e in suite.entries if e.needs_folder()))
     missing = [b for b in needed if b not in root_map]
     if missing:
@@ -188,9 +261,7 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
     s.validate(Path(output_dir))
     if s.task != "retrieval":
         raise ConfigError("--task is each suite entry's own; leave it out")
-    if name.lower() not in SUITES:
-        raise SUITES.error(name)
-    suite = get_suite(name)
+    suite = get_suite(name)  # a registered suite or a suite file (its entries checked as it is read)
     root_map = read_root_map(data_root_map) if data_root_map is not None else {}
     check_suite(suite, root_map)
     for entry in suite.entries:  # each entry's data flags, before anything loads
@@ -236,7 +307,7 @@ def _columns(entry: Entry) -> list[str]:
 def render_table(suite: Suite, labels: Sequence[str], cells: dict[tuple[str, str], Any],
                  failures: dict[tuple[str, str], str], out: Path, *, limit: int | None, seed: int) -> str:
     """The aggregated Markdown table: a row per model, a column per entry × metric, each cell linked to its
-    result file (relative to ``out``); failed cells say so; ``limit`` names the subset in every heading."""
+    result file (relative to ``out``); failed cells say so; ``limit``: one line under the title names the subsets."""
     import pandas as pd
 
     rows = []
@@ -245,8 +316,7 @@ def render_table(suite: Suite, labels: Sequence[str], cells: dict[tuple[str, str
         for entry in suite.entries:
             task = TASKS.get(entry.task)
             for col in _columns(entry):
-                subset = f" ({limit}-image subset)" if limit and entry.task == "retrieval" else ""
-                head = markdown_text(f"{entry.label} {task.label(col) if entry.task != 'retrieval' else col}{subset}")
+                head = markdown_text(f"{entry.label} {task.label(col) if entry.task != 'retrieval' else col}")
                 result = cells.get((label, entry.label))
                 if result is None:
                     row[head] = "failed" if (label, entry.label) in failures else ""
@@ -256,9 +326,10 @@ def render_table(suite: Suite, labels: Sequence[str], cells: dict[tuple[str, str
                 row[head] = f"[{value:.1f}]({link})" if link else f"{value:.1f}"
         rows.append(row)
     lines = [f"# Suite {markdown_text(suite.name)}", ""]
-    if limit:
-        lines += [f"Seeded {limit}-image subsets of the retrieval sets (seed {seed}), for a quick look: not comparable "
-                  "with full runs.", ""]
+    subsets = [e.label for e in suite.entries if e.task == "retrieval"] if limit else []
+    if subsets:  # said once, under the title, rather than in every column heading
+        lines += [f"Seeded {limit}-image subsets (seed {seed}) of {', '.join(subsets)}, for a quick look: not "
+                  "comparable with full runs.", ""]
     lines += [pd.DataFrame(rows).to_markdown(index=False), ""]
     if failures:
         lines += ["Failed:", ""] + [f"- {markdown_text(m)} on {markdown_text(e)}: {markdown_text(msg)}"

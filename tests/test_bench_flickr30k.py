@@ -51,7 +51,7 @@ def test_issue23_flickr30k_full_reads_the_token_file_as_longclip(tmp_path):
     assert ds.captions == [token_caption(n, k) for n in IMAGES for k in range(5)]  # line break dropped
     assert ds.captions[7] == "Workers look down from up above on a piece of equipment #2 ."  # '#' is caption text
     assert [Path(ds.images.paths[i]).name for i in ds.caption_image[::5]] == IMAGES
-    assert ds.meta["captions_per_image"] == {"5": 3} and ds.meta["protocol_families"] == ["longclip-splits"]
+    assert ds.meta["captions_per_image"] == {"5": 3} and ds.meta["protocol_families"] == ["longclip-splits", "tulip-splits"]
 
 
 def test_issue23_flickr30k_karpathy_test_and_val(tmp_path):

@@ -121,7 +121,9 @@ def test_issue22_structxlip_refuses_missing_side_inputs_in_one_line(tmp_path, mo
     _refused(tmp_path, monkeypatch, capsys, [*SX, "--dataset", str(data), "--segments", str(sidecar), "--edges", "outline"],
              "outline", "synthdense", "--edges canny")
     _refused(tmp_path, monkeypatch, capsys, [*SX, "--dataset", str(data), "--segments", str(sidecar), "--edge-blur", "4"],
-             "blur", "odd")
+             "--edge-blur", "odd")
+    _refused(tmp_path, monkeypatch, capsys, [*SX, "--dataset", str(data), "--segments", str(sidecar), "--canny-low", "300"],
+             "--canny-low", "above --canny-high")
 
 
 # ----------------------------------------------------------------------------- real runs

@@ -71,7 +71,7 @@ def test_issue23_suite_limit_is_recorded_named_and_kept_apart(tmp_path, capsys):
     assert main(["-q", "suite", "synthdense", *args, "--output", str(full)]) == 0
     assert main(["-q", "suite", "synthdense", *args, "--output", str(part), "--limit", "7"]) == 0
     table = (part / "suite-synthdense.md").read_text()
-    assert "(7-image subset)" in table and "Seeded 7-image subsets" in table
+    assert "Seeded 7-image subsets (seed 0) of synthdense/test" in table and "subset)" not in table  # said once
     result = json.loads((part / _links(table)[0]).read_text())
     assert result["settings"]["limit"] == 7 and result["dataset"]["n_images"] == 7
     assert result["dataset"]["meta"]["limit"]["n_images"] == 7

@@ -12,6 +12,7 @@ from torch import nn
 
 from hnbench.distributed import DistContext
 from hnbench.settings import check_declared
+from hnbench.sidecars.segments import token_span
 from hnbench.train.losses import hn_clip_loss, info_nce_loss
 from hnbench.train.terms.geometry import box_patch_indices, box_patch_mask, to_input_box
 from hnbench.train.terms.goal import (
@@ -21,7 +22,6 @@ from hnbench.train.terms.goal import (
     goal_segment_loss,
     goal_text_loss,
     pool_tokens,
-    sentence_token_span,
     span_mask,
 )
 
@@ -71,18 +71,23 @@ def test_box_patch_mask_and_bad_boxes() -> None:
                        compat=True)
 
 
+def _span(prefix: str, rest: str, sentence: str, tok: SimpleTokenizer) -> tuple[int, int]:
+    """The sentence's token span in ``prefix + rest`` as the objective takes it: the sidecar's ``token_span``."""
+    span = token_span(prefix + rest, (len(prefix), len(prefix) + len(sentence)), tok.encode)
+    assert span is not None
+    return span
+
+
 def test_pooled_span_equals_the_sentences_tokens() -> None:
     tok = SimpleTokenizer()
     prefix, sentence, rest = "A wide grey room. ", "A small red ball sits on the left.", " Two chairs."
     ids = [tok.encoder["<start_of_text>"], *tok.encode(prefix + sentence + rest), tok.encoder["<end_of_text>"]]
-    start, end = sentence_token_span(prefix, sentence, tok.encode)
+    start, end = _span(prefix, sentence + rest, sentence, tok)
     assert ids[start:end] == tok.encode(sentence)
-    c_start, c_end = sentence_token_span(prefix, sentence, tok.encode, compat=True)
-    assert (c_start, c_end) == (start + 1, end + 1)  # GOAL's one-token shift
     states = torch.arange(len(ids), dtype=torch.float64)[None, :, None].repeat(1, 1, 3)
     pooled = pool_tokens(states, span_mask([(start, end)], len(ids)))
     assert torch.equal(pooled, states[0, start:end].mean(dim=0, keepdim=True))
-    assert sentence_token_span("", sentence, tok.encode)[0] == 1  # first sentence: right after SOT
+    assert _span("", sentence + rest, sentence, tok)[0] == 1  # first sentence: right after SOT
 
 
 def _head(width: int, dim: int) -> nn.Module:
@@ -279,7 +284,7 @@ def test_pooling_terms_on_a_real_micro_open_clip(micro_config) -> None:
                         + [0] * 20])
     x = model.token_embedding(ids) + model.positional_embedding[: ids.shape[1]]
     text_states = model.transformer(x, attn_mask=model.attn_mask[: ids.shape[1], : ids.shape[1]])  # before ln_final
-    start, end = sentence_token_span(prefix, sentence, tok.encode)
+    start, end = _span(prefix, sentence, sentence, tok)
     assert ids[0, start:end].tolist() == tok.encode(sentence)
 
     def text_head(h: torch.Tensor) -> torch.Tensor:

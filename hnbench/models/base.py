@@ -4,8 +4,10 @@ fine-tuner and the PEFT loader), and the metadata they carry."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -113,3 +115,22 @@ def state_dict_fingerprint(state_dict: dict[str, torch.Tensor]) -> str:
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()[:16]
+
+
+def family_config(family: str, schema: str, name: str, model_config: str | Path | None,
+                  releases: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """The architecture config of a family's ``name``: ``--model-config FILE.json`` when given, else the release's
+    config of that name; an unreadable file or an unknown name is one line (``schema``: whose config schema)."""
+    from hnbench.io import loads_json
+
+    if model_config is not None:
+        path = Path(model_config)
+        try:
+            cfg: dict[str, Any] = loads_json(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(f"--model-config {path}: cannot read JSON ({e})") from e
+        return cfg
+    if name in releases:
+        return releases[name]
+    raise ConfigError(f"{family}: unknown architecture {name!r}; known: {', '.join(releases)} "
+                      f"(or pass --model-config FILE.json in {schema}'s config schema)")

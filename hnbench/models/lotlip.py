@@ -17,7 +17,6 @@ the caption embedding is the ``[CLS]`` position through BERT's pooler (dense + t
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -29,8 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hnbench.errors import CheckpointError, ConfigError
-from hnbench.io import loads_json
-from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
+from hnbench.models.base import ModelInfo, TokenizedTexts, family_config, state_dict_fingerprint
 from hnbench.models.checkpoint import FINELIP_CROSS_NET, POSITION_IDS_SUFFIX, load_checkpoint, read_state_dict
 from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing
 from hnbench.models.openclip import OpenCLIPEncoder, _seeded
@@ -146,17 +144,7 @@ class LoTLIPEncoder(OpenCLIPEncoder):
 
 def _config(model: str, model_config: str | Path | None) -> tuple[str, dict[str, Any]]:
     name = model[len(PREFIX):] if model.lower().startswith(PREFIX) else model
-    if model_config is not None:
-        path = Path(model_config)
-        try:
-            cfg = loads_json(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(f"--model-config {path}: cannot read JSON ({e})") from e
-    elif name in RELEASE_CONFIGS:
-        cfg = RELEASE_CONFIGS[name]
-    else:
-        raise ConfigError(f"lotlip: unknown architecture {name!r}; known: {', '.join(RELEASE_CONFIGS)} "
-                          "(or pass --model-config FILE.json in LoTLIP's config schema)")
+    cfg = family_config("lotlip", "LoTLIP", name, model_config, RELEASE_CONFIGS)
     text, vision = cfg.get("text_cfg", {}), cfg.get("vision_cfg", {})
     if not isinstance(text, dict) or not isinstance(vision, dict) or "embed_dim" not in cfg \
             or "hf_model_name" not in text or "timm_model_name" not in vision:

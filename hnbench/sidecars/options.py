@@ -28,19 +28,16 @@ class EdgeSettings:
     method: str = option("auto", group="edge maps", choices=EDGE_METHODS, flag="--edges",
                          help="edge detector: outline (synthdense's exact object outlines), canny (OpenCV on the grey "
                               f"image; {EDGES_EXTRA}) or auto (outline for synthdense, else canny)")
-    canny_low: float = option(100.0, group="edge maps", minimum=0, help="Canny's lower hysteresis threshold")
+    canny_low: float = option(100.0, group="edge maps", minimum=0, not_above="canny_high",
+                              help="Canny's lower hysteresis threshold")
     canny_high: float = option(200.0, group="edge maps", minimum=0, help="Canny's upper hysteresis threshold")
-    blur: int = option(3, group="edge maps", minimum=0,
+    blur: int = option(3, group="edge maps", minimum=0, odd=True,
                        help="Gaussian blur kernel before Canny, odd pixels (0: none)")
     line_width: int = option(2, group="edge maps", minimum=1,
                              help="outline width in pixels at synthdense's 2x render scale")
 
     def validate(self) -> None:
-        check_declared(self)
-        if self.blur and self.blur % 2 == 0:
-            raise ConfigError(f"--blur must be 0 or odd, got {self.blur}")
-        if self.canny_low > self.canny_high:
-            raise ConfigError(f"--canny-low ({self.canny_low:g}) is above --canny-high ({self.canny_high:g})")
+        check_declared(self)  # blur 0 or odd, canny_low ≤ canny_high: declared on the fields
 
     def resolved(self, dataset: ImageTextDataset) -> EdgeSettings:
         """``auto`` made concrete for ``dataset``; outline on other data than synthdense is refused."""

@@ -43,7 +43,7 @@ SPEC = BenchmarkSpec(
                  "every annotation named in splits.json (annotations in no split are not read); caption "
                  "short_caption + '\\n' + extra_caption (DCI-full)",
                  aliases=("zero-shot",)),
-        Protocol("full-sentences", ("zero-shot-splits",), 7805, 7805, "dci-splits", "short+extra-sentences",
+        Protocol("full-sentences", ("zero-shot-splits", "lotlip-splits", "lotlip-10k", "flair-splits"), 7805, 7805, "dci-splits", "short+extra-sentences",
                  "as full, sentences split and re-joined with '. ' (LoTLIP, FLAIR)"),
         Protocol("goal", ("goal-splits",), 1999, 1999, "dci-lists", "extra",
                  "GOAL's DCI_test.json images; caption extra_caption (GOAL, HN-CLIP)", lists=(GOAL_DCI_TEST,)),

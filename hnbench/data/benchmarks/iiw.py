@@ -42,7 +42,7 @@ SPEC = BenchmarkSpec(
     layout="{DOCCI_Test,IIW-400,DCI_Test}/data.jsonl (google/imageinwords datasets/) and the images anywhere below "
            "the data root (LoTLIP: docci/, docci_aar/, dci/); fine-grained: FLAIR's test_annotations.json",
     protocols=(
-        Protocol("612", ("lotlip-splits",), 612, 612, "iiw-jsonl", "sentences",
+        Protocol("612", ("lotlip-splits", "lotlip-10k"), 612, 612, "iiw-jsonl", "sentences",
                  "DOCCI_Test, IIW-400, DCI_Test in that order, 612 pairs; caption IIW, sentences re-joined with '. ' "
                  "(LoTLIP's iiw_retrieval.py, FLAIR without fine-grained)", _612, aliases=("lotlip-612",)),
         Protocol("612-raw", (), 612, 612, "iiw-jsonl", "raw", "the same 612 pairs, the IIW description as stored",

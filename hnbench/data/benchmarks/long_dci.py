@@ -23,7 +23,7 @@ SPEC = BenchmarkSpec(
     layout="dci_long.csv (filepath, title) and DCI's photos (densely_captioned_images/photos/ or photos/); "
            "without the CSV, the DCI release to rebuild it from",
     protocols=(
-        Protocol("tulip", ("zero-shot-splits",), 7602, 7602, "long-dci", "extra",
+        Protocol("tulip", ("zero-shot-splits", "tulip-splits"), 7602, 7602, "long-dci", "extra",
                  "TULIP's list: every annotations/*.json in sorted order (split or not), extra_caption; only "
                  "zero-length ones dropped (whitespace-only ones kept, as TULIP's len(...) == 0)",
                  aliases=("zero-shot",), keep_empty=True),

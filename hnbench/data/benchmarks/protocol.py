@@ -8,7 +8,7 @@ and reports skipped items and metadata through it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hnbench.errors import DataError
@@ -38,6 +38,18 @@ class SplitList:
 
 
 @dataclass(frozen=True)
+class Layout:
+    """Another release file of the same protocol (another author's copy of the same set, in its own format): its
+    reader (a key of ``readers_suite.READERS``) and the options that differ from the protocol's (``file``,
+    ``dirs``, ``from``, ...); ``keep_empty`` where that file's reference loader keeps blank captions (None: the
+    protocol's)."""
+
+    reader: str
+    options: Mapping[str, Any]
+    keep_empty: bool | None = None
+
+
+@dataclass(frozen=True)
 class Protocol:
     """One published way of turning a release into a test set; ``n_images``/``n_captions`` are what it yields."""
 
@@ -57,6 +69,15 @@ class Protocol:
     # A shipped (image name, caption sha256) list the loaded pairs are checked against (``pairs.py``): a file
     # name in hnbench/assets/pairs/ (or a path); one not shipped yet leaves the set "unverified".
     pairs_list: str | None = None
+    # The other release files that give this protocol's set (``readers_suite.release_layout``): read when the
+    # primary file (``options["file"]``) is absent, the first present in this order.
+    layouts: tuple[Layout, ...] = ()
+
+    def with_layout(self, layout: Layout) -> Protocol:
+        """This protocol as read from ``layout``'s file: its reader, its options over the protocol's."""
+        keep = self.keep_empty if layout.keep_empty is None else layout.keep_empty
+        return replace(self, reader=layout.reader, options={**self.options, **layout.options}, keep_empty=keep,
+                       layouts=())
 
 
 @dataclass

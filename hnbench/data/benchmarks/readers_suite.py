@@ -78,19 +78,50 @@ def _walk(root: Path) -> Iterator[Path]:
             yield Path(top) / name
 
 
-def release_file(root: Path, protocol: Protocol, ctx: LoadContext, key: str = "file") -> Path:
-    """The protocol's release file ``options[key]`` in one of ``options["dirs"]`` under ``root``; a missing one is
-    one line naming the file, where it was looked for and where it comes from."""
+def _find_release_file(root: Path, protocol: Protocol, key: str = "file") -> Path | None:
     given = protocol.options[key]
     names: tuple[str, ...] = (given,) if isinstance(given, str) else tuple(given)
     dirs: tuple[str, ...] = protocol.options.get("dirs", ("",))
     for name in names:
         for d in dirs:
-            if (root / d / name).is_file():
-                return root / d / name
-    looked = ", ".join(str(root / d) for d in dirs)
-    raise DataError(f"{ctx.name}/{protocol.name} needs {' or '.join(names)}, which {root} lacks (looked in {looked}); "
-                    f"it comes from {protocol.options['from']}")
+            path = root / d / name
+            if path.is_file():
+                return path
+    return None
+
+
+def _needs(root: Path, protocol: Protocol, key: str = "file") -> str:
+    """``NAME (looked in …; it comes from …)`` of one release file a protocol (or one of its layouts) reads."""
+    given = protocol.options[key]
+    names = (given,) if isinstance(given, str) else tuple(given)
+    looked = ", ".join(str(root / d) for d in protocol.options.get("dirs", ("",)))
+    return f"{' or '.join(names)} (looked in {looked}; it comes from {protocol.options['from']})"
+
+
+def release_file(root: Path, protocol: Protocol, ctx: LoadContext, key: str = "file") -> Path:
+    """The protocol's release file ``options[key]`` in one of ``options["dirs"]`` under ``root``; a missing one is
+    one line naming the file, where it was looked for and where it comes from."""
+    path = _find_release_file(root, protocol, key)
+    if path is None:
+        raise DataError(f"{ctx.name}/{protocol.name} needs {_needs(root, protocol, key)}, which {root} lacks")
+    return path
+
+
+def release_layout(root: Path, protocol: Protocol, ctx: LoadContext) -> Protocol:
+    """The protocol as read from the first of its release files present under ``root``: its primary file
+    (``options["file"]``), else each of its :attr:`~Protocol.layouts` in order (another author's copy of the same
+    set: CLIP_benchmark's, LLM2CLIP's, TULIP's), recorded in ``meta.release_file``. None present: one line naming
+    every file that would do and where each comes from."""
+    if not protocol.layouts:
+        return protocol
+    choices = [protocol, *(protocol.with_layout(layout) for layout in protocol.layouts)]
+    for choice in choices:
+        path = _find_release_file(root, choice)
+        if path is not None:
+            ctx.meta["release_file"] = {"file": path.name, "reader": choice.reader, "from": choice.options["from"]}
+            return choice
+    raise DataError(f"{ctx.name}/{protocol.name} needs " + "; or ".join(_needs(root, c) for c in choices)
+                    + f", which {root} lacks")
 
 
 def _read_json(path: Path, ctx: LoadContext) -> Any:
@@ -199,27 +230,103 @@ def read_karpathy(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Reco
     return located(root, items, protocol, ctx, protocol.options["images_from"])
 
 
+def _by_name(root: Path, path: Path, caps: dict[str, list[str]], protocol: Protocol, ctx: LoadContext) -> list[Record]:
+    """Records of image file name → captions (in order of first appearance), each image in one of
+    ``options["image_dirs"]`` or found by name; ``path``, the release file read, goes into the metadata."""
+    items = [(Path(name).stem, [f"{d}/{name}" for d in protocol.options["image_dirs"]], texts)
+             for name, texts in caps.items()]
+    ctx.meta.update(annotations_file=str(path), captions_per_image=_histogram([len(c) for c in caps.values()]))
+    return located(root, items, protocol, ctx, protocol.options["images_from"])
+
+
 # --- Flickr30k's results_20130124.token ---------------------------------------------------------------
 def read_flickr_token(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
     """Lines ``NAME.jpg#k<TAB>caption``, as Long-CLIP's ``flickr30k.py`` reads them: the image is the first
     field less its last two characters (``#k``), the caption the second field (a ``#`` inside it is text),
     its line break dropped; images in order of first appearance, captions in file order."""
     path = release_file(root, protocol, ctx)
-    rule, order = CAPTION_RULES[protocol.caption], []
-    caps: dict[str, list[str]] = {}
+    rule, caps = CAPTION_RULES[protocol.caption], dict[str, list[str]]()
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
             fields = line.rstrip("\r\n").split("\t")
             if len(fields) < 2 or not re.fullmatch(r".+#\d", fields[0]):
                 ctx.invalid(f"{path}:{n}", "malformed line (expected NAME.jpg#k, a tab, the caption)", "malformed line")
                 continue
-            name = fields[0][:-2]
-            if name not in caps:
-                order.append(name)
-                caps[name] = []
-            caps[name].append(rule(fields[1]))
-    items = [(Path(name).stem, [f"{d}/{name}" for d in protocol.options["image_dirs"]], caps[name]) for name in order]
-    ctx.meta.update(annotations_file=str(path), captions_per_image=_histogram([len(c) for c in caps.values()]))
+            caps.setdefault(fields[0][:-2], []).append(rule(fields[1]))
+    return _by_name(root, path, caps, protocol, ctx)
+
+
+# --- Flickr30k's Kaggle results.csv (TULIP) ---------------------------------------------------------------
+def read_flickr_kaggle_csv(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
+    """The Kaggle copy's ``results.csv`` as TULIP's ``eval/flickr30.py`` reads it (``pd.read_csv(sep='|')``): a
+    header line, then ``NAME.jpg| k| caption`` lines; a line with no caption field (one real line has its
+    caption run into the number field: ``2199200615.jpg| 4   A dog runs ...``) or an empty one is the NaN caption
+    TULIP replaces by a space, kept as a query. The one space after each ``|`` is the file's separator (CLIP's
+    tokenizer drops it anyway), so the other captions equal the token file's; images in order of first
+    appearance, 5 lines each (TULIP takes every fifth line's image)."""
+    path = release_file(root, protocol, ctx)
+    rule, caps = CAPTION_RULES[protocol.caption], dict[str, list[str]]()
+    nan = []
+    with open(path, encoding="utf-8") as f:
+        next(f, None)  # the header: image_name| comment_number| comment
+        for n, line in enumerate(f, start=2):
+            fields = line.rstrip("\r\n").split("|")
+            if not fields[0].strip():
+                ctx.invalid(f"{path}:{n}", "malformed line (expected NAME.jpg| k| caption)", "malformed line")
+                continue
+            text = "|".join(fields[2:])
+            text = text[1:] if text.startswith(" ") else text
+            if len(fields) < 3 or not "|".join(fields[2:]):
+                text = " "  # pandas' NaN, as TULIP replaces it
+                nan.append(f"{path.name}:{n}")
+            caps.setdefault(fields[0], []).append(rule(text))
+    ctx.meta["nan_captions"] = nan
+    return _by_name(root, path, caps, protocol, ctx)
+
+
+# --- CLIP_benchmark's flickr30k_test_karpathy.txt -------------------------------------------------------------
+def read_clipbench_flickr_txt(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
+    """CLIP_benchmark's ``Flickr`` reader (``clip_benchmark/datasets/flickr.py``): a header line, then
+    ``NAME.jpg,caption`` lines, stripped, blank ones skipped, split on ``.jpg,`` (a caption may hold commas);
+    images in order of first appearance. A caption that itself holds ``.jpg,`` is split at the first one
+    (CLIP_benchmark's two-way unpacking would fail on it)."""
+    path = release_file(root, protocol, ctx)
+    rule, caps = CAPTION_RULES[protocol.caption], dict[str, list[str]]()
+    with open(path, encoding="utf-8") as f:
+        next(f, None)  # the header: image,caption
+        for n, line in enumerate(f, start=2):
+            line = line.strip()
+            if not line:
+                continue
+            if ".jpg," not in line:
+                ctx.invalid(f"{path}:{n}", "malformed line (expected NAME.jpg,caption)", "malformed line")
+                continue
+            stem, caption = line.split(".jpg,", 1)
+            caps.setdefault(stem + ".jpg", []).append(rule(caption))
+    return _by_name(root, path, caps, protocol, ctx)
+
+
+# --- a JSON list of {image, caption[]} (LLM2CLIP's / BLIP's flickr30k_test.json, coco_karpathy_test.json) -------
+def read_caption_list_json(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
+    """A JSON list of ``{"image": "flickr30k-images/NAME.jpg", "caption": [...]}`` (the sfr bucket's files that
+    LLM2CLIP's ``setup_eval_datasets.sh`` fetches), in file order, every caption of each entry; the image at
+    ``image`` under the data root, in one of ``options["image_dirs"]``, else by name."""
+    path = release_file(root, protocol, ctx)
+    data = _read_json(path, ctx)
+    if not isinstance(data, list):
+        raise _malformed(path, "a JSON list of {image, caption} objects")
+    rule, items = CAPTION_RULES[protocol.caption], []
+    for n, entry in enumerate(data):
+        caption = entry.get("caption") if isinstance(entry, dict) else None
+        captions = [caption] if isinstance(caption, str) else caption
+        if (not isinstance(entry, dict) or not isinstance(entry.get("image"), str) or not isinstance(captions, list)
+                or not all(isinstance(c, str) for c in captions)):
+            raise _malformed(path, f"[{n}] an object with an 'image' string and a 'caption' list of strings")
+        image = entry["image"]
+        name = Path(image).name
+        items.append((Path(name).stem, [image, *(f"{d}/{name}" for d in protocol.options["image_dirs"])],
+                      [rule(c) for c in captions]))
+    ctx.meta.update(annotations_file=str(path), captions_per_image=_histogram([len(t) for _, _, t in items]))
     return located(root, items, protocol, ctx, protocol.options["images_from"])
 
 
@@ -350,5 +457,6 @@ def read_iiw_fine_grained(root: Path, protocol: Protocol, ctx: LoadContext) -> l
 READERS: dict[str, Callable[[Path, Protocol, LoadContext], list[Record]]] = {
     **DENSE_READERS, "coco-captions-json": read_coco_captions, "karpathy-json": read_karpathy,
     "flickr-token": read_flickr_token, "sharegpt4v-json": read_sharegpt4v, "iiw-jsonl": read_iiw,
-    "iiw-flair-json": read_iiw_fine_grained,
+    "iiw-flair-json": read_iiw_fine_grained, "flickr-kaggle-csv": read_flickr_kaggle_csv,
+    "clipbench-flickr-txt": read_clipbench_flickr_txt, "caption-list-json": read_caption_list_json,
 }

@@ -24,7 +24,7 @@ from hnbench.data.base import FileImages, ImageTextDataset, build_dataset, check
 from hnbench.data.benchmarks.pairs import check_pairs
 from hnbench.data.benchmarks.protocol import LoadContext, Protocol, SplitList
 from hnbench.data.benchmarks.readers import CAPTION_RULES
-from hnbench.data.benchmarks.readers_suite import READERS
+from hnbench.data.benchmarks.readers_suite import READERS, release_layout
 from hnbench.errors import ConfigError, DataError
 from hnbench.io import loads_json, sha256_file
 from hnbench.paths import cache_dir
@@ -220,6 +220,7 @@ def load_benchmark(
         raise DataError(f"{spec.name}: data root not found: {root}")
     lists, list_record = resolve_split_lists(spec, proto, root, split_file)
     ctx = LoadContext(name=spec.name, skip_invalid=skip_invalid, progress=progress, lists=lists)
+    proto = release_layout(root, proto, ctx)  # the protocol as read from the release file present (Protocol.layouts)
     records = READERS[proto.reader](root, proto, ctx)
     if not allow_outside_paths:
         for image_id, ref, _ in records:

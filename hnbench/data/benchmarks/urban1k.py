@@ -21,7 +21,7 @@ SPEC = BenchmarkSpec(
         Protocol("test", ("zero-shot-splits", "goal-splits"), 1000, 1000, "urban1k-folders", "first-nonempty-line",
                  "all 1,000 pairs, matched by file stem; caption = the file's first non-blank line (as GOAL's list)",
                  aliases=("zero-shot", "goal")),
-        Protocol("longclip", ("zero-shot-splits",), 1000, 1000, "urban1k-folders", "longclip-first-line",
+        Protocol("longclip", ("zero-shot-splits", "longclip-splits", "tulip-splits"), 1000, 1000, "urban1k-folders", "longclip-first-line",
                  "as test, caption = readlines()[0] as Long-CLIP's and TULIP's loaders read it: 592.txt starts "
                  "with a blank line, so one query is empty", keep_empty=True),
     ),

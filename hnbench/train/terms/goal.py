@@ -37,7 +37,7 @@ from hnbench.train.losses import compute_dtype, hn_clip_loss
 from hnbench.train.terms import gather_all
 
 __all__ = ["GOAL_TERMS", "GoalOptions", "goal_patch_loss", "goal_segment_loss",
-           "goal_text_loss", "pool_tokens", "sentence_token_span", "span_mask"]
+           "goal_text_loss", "pool_tokens", "span_mask"]
 
 GOAL_TERMS = ("global", "segment", "patch", "text")
 
@@ -107,21 +107,6 @@ def goal_text_loss(text_states: Tensor, span: Tensor, text_head: Head, sentence:
     (:func:`span_mask`), ``text_head`` final LN + projection, ``sentence`` (B, D) the sentence's embedding;
     data parallel as :func:`goal_patch_loss`."""
     return _pooled_cosine_loss(text_states, span, text_head, sentence, context)
-
-
-def sentence_token_span(prefix: str, sentence: str, encode: Callable[[str], list[int]], *,
-                        compat: bool = False) -> tuple[int, int]:
-    """[start, end) of ``sentence``'s tokens in the tokenised long caption ``prefix + sentence + …`` (SOT at 0).
-
-    ``encode`` is the BPE without SOT/EOT (open_clip ``SimpleTokenizer.encode``); CLIP's BPE tokenises each
-    whitespace-separated word on its own, so the prefix's count is the sentence's offset when the prefix ends
-    at a word boundary (spec §2.2). ``compat``: GOAL's start = length of the tokenised prefix *with* its
-    BOS/EOS, one token late at both ends (spec §2.1 "Quirks")."""
-    n_prefix, n_sentence = len(encode(prefix)) if prefix.strip() else 0, len(encode(sentence))
-    if n_sentence == 0:
-        raise ValueError(f"sentence {sentence!r} has no tokens")
-    start = n_prefix + (2 if compat else 1)
-    return start, start + n_sentence
 
 
 def span_mask(spans: Sequence[tuple[int, int]], num_tokens: int) -> Tensor:
