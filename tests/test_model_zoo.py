@@ -97,7 +97,9 @@ def test_issue24_zoo_names_collide_with_no_architecture_or_prefix():
 
 
 def test_issue24_zoo_weights_sources_and_published_keys():
-    published = set(zip(*(load_published()[c] for c in ("source", "method")), strict=True))
+    rows = load_published()
+    published = set(zip(rows["source"], rows["method"], strict=True)) | set(zip(
+        rows["source"], rows["method"], rows["backbone"], strict=True))
     for name in MODEL_ZOO.names():
         entry = MODEL_ZOO.get(name)
         w = entry.weights
@@ -119,6 +121,8 @@ def test_issue24_zoo_weights_sources_and_published_keys():
     assert MODEL_ZOO.get("dci_pick1_nl0").weights.sha256 == \
         "2943daaba2489492c274284631223e02933cc9436db201c23abe5939ed01d446"
     assert ("hn-clip-2026-table1", "Long-CLIP (released)") in MODEL_ZOO.get("longclip-l14").published
+    assert all(MODEL_ZOO.get(n).published for n in ("longclip-b16", "himo-clip-l14", "tulip-l14", "lotlip-b16",
+                                                    "goal-l14-docci"))  # the rows that exist are linked
     assert MODEL_ZOO.get("jina-clip-v2").trust_remote_code and MODEL_ZOO.get("pe-core-l14").context_length == 32
     # what suite.md §2 marks unverified is marked so in the entry
     assert all(MODEL_ZOO.get(n).unverified for n in ("himo-clip-l14", "tulip-l14", "dreamlip-b16", "dci_pick1",

@@ -79,7 +79,9 @@ class ZooEntry:
     description: str
     license: str | None = None
     unverified: str = ""  # what of it is not checked against a real download ("" : nothing the spec doubts)
-    published: tuple[tuple[str, str], ...] = ()  # (source, method) of its rows in published-results.csv
+    # (source, method) of its rows in published-results.csv, or (source, method, backbone) where a source reports
+    # several backbones under one method name
+    published: tuple[tuple[str, ...], ...] = ()
     trust_remote_code: bool = False  # its family runs the release's code: --trust-remote-code is still required
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,12 +94,15 @@ _LONGCLIP_POLICY = "CLIP BPE, 248 positions (Long-CLIP's folded two-table layout
 _GOAL_PAGE = "https://github.com/PerceptualAI-Lab/GOAL (README: Google Drive links per backbone and dataset)"
 _DCI_URL = "https://dl.fbaipublicfiles.com/densely_captioned_images/"
 _GDRIVE = "unverified against a real download (Google Drive; suite.md §2)"
+_HIMO_TABLES = "UnicomAI/HiMo-CLIP@f235e97:static/images/"  # HiMo-CLIP's result tables (it quotes TULIP's too)
+_HIMO_TABLE_NAMES = ("eval_tb1.png (Table 1)", "eval_tb2.png (Table 2)")
 
 LONGCLIP_B16 = ZooEntry(
     "longclip-b16", "open_clip", "ViT-B-16-quickgelu", Weights("hub-file", "BeichenZhang/LongCLIP-B", "longclip-B.pt"),
     248, _LONGCLIP_POLICY, "Long-CLIP B/16 (ECCV'24): CLIP ViT-B/16 with a 248-token text table",
     unverified="the hub revision is not pinned (the spec names none)",
-    published=(("longclip-model-zoo", "LongCLIP-B/16"), ("debias-clip-2026", "Long-CLIP-B")))
+    published=(("longclip-model-zoo", "LongCLIP-B/16"), ("debias-clip-2026", "Long-CLIP-B"),
+               ("wuw2019/LoTLIP@301b906:README.md", "Long-CLIP", "ViT-B/16 248tok")))
 LONGCLIP_L14 = ZooEntry(
     "longclip-l14", "open_clip", "ViT-L-14-quickgelu", Weights("hub-file", "BeichenZhang/LongCLIP-L", "longclip-L.pt"),
     248, _LONGCLIP_POLICY, "Long-CLIP L/14 (ECCV'24): CLIP ViT-L/14 with a 248-token text table",
@@ -107,7 +112,8 @@ LONGCLIP_L14 = ZooEntry(
 HIMO_CLIP_L14 = ZooEntry(
     "himo-clip-l14", "open_clip", "ViT-L-14-quickgelu", Weights("hub-file", "5RJ/HiMo-CLIP", "himo-clip_L.pt"),
     248, _LONGCLIP_POLICY, "HiMo-CLIP L/14 (AAAI'26): Long-CLIP-format checkpoint, plain EOT pooling",
-    unverified="download and file layout (Long-CLIP format per model/model_himo.py; suite.md §2)")
+    unverified="download and file layout (Long-CLIP format per model/model_himo.py; suite.md §2)",
+    published=tuple((f"{_HIMO_TABLES}{t}", "HiMo-CLIP", "ViT-L/14 248tok") for t in _HIMO_TABLE_NAMES))
 SIGLIP2_B16 = ZooEntry(
     "siglip2-b16", "open_clip", "ViT-B-16-SigLIP2", Weights("open_clip-tag", tag="webli"),
     64, "Gemma tokenizer, canonicalize (lower-case, punctuation stripped), max-length padding to 64",
@@ -130,12 +136,14 @@ TULIP_L14 = ZooEntry(
     "tulip-l14", "tulip", "tulip:ViT-L-14", Weights("manual", page="https://huggingface.co/mderakhshani/TULIP"),
     248, "CLIP BPE, RoPE text positions, padded to 248 (tulip#4: results shift at 200)",
     "TULIP (ICLR'25): open_clip ViT-L/14 image tower + RoPE text tower",
-    unverified="the release's file names (suite.md §2: files unverified), so it is fetched by hand")
+    unverified="the release's file names (suite.md §2: files unverified), so it is fetched by hand",
+    published=((f"{_HIMO_TABLES}{_HIMO_TABLE_NAMES[0]}", "TULIP", "ViT-L/14 248tok"),))
 LOTLIP_B16 = ZooEntry(
     "lotlip-b16", "lotlip", "lotlip:ViT-B-16", Weights("hub-file", "weiwu-ww/LoTLIP-ViT-B-16-100M", "model.pt"),
     128, "bert-base-uncased WordPiece with two corner tokens, context 128",
     "LoTLIP B/16 (NeurIPS'24), 100M pairs: timm ViT + BERT text tower with corner tokens", license="CC-BY-4.0",
-    unverified="download unverified (hub page); revision not pinned")
+    unverified="download unverified (hub page); revision not pinned",
+    published=(("wuw2019/LoTLIP@301b906:README.md", "LoTLIP", "ViT-B/16 128tok"),))
 GOAL_B16_DOCCI, GOAL_B16_DCI, GOAL_L14_DOCCI, GOAL_L14_DCI = (
     ZooEntry(f"goal-{size}-{data}", "hf", f"hf:openai/clip-vit-{base}", Weights("manual", page=_GOAL_PAGE),
              248, "transformers CLIP, text positions stretched to 248 (keep 20), max-length padding",
@@ -379,11 +387,13 @@ def reference_numbers(entry: ZooEntry) -> str:
 
     rows = load_published()
     keys = set(entry.published)
-    mine = rows[[(s, m) in keys for s, m in zip(rows["source"], rows["method"], strict=True)]]
+    mine = rows[[(s, m) in keys or (s, m, b) in keys
+                 for s, m, b in zip(rows["source"], rows["method"], rows["backbone"], strict=True)]]
     parts = []
     for bench, group in mine.groupby("benchmark", sort=False):
-        best = {d: group.loc[group["direction"] == d, "R@1"].max() for d in ("t2i", "i2t")}
-        parts.append(f"{bench} {best['t2i']:.1f}/{best['i2t']:.1f}")
+        best = [group.loc[group["direction"] == d, "R@1"].max() for d in ("t2i", "i2t")]
+        if all(v == v for v in best):  # retrieval rows (a classification row has no R@1 per direction)
+            parts.append(f"{bench} {best[0]:.1f}/{best[1]:.1f}")
     return f"R@1 t2i/i2t: {', '.join(parts)} ({len(mine)} rows; --reported)" if parts else ""
 
 
