@@ -10,6 +10,7 @@ Public API (imported lazily so ``import hnbench`` stays light)::
     hnbench.compare([a.json, b.json, ...], ks=...) -> Comparison
     hnbench.browse(result.json, output_dir, ...) -> Path of index.html
     hnbench.run_suite(name, models, data_root_map=..., output_dir=...) -> SuiteRun
+    hnbench.list_models(family=None) -> DataFrame of model families and zoo entries
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ _LAZY = {
     "compare": "hnbench.comparison:compare",
     "browse": "hnbench.pages:browse",
     "run_suite": "hnbench.suites:run_suite",
+    "list_models": "hnbench.models.zoo:list_models",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -18,7 +18,7 @@ from tabulate import tabulate
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import human_bytes
-from hnbench.registry import RECIPES, SUITES, TASKS, TEXT_ENCODERS
+from hnbench.registry import MODELS, RECIPES, SUITES, TASKS, TEXT_ENCODERS
 from hnbench.settings import (
     BrowseSettings,
     CompareSettings,
@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_browse_parser(sub)
     _add_segments_parser(sub)
     _add_suite_parser(sub)
+    _add_models_parser(sub)
     _add_global_flags(parser)
     return parser
 
@@ -656,6 +657,24 @@ def _configure_logging(verbose: bool, quiet: bool) -> None:
         disable_progress_bars()
         if "transformers" in sys.modules:
             sys.modules["transformers"].utils.logging.disable_progress_bar()
+
+
+# --- models: the families and the zoo (hnbench.list_models) -----------------------------------------
+def _add_models_parser(sub: _Subparsers) -> None:
+    from hnbench.models.zoo import MODEL_FORMATS
+
+    p = sub.add_parser("models", help="every model family and zoo entry: family, context, text policy, weights "
+                                      "source, whether the weights are on this machine, reference numbers")
+    p.add_argument("--format", default="md", choices=MODEL_FORMATS, help="md (a Markdown table), csv or json")
+    p.add_argument("--family", help=f"only this family's rows: {', '.join(MODELS.names())}")
+    p.set_defaults(handler=_run_models)
+
+
+def _run_models(args: argparse.Namespace) -> int:
+    from hnbench.models.zoo import list_models, render_models
+
+    print(render_models(list_models(args.family), args.format))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # for the entries' types only: importing them here would load
     from hnbench.models.base import Encoder
     from hnbench.tasks import Task
 
-__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "OBJECTIVES", "RECIPES", "RECIPE_DIR", "SCORERS", "SUITES", "TASKS",
+__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "MODEL_ZOO", "OBJECTIVES", "RECIPES", "RECIPE_DIR",
+           "SCORERS", "SUITES", "TASKS",
            "TEXT_ENCODERS", "Registry",
            "Target", "model_family"]
 
@@ -95,6 +96,10 @@ class Registry(Generic[T]):
     def describe(self) -> str:
         """``name (help), name (help), …``: for CLI help strings."""
         return ", ".join(f"{n} ({self.help(n)})" if self.help(n) else n for n in self.names())
+
+    def prefixes(self, name: str) -> list[str]:
+        """The value prefixes ``name`` claims (``hf:``), in the order registered."""
+        return [p for p, key in self._prefixes.items() if key == name.lower()]
 
     def match(self, value: str) -> str | None:
         """The entry whose longest registered prefix ``value`` starts with (a prefix may be a whole name), else
@@ -211,6 +216,20 @@ def model_family(model: str) -> str:
     path = Path(model)
     return "hf" if path.is_dir() and (path / "config.json").is_file() else str(MODELS.match(model))
 
+
+# --- the model zoo: released checkpoints by name (--model longclip-l14), each a ZooEntry declared in
+# hnbench/models/zoo.py (family, --model/--pretrained it expands to, weights source, context, text policy, the
+# published rows it links); `hnbench models` lists them. A name is no open_clip architecture and no family prefix.
+MODEL_ZOO: Registry[Any] = Registry("zoo model")  # of hnbench.models.zoo.ZooEntry (it imports this module)
+for _name, _entry in (
+        ("longclip-b16", "LONGCLIP_B16"), ("longclip-l14", "LONGCLIP_L14"), ("himo-clip-l14", "HIMO_CLIP_L14"),
+        ("siglip2-b16", "SIGLIP2_B16"), ("siglip2-b16-hf", "SIGLIP2_B16_HF"), ("metaclip2-h14", "METACLIP2_H14"),
+        ("pe-core-l14", "PE_CORE_L14"), ("tulip-l14", "TULIP_L14"), ("lotlip-b16", "LOTLIP_B16"),
+        ("goal-b16-docci", "GOAL_B16_DOCCI"), ("goal-b16-dci", "GOAL_B16_DCI"), ("goal-l14-docci", "GOAL_L14_DOCCI"),
+        ("goal-l14-dci", "GOAL_L14_DCI"), ("structxlip-b16-docci", "STRUCTXLIP_B16_DOCCI"),
+        ("fg-clip2-base", "FG_CLIP2_BASE"), ("jina-clip-v2", "JINA_CLIP_V2"), ("dreamlip-b16", "DREAMLIP_B16"),
+        ("dci_pick1", "DCI_PICK1"), ("dci_pick1_nl0", "DCI_PICK1_NL0")):
+    MODEL_ZOO.register(_name, f"hnbench.models.zoo:{_entry}")
 
 # --- text-only encoders for hardness (a caption set's geometry need not come from a CLIP tower) -------
 TEXT_ENCODERS: Registry[Callable[..., Encoder]] = Registry("text encoder")

@@ -189,7 +189,8 @@ def _flag(f: dataclasses.Field[Any]) -> str:
 class ModelSpec:
     """Which model a run uses."""
 
-    model: str | None = option(None, group="model", help=f"model name, by family: {MODELS.describe()}")
+    model: str | None = option(None, group="model", help=f"model name, by family: {MODELS.describe()}; or a "
+                                                         "model-zoo name (hnbench models: longclip-l14, ...)")
     pretrained: str | None = option(None, group="model", help="open_clip tag (needs the internet), an hf: model's hub "
                                                               "revision, or a local checkpoint (.safetensors / .pt / "
                                                               ".pth / .bin)")

@@ -53,6 +53,7 @@ TWICE = textwrap.dedent("""
         tc = call("TrainConfig", model="hnb-micro", model_config=cfg, dataset=data, epochs=1, batch_size=4,
                   num_workers=0, output=f"{out}/run{round}")
         assert call("train", tc, progress=False).name == "checkpoint.safetensors"
+        assert "longclip-l14" in set(call("list_models")["name"])
         used.add("__version__")
         assert hnbench.__version__
         # importing the submodules of the same names must not hide the functions

@@ -6,6 +6,7 @@ import pickle
 from pathlib import Path
 
 from hnbench.errors import CheckpointError
+from hnbench.models import zoo
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
 from hnbench.models.family import check_trusted, family_of
 from hnbench.models.peft_loading import is_adapter_dir, load_with_adapter
@@ -25,8 +26,9 @@ def load_model(
     init_seed: int | None = 0,
     trust_remote_code: bool = False,
 ) -> Encoder:
-    """Load a model by open_clip name (``ViT-B-32``, ``hf-hub:…``, ``local-dir:…``) or HF CLIP (``hf:ORG/NAME``);
-    the family is picked by name prefix in :data:`hnbench.registry.MODELS` and its adapter
+    """Load a model by open_clip name (``ViT-B-32``, ``hf-hub:…``, ``local-dir:…``), HF CLIP (``hf:ORG/NAME``) or
+    model-zoo name (``longclip-l14``: :mod:`hnbench.models.zoo`, its weights fetched; recorded in
+    ``info.extra["zoo"]``; an explicit ``pretrained`` wins over the entry's weights); the family is picked by name prefix in :data:`hnbench.registry.MODELS` and its adapter
     (:class:`hnbench.models.family.ModelFamily`) loads it.
 
     ``pretrained`` is an open_clip tag (downloads; needs the internet), hnbench's built-in tag
@@ -40,9 +42,11 @@ def load_model(
     """
     check_precision(precision)
     trusted = check_trusted(model, pretrained, trust_remote_code)
+    resolved = zoo.resolve(model, pretrained, download=True)  # a zoo name: its family's model and weights
+    model, pretrained = resolved.model, resolved.pretrained
     try:
-        return _load(model, pretrained, model_config=model_config, context_length=context_length, device=device,
-                     precision=precision, init_seed=init_seed, **trusted)
+        return zoo.mark(_load(model, pretrained, model_config=model_config, context_length=context_length, device=device,
+                     precision=precision, init_seed=init_seed, **trusted), resolved)
     except pickle.UnpicklingError as e:  # torch.load(weights_only=True) inside open_clip / transformers / peft
         where = pretrained if pretrained and Path(pretrained).is_dir() else model
         raise CheckpointError(f"{where}: refused to unpickle a weights file: it holds objects other than tensors "
@@ -54,6 +58,8 @@ def check_model(model: str, pretrained: str | None = None, *, model_config: str 
     """What can be checked of ``model`` and its weights without loading them (one line each): for open_clip the
     architecture, a weights file's existence, a tag's name and whether it can be fetched. Another family, or an
     adapter directory, is checked when it loads. A remote-code model is refused unless ``trust_remote_code``."""
+    zoo.check(model, pretrained)
+    model, pretrained = (r := zoo.resolve(model, pretrained)).model, r.pretrained
     if not (pretrained is not None and is_adapter_dir(pretrained)):
         family_of(model).check(model, pretrained, model_config=model_config)
         check_trusted(model, pretrained, trust_remote_code)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import pickle
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import torch
 
@@ -19,12 +20,18 @@ _NESTED_KEYS = ("state_dict", "model", "model_state_dict", "module")
 # (StructXLIP's ``retrieval.py`` reads ``clip_model.``-prefixed files this way).
 _WRAPPER_PREFIXES = ("clip_model.",)
 
-# Modules a framework trains beside CLIP that plain-cosine evaluation never uses: dropped (with one WARNING line
-# naming them) when the model has no such keys. Any other unexpected key is refused by :func:`load_into`.
-TRAINING_ONLY = {
+# Modules a framework trains beside CLIP that plain-cosine evaluation never uses, by key prefix → why: each family
+# allow-lists the ones its releases carry (:attr:`hnbench.models.family.ModelFamily.training_only_keys`); they are
+# dropped (one WARNING per module naming them) when the model has no such keys. Any other unexpected key is refused
+# by :func:`load_into`.
+FINELIP_CROSS_NET = {
     "cross_net.": "FineLIP's token aggregation module (its cross-modal late-interaction score, used only by "
                   "FineLIP's fused --finegrain re-scoring); plain-cosine eval scores the towers alone "
                   "(--scorer finelip-finegrained reads them from the file)",
+}
+SMARTCLIP_MASK_NET = {
+    "mask_net.": "SmartCLIP's mask network (it selects the text-conditioned token masks during training); "
+                 "plain-cosine eval scores the towers alone",
 }
 # A buffer, not a weight: HF CLIP's arange of positions; whether it is saved depends on the transformers version.
 POSITION_IDS_SUFFIX = "embeddings.position_ids"
@@ -78,11 +85,15 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def drop_training_only(state_dict: dict[str, torch.Tensor], model_keys: set[str] | dict[str, torch.Tensor],
-                       source: str) -> dict[str, torch.Tensor]:
-    """``state_dict`` without the :data:`TRAINING_ONLY` modules the model lacks; one WARNING per module names the
-    dropped keys and why."""
+                       source: str, training_only: Mapping[str, str] = MappingProxyType({}), *,
+                       keep: Collection[str] = ()) -> dict[str, torch.Tensor]:
+    """``state_dict`` without the ``training_only`` modules (key prefix → why: the loading family's
+    :attr:`~hnbench.models.family.ModelFamily.training_only_keys`) the model lacks; one WARNING per module names the
+    dropped keys and why. ``keep``: prefixes kept all the same (a scorer that uses that module asks for it)."""
     out = dict(state_dict)
-    for prefix, why in TRAINING_ONLY.items():
+    for prefix, why in training_only.items():
+        if prefix in keep:
+            continue
         dropped = sorted(k for k in out if k.startswith(prefix) and k not in model_keys)
         if dropped:
             for k in dropped:
@@ -143,11 +154,13 @@ def load_into(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], sourc
     model.load_state_dict(state_dict, strict=True)
 
 
-def load_checkpoint(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], source: str) -> None:
-    """A released checkpoint into ``model``: :data:`TRAINING_ONLY` modules dropped, tensors cast to the model's
-    dtypes, then :func:`load_into` (any other key the model lacks is refused, listed)."""
+def load_checkpoint(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], source: str,
+                    training_only: Mapping[str, str] = MappingProxyType({})) -> None:
+    """A released checkpoint into ``model``: the family's ``training_only`` modules dropped (none by default: a
+    family allow-lists its own), tensors cast to the model's dtypes, then :func:`load_into` (any other key the model
+    lacks is refused, listed)."""
     own = model.state_dict()
-    state_dict = drop_training_only(state_dict, own, source)
+    state_dict = drop_training_only(state_dict, own, source, training_only)
     load_into(model, {k: v.to(own[k].dtype) if k in own else v for k, v in state_dict.items()}, source)
 
 

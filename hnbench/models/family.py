@@ -12,6 +12,9 @@ name prefixes it claims). It answers:
   case, context length, prompts per direction), recorded with the model;
 - **pairwise scorers**: :meth:`ModelFamily.pair_scorers` (query-conditioned scorers, :mod:`hnbench.scorers`; none for a
   dual encoder) and :meth:`ModelFamily.pair_scorer_names` (what it offers, asked before anything loads);
+- **training-only keys**: :attr:`ModelFamily.training_only_keys` (modules its releases carry that scoring never
+  uses: dropped with a warning; any other unexpected key is refused) and :meth:`ModelFamily.claims` (its releases'
+  key signature: another family's loader given such a file refuses it, :func:`claimed_elsewhere`);
 - **remote code**: :meth:`ModelFamily.remote_code` (the release's code files loading would run: refused without
   ``trust_remote_code``, :func:`check_trusted`) and :meth:`ModelFamily.prompts` (the per-direction text prefixes the
   evaluation applies);
@@ -31,9 +34,10 @@ taken for a random init.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from torch import Tensor
@@ -42,6 +46,7 @@ from hnbench.errors import ConfigError
 from hnbench.models.base import Encoder
 
 __all__ = ["LIBRARY_VERSIONS", "RANDOM_INIT", "ModelFamily", "TextPreprocessing", "as_family", "check_trusted",
+           "claimed_elsewhere",
            "export_names", "family_of", "remote_code_refusal"]
 
 # Stands in for the weights file of a random-init model: its weights are a function of the init seed.
@@ -79,6 +84,9 @@ class ModelFamily:
     framework: str | None = None  # the ``info.framework`` its encoders report, if the family declares one
     export_names: tuple[str, ...] = ()  # the entries :meth:`export` writes into a training run's folder
     library_versions: tuple[str, ...] = LIBRARY_VERSIONS
+    # key prefix → why: modules its released checkpoints carry beside the towers that plain-cosine scoring never
+    # uses (dropped with a WARNING naming them; any other unexpected key is refused, listed)
+    training_only_keys: Mapping[str, str] = MappingProxyType({})
 
     def __init__(self, loader: Callable[..., Encoder] | None = None):
         self._loader = loader
@@ -109,6 +117,12 @@ class ModelFamily:
     def check(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None) -> None:
         """What can be checked of (``model``, ``pretrained``) without building anything (one line each); by
         default nothing: the family checks when it loads."""
+
+    def claims(self, state_dict: Mapping[str, Tensor], arch: str) -> str | None:
+        """Why ``state_dict`` (a checkpoint another family's loader was given for architecture ``arch``) is this
+        family's release, with what to pass instead (one phrase), else None: another family's loader refuses it
+        (:func:`claimed_elsewhere`) rather than loading it wrong. By default nothing is claimed."""
+        return None
 
     def remote_code(self, model: str, pretrained: str | None) -> list[str]:
         """The code files of the release that loading ``model`` would run (transformers' ``auto_map``); a family
@@ -186,7 +200,10 @@ def check_trusted(model: str, pretrained: str | None, trust_remote_code: bool) -
     """Refuse (one line naming the files) a model whose family runs release code unless ``trust_remote_code``; the
     keywords its family's ``load`` then takes (``trust_remote_code=True`` for such a family, none otherwise)."""
     from hnbench.errors import ConfigError
+    from hnbench.models import zoo
 
+    zoo.check(model, pretrained)  # a zoo name whose weights cannot be had: one line, before anything loads
+    model, pretrained = (resolved := zoo.resolve(model, pretrained)).model, resolved.pretrained
     family = family_of(model)
     files = family.remote_code(model, pretrained)
     if not files:
@@ -196,11 +213,26 @@ def check_trusted(model: str, pretrained: str | None, trust_remote_code: bool) -
     return {"trust_remote_code": True}
 
 
+def claimed_elsewhere(state_dict: Mapping[str, Tensor], loading: ModelFamily, arch: str) -> str | None:
+    """The first registered family other than ``loading`` that :meth:`~ModelFamily.claims` ``state_dict`` (its
+    reason and advice), else None: the key signatures every family declares, asked by a loader before it loads."""
+    from hnbench.registry import MODELS
+
+    for name in MODELS.names():
+        found: Any = MODELS.get(name)
+        if isinstance(found, ModelFamily) and found is not loading:
+            why = found.claims(state_dict, arch)
+            if why:
+                return why
+    return None
+
+
 def family_of(model: str) -> ModelFamily:
     """The adapter of the family that loads ``model`` (a registered plain loader: wrapped, never remembered)."""
+    from hnbench.models.zoo import model_of
     from hnbench.registry import MODELS, model_family
 
-    name = model_family(model)
+    name = model_family(model_of(model))  # a zoo name: its entry's family
     found: Any = MODELS.get(name)
     if isinstance(found, ModelFamily):
         return found

@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -20,6 +21,7 @@ import torch
 from hnbench.errors import CheckpointError, ConfigError
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
 from hnbench.models.checkpoint import (
+    FINELIP_CROSS_NET,
     POSITION_IDS_SUFFIX,
     drop_training_only,
     layout_hint,
@@ -317,7 +319,7 @@ def _load_weights(model: Any, sd: dict[str, torch.Tensor], source: str) -> None:
     own = model.state_dict()
     sd = {k: v for k, v in sd.items() if not k.endswith(POSITION_IDS_SUFFIX)}
     sd.update({k: v for k, v in own.items() if k.endswith(POSITION_IDS_SUFFIX)})
-    sd = drop_training_only(sd, own, source)
+    sd = drop_training_only(sd, own, source, HF.training_only_keys)
     load_into(model, {k: v.to(own[k].dtype) if k in own else v for k, v in sd.items()}, source,
               hint=layout_hint(sd))
 
@@ -329,6 +331,7 @@ class HFFamily(ModelFamily):
     name = "hf"
     framework = "transformers"
     export_names = ("hf_model",)
+    training_only_keys = MappingProxyType(FINELIP_CROSS_NET)  # as before families declared their own
 
     def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
              context_length: int | None = None, device: str = "cpu", precision: str = "fp32",

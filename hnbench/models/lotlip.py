@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, cast
 
 import numpy as np
@@ -28,7 +29,7 @@ from torch import nn
 
 from hnbench.errors import CheckpointError, ConfigError
 from hnbench.models.base import ModelInfo, TokenizedTexts, family_config, state_dict_fingerprint
-from hnbench.models.checkpoint import POSITION_IDS_SUFFIX, load_checkpoint, read_state_dict
+from hnbench.models.checkpoint import FINELIP_CROSS_NET, POSITION_IDS_SUFFIX, load_checkpoint, read_state_dict
 from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing
 from hnbench.models.openclip import OpenCLIPEncoder, _seeded
 
@@ -185,7 +186,7 @@ def load_lotlip(model: str, pretrained: str | None = None, *, model_config: str 
     if sd is not None:
         own = clip.state_dict()
         load_checkpoint(clip, {k: v for k, v in sd.items() if k in own or not k.endswith(_BUFFER_SUFFIXES)},
-                        f"LoTLIP checkpoint {pretrained}")
+                        f"LoTLIP checkpoint {pretrained}", LOTLIP.training_only_keys)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     if dtype is not None:
         clip.to(dtype)
@@ -209,6 +210,7 @@ class LoTLIPFamily(ModelFamily):
     to 128. No LoRA targets or export are declared yet (training LoTLIP is refused by the base class)."""
 
     name = "lotlip"
+    training_only_keys = MappingProxyType(FINELIP_CROSS_NET)  # as before families declared their own
 
     def weight_files(self, model: str, pretrained: str | None, model_config: str | Path | None) -> list[str] | None:
         if not pretrained:

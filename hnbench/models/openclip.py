@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal, Protocol, cast
 
 import numpy as np
@@ -19,13 +20,15 @@ from hnbench.errors import CheckpointError, ConfigError, did_you_mean
 from hnbench.io import loads_json
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
 from hnbench.models.checkpoint import (
+    FINELIP_CROSS_NET,
+    SMARTCLIP_MASK_NET,
     drop_training_only,
     layout_hint,
     load_into,
     read_state_dict,
     save_state_dict,
 )
-from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing
+from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing, claimed_elsewhere
 from hnbench.models.longclip_tables import convert_longclip_state_dict
 from hnbench.models.tags import check_tag, offline_download
 from hnbench.validate import check_model_config_name
@@ -250,7 +253,10 @@ def load_openclip(
         if "logit_scale" in sd and sd["logit_scale"].ndim != model.logit_scale.ndim:
             sd["logit_scale"] = sd["logit_scale"].reshape(model.logit_scale.shape)
         own = model.state_dict()
-        sd = drop_training_only(sd, own, f"checkpoint {local_file}")
+        other = claimed_elsewhere(sd, OPEN_CLIP, arch)  # another family's release: refused, not loaded wrong
+        if other:
+            raise CheckpointError(f"checkpoint {local_file}: {other}")
+        sd = drop_training_only(sd, own, f"checkpoint {local_file}", OPEN_CLIP.training_only_keys)
         sd = _fit_positional_embedding(model, sd, str(local_file))
         load_into(model, {k: v.to(own[k].dtype) if k in own else v for k, v in sd.items()},
                   f"checkpoint {local_file}", hint=layout_hint(sd))
@@ -298,6 +304,7 @@ class OpenCLIPFamily(ModelFamily):
 
     name = "open_clip"
     export_names = ("checkpoint.safetensors",)
+    training_only_keys = MappingProxyType({**FINELIP_CROSS_NET, **SMARTCLIP_MASK_NET})  # Long-CLIP-format releases
 
     def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
              context_length: int | None = None, device: str = "cpu", precision: str = "fp32",

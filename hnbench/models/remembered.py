@@ -213,7 +213,15 @@ def load_remembered(model: str, pretrained: str | None, *, root: str | Path, mod
                     context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
                     init_seed: int | None = 0, trust_remote_code: bool = False) -> Encoder:
     """``load_model`` that returns a :class:`RememberedEncoder` (no build) when a valid record exists
-    under ``root``; otherwise builds the model and remembers it for the next run."""
+    under ``root``; otherwise builds the model and remembers it for the next run (a zoo name: resolved first, its
+    weights fetched, the entry recorded with the encoder's info)."""
+    from hnbench.models import zoo
+
+    resolved = zoo.resolve(model, pretrained, download=True)
+    if resolved.entry is not None:
+        return zoo.mark(load_remembered(resolved.model, resolved.pretrained, root=root, model_config=model_config,
+                                        context_length=context_length, device=device, precision=precision,
+                                        init_seed=init_seed, trust_remote_code=trust_remote_code), resolved)
     req = _Request(model, pretrained, model_config, context_length, device, precision, init_seed, trust_remote_code)
     files = weight_files(model, pretrained, model_config)
     if files is None:

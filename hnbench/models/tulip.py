@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hnbench.errors import ConfigError
+from hnbench.errors import CheckpointError, ConfigError
 from hnbench.models.base import ModelInfo, state_dict_fingerprint
-from hnbench.models.checkpoint import load_checkpoint, read_state_dict
+from hnbench.models.checkpoint import FINELIP_CROSS_NET, load_checkpoint, read_state_dict
 from hnbench.models.family import RANDOM_INIT
 from hnbench.models.openclip import (
     OpenCLIPEncoder,
@@ -43,6 +45,10 @@ logger = logging.getLogger(__name__)
 PREFIX = "tulip:"
 DEFAULT_ARCH = "ViT-L-14"
 CONTEXT_LENGTH = 248  # eval_tulip.py's default; the released model was fine-tuned to it
+# A distilled TULIP file (main_distill_rope.py, or eval_tulip.py's --lit_style): the student text tower alone.
+_TEXT_ONLY = ("it holds only TULIP's RoPE text tower (no visual.* keys: a distilled / --lit_style text file); "
+              "scoring it needs the image tower in the same file: add the teacher's (open_clip {arch}, the weights "
+              "it was distilled from) visual.* keys to it, or use the context-fine-tuned release that has both")
 # Keys the release carries that the RoPE model does not use (dropped with an INFO line): the teacher's learned table.
 UNUSED_KEYS = ("positional_embedding",)
 
@@ -201,12 +207,14 @@ def load_tulip(model: str, pretrained: str | None = None, *, model_config: str |
                             heads=int(text["heads"]), layers=int(text["layers"]), context_length=ctx,
                             mlp_ratio=float(text.get("mlp_ratio", 4.0)))
     if sd is not None:
+        if not any(k.startswith("visual.") for k in sd):
+            raise CheckpointError(f"TULIP checkpoint {local_file}: {_TEXT_ONLY.format(arch=arch)}")
         dropped = [k for k in UNUSED_KEYS if k in sd]
         if dropped:
             logger.info("%s: ignoring %s (unused by the RoPE text tower)", local_file, ", ".join(dropped))
         sd = {k: v for k, v in sd.items() if k not in UNUSED_KEYS}
         sd.setdefault("logit_scale", clip.logit_scale.detach().clone())  # a distilled text file has none
-        load_checkpoint(clip, sd, f"TULIP checkpoint {local_file}")
+        load_checkpoint(clip, sd, f"TULIP checkpoint {local_file}", TULIP.training_only_keys)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     if dtype is not None:
         clip.to(dtype)
@@ -224,6 +232,7 @@ class TulipFamily(OpenCLIPFamily):
     a RoPE text tower that has no position table to stretch."""
 
     name = "tulip"
+    training_only_keys = MappingProxyType(FINELIP_CROSS_NET)  # as before families declared their own
 
     def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
              context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
@@ -236,6 +245,19 @@ class TulipFamily(OpenCLIPFamily):
             return [RANDOM_INIT]
         path = Path(pretrained)
         return [str(path.resolve())] if path.is_file() else None
+
+    def claims(self, state_dict: Mapping[str, torch.Tensor], arch: str) -> str | None:
+        """A CLIP text tower (``token_embedding``, ``transformer.resblocks.*``) with no position table is TULIP's RoPE
+        tower: an open_clip text tower always has ``positional_embedding``. (The context-fine-tuned release keeps the
+        teacher's table and open_clip's key names, so no key or shape tells it from a CLIP fine-tune.)"""
+        if "token_embedding.weight" not in state_dict or "positional_embedding" in state_dict or not any(
+                k.startswith("transformer.resblocks.") for k in state_dict):
+            return None
+        base = arch.removeprefix(PREFIX)
+        why = f"it holds TULIP's RoPE text tower (text keys with no position table): load it with --model tulip:{base}"
+        if not any(k.startswith("visual.") for k in state_dict):
+            why += ", once the teacher's image tower (visual.*) is added to it: it has none"
+        return why
 
     def stretch(self, encoder: Any, context_length: int) -> OpenCLIPEncoder:
         raise ConfigError("tulip: its rotary text positions have no table to stretch; pass --context-length instead")
