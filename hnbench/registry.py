@@ -228,6 +228,8 @@ for _name, _entry in (
         ("goal-b16-docci", "GOAL_B16_DOCCI"), ("goal-b16-dci", "GOAL_B16_DCI"), ("goal-l14-docci", "GOAL_L14_DOCCI"),
         ("goal-l14-dci", "GOAL_L14_DCI"), ("structxlip-b16-docci", "STRUCTXLIP_B16_DOCCI"),
         ("fg-clip2-base", "FG_CLIP2_BASE"), ("jina-clip-v2", "JINA_CLIP_V2"), ("dreamlip-b16", "DREAMLIP_B16"),
+        ("flair-cc3m-recap", "FLAIR_CC3M"), ("flair-cc12m-recap", "FLAIR_CC12M"),
+        ("flair-yfcc15m-recap", "FLAIR_YFCC15M"), ("flair-merged30m", "FLAIR_MERGED30M"),
         ("dci_pick1", "DCI_PICK1"), ("dci_pick1_nl0", "DCI_PICK1_NL0")):
     MODEL_ZOO.register(_name, f"hnbench.models.zoo:{_entry}")
 

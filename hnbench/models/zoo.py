@@ -170,6 +170,15 @@ DREAMLIP_B16 = ZooEntry(
     Weights("manual", page="https://github.com/zyf0619sjtu/DreamLIP (README: Google Drive ViT-B/16 checkpoints)"),
     77, _CLIP_BPE, "DreamLIP ViT-B/16 (open_clip training checkpoint; CC3M / CC12M / YFCC15M / merged-30M)",
     unverified=f"{_GDRIVE}; whether extra heads break the strict load")
+FLAIR_CC3M, FLAIR_CC12M, FLAIR_YFCC15M, FLAIR_MERGED30M = (
+    ZooEntry(f"flair-{data}", "flair", "flair:ViT-B-16-FLAIR", Weights("hub-file", "xiaorui638/flair", f"flair-{data}.pt"),
+             77, _CLIP_BPE,
+             f"FLAIR ViT-B/16 (CVPR'25) pre-trained on {label}: scored as a dual encoder (its global mode) by default; "
+             "the paper's numbers are --scorer flair-conditioned",
+             unverified="download unverified (hub page); revision not pinned",
+             published=(("ExplainableML/flair@0f9ce05:README.md", f"FLAIR (flair-{data})"),))
+    for data, label in (("cc3m-recap", "CC3M-recap"), ("cc12m-recap", "CC12M-recap"),
+                        ("yfcc15m-recap", "YFCC15M-recap"), ("merged30m", "Merged-30M")))
 DCI_PICK1, DCI_PICK1_NL0 = (
     ZooEntry(name, "hf", "hf:openai/clip-vit-base-patch32",
              Weights("url", url=f"{_DCI_URL}{name}.tar.gz", sha256=digest, folder=name),
