@@ -77,6 +77,9 @@ class ModelFamily:
     framework: str | None = None  # the ``info.framework`` its encoders report, if the family declares one
     export_names: tuple[str, ...] = ()  # the entries :meth:`export` writes into a training run's folder
     library_versions: tuple[str, ...] = LIBRARY_VERSIONS
+    # Its encoders' encode_texts may run a batch only up to its longest caption (a causal text tower pooled at the
+    # end token, where the padding after it changes nothing): encode_texts then groups captions of similar length.
+    trims_text_batches = False
 
     def __init__(self, loader: Callable[..., Encoder] | None = None):
         self._loader = loader

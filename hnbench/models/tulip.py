@@ -224,6 +224,7 @@ class TulipFamily(OpenCLIPFamily):
     a RoPE text tower that has no position table to stretch."""
 
     name = "tulip"
+    trims_text_batches = False  # its RoPE tower runs each batch padded to the context (trimming not proved equal)
 
     def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
              context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
