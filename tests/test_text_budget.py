@@ -4,10 +4,12 @@ recorded and shown beside R@K."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -145,3 +147,48 @@ def test_issue24_encode_texts_trims_sorted_batches_and_keeps_order(captions, tmp
     assert np.abs(cold.vectors - padded).max() <= ATOL
     warm = encode_texts(encoder, captions, batch_size=16, progress=False, cache=True, num_workers=0)
     assert warm.n_cached == len(captions) and np.array_equal(warm.vectors, cold.vectors)
+
+
+# --- the text budget: recorded with the model's own tokenizer and context, shown beside R@K -------------------------
+def _table_cells(board: str, header: str) -> dict[str, str]:
+    """model label → its cell in column ``header`` of the board's (first) Markdown table."""
+    lines = [ln for ln in board.splitlines() if ln.startswith("|")]
+    heads = [h.strip() for h in lines[0].strip("|").split("|")]
+    col, name = heads.index(header), heads.index("model")
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
+    return {r[name]: r[col] for r in rows if len(r) == len(heads)}
+
+
+def test_issue24_text_budget_recorded_and_shown_beside_recall(tmp_path):
+    """A 32-token context (PE-Core's) cuts every synthdense caption, the bundled 256-token model none; the share is in
+    the result, the eval table's footer and the leaderboard (Markdown, CSV, HTML); an older file without a ``tokens``
+    block shows a blank cell, not 0%."""
+    from hnbench import evaluate
+    from hnbench.leaderboard import leaderboard
+    from hnbench.results import read_result
+
+    out = tmp_path / "results"
+    short = evaluate("hnb-budget32", "synthdense", model_config=_config(tmp_path, "hnb-budget32"), protocol="test",
+                     limit=40, output_dir=out, progress=False, num_workers=0)
+    tiny = evaluate("hnbench-tiny", "synthdense", pretrained="synthdense", protocol="test", limit=40, output_dir=out,
+                    progress=False, num_workers=0)
+    assert (short.tokens["context_length"], short.tokens["n_texts"], short.tokens["n_truncated"]) == (32, 40, 40)
+    assert short.tokens["share_truncated"] == 1.0 and tiny.tokens["n_truncated"] == 0
+    assert "captions over the model's 32-token context: 40 of 40 (100%) truncated" in short.table()
+    assert "captions over the model's 256-token context: 0 of 40 (0%) truncated" in tiny.table()
+    # a file written before the block existed: the same record with another label, no tokens
+    old = json.loads(Path(tiny.path).read_text())
+    old.pop("tokens")
+    old["model"]["arch"] = "hnbench-tiny-old"
+    (out / "old.json").write_text(json.dumps(old))
+    assert read_result(out / "old.json").tokens == {}
+
+    cells = _table_cells(leaderboard([out]), "truncated")
+    by_arch = {next(k for k in cells if k.startswith(a)): a for a in ("hnb-budget32", "hnbench-tiny (", "hnbench-tiny-old")}
+    assert {by_arch[k]: v for k, v in cells.items()} == {"hnb-budget32": "100%", "hnbench-tiny (": "0%",
+                                                          "hnbench-tiny-old": ""}
+    board = pd.read_csv(io.StringIO(leaderboard([out], fmt="csv")), keep_default_na=False)
+    assert dict(zip(board["arch"], board["truncated %"].astype(str))) == {"hnb-budget32": "100.0", "hnbench-tiny": "0.0",
+                                                                          "hnbench-tiny-old": ""}
+    html = leaderboard([out], fmt="html")
+    assert "<th>truncated</th>" in html and "<td>100%</td>" in html and "<td>0%</td>" in html
