@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import make_pairs, write_jsonl
+from test_models_hf_auto import siglip_dir  # noqa: F401  (the tiny SigLIP fixture)
 
 from hnbench.data import load_dataset
 from hnbench.encode import encode_texts
@@ -192,3 +194,47 @@ def test_issue24_text_budget_recorded_and_shown_beside_recall(tmp_path):
                                                                           "hnbench-tiny-old": ""}
     html = leaderboard([out], fmt="html")
     assert "<th>truncated</th>" in html and "<td>100%</td>" in html and "<td>0%</td>" in html
+
+
+def _manifest(tmp_path: Path, captions: list[str]) -> str:
+    pairs = make_pairs(tmp_path / "data", n=len(captions))
+    return str(write_jsonl(tmp_path / "data" / "m.jsonl", [{"image": p, "caption": c} for (p, _), c in zip(pairs, captions)]))
+
+
+@pytest.mark.slow
+def test_issue24_each_family_records_its_own_text_budget(siglip_dir, tmp_path):  # noqa: F811  (the fixture)
+    """The tokens block counts with the family's own tokenizer and context: SigLIP through transformers (64, its
+    max-length policy), TULIP (its RoPE tower at 248, CLIP's BPE) — one caption over each."""
+    from test_models_hf_auto import CAPTIONS as SIGLIP_CAPTIONS
+    from test_models_tulip import _release_state_dict, _save_release, _tiny_config
+
+    from hnbench import evaluate
+
+    siglip = evaluate(str(siglip_dir), _manifest(tmp_path / "s", SIGLIP_CAPTIONS), progress=False, num_workers=0,
+                      ci=False)
+    assert (siglip.tokens["context_length"], siglip.tokens["n_truncated"], siglip.tokens["n_texts"]) == (64, 1, 4)
+    assert "captions over the model's 64-token context: 1 of 4 (25%) truncated" in siglip.table()
+    cfg = _tiny_config(tmp_path)
+    arch, sd = _release_state_dict(cfg)
+    captions = ["a red square on a dark ground", "two blue circles " * 90, "green"]
+    tulip = evaluate(f"tulip:{arch}", _manifest(tmp_path / "t", captions), pretrained=str(_save_release(tmp_path / "t.pt", sd)),
+                     model_config=str(cfg), progress=False, num_workers=0, ci=False)
+    assert (tulip.tokens["context_length"], tulip.tokens["n_truncated"], tulip.tokens["max"]) == (248, 1, 272)
+
+
+def test_issue24_readme_states_the_budget_line_and_the_tolerance_tested():
+    """The README's footer example is what a result prints, and its tolerance is the one these tests assert."""
+    import re
+
+    from hnbench.results import EvalResult
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    line = "captions over the model's 77-token context: 412 of 5,000 (8.2%) truncated"
+    assert f"`{line}`" in readme
+    result = EvalResult(model={"arch": "m"}, dataset={"name": "d"}, metrics={"t2i": {}, "i2t": {}},
+                        tokens={"context_length": 77, "n_texts": 5000, "n_truncated": 412, "share_truncated": 412 / 5000})
+    assert result.text_budget() == line and result.table().endswith(line)
+    tested = re.search(r"`tests/test_text_budget.py` asserts (\S+)\)", readme)
+    measured = re.search(r"at most (\S+) measured", readme)
+    assert tested and float(tested.group(1)) == ATOL and measured and float(measured.group(1)) < ATOL
+    assert "(`ModelFamily.trims_text_batches`)" in readme and "`truncated %`" in readme
