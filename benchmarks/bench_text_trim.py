@@ -13,7 +13,7 @@
 Every variant runs once per repeat, interleaved; the load average is printed with each repeat; the table gives
 the minimum and median wall time, the median CPU time (this process and finished children) and the ratios.
 
-Usage: python benchmarks/bench_text_trim.py --repeats 5 [--protocol test] [--batch-size 64]
+Usage: python benchmarks/bench_text_trim.py --repeats 5 [--protocol test] [--batch-size 64] [--threads 1]
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def end_to_end(args: argparse.Namespace) -> None:
 
     def run_evaluate(enc: OpenCLIPEncoder) -> None:
         with tempfile.TemporaryDirectory() as out:
-            evaluate(enc, ds, output_dir=out, batch_size=args.batch_size, progress=False, use_cache=False)
+            evaluate(enc, ds, output_dir=out, batch_size=args.batch_size, progress=False, use_cache=False,
+                     num_workers=args.num_workers)
 
     small = ds.drop_images(range(min(ds.n_images, 64), ds.n_images))
     minimal_loop_seconds(encoder, small, args.batch_size)  # warm-up (and pyarrow's import, for evaluate)
@@ -144,7 +145,15 @@ def main() -> None:
     ap.add_argument("--text-batch-size", type=int, default=64, help="evaluate's text batches: max(batch size, 64)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--skip", choices=["text", "end-to-end"], default=None)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch's intra-op threads (default: torch's own); 1 keeps CPU time free of the spin-waits "
+                         "that a loaded machine adds to a multi-threaded forward")
+    ap.add_argument("--num-workers", type=int, default=None,
+                    help="evaluate's DataLoader workers (default: evaluate's, the cores torch's threads leave free; "
+                         "with --threads 1 on 2 cores that is 1, where the minimal loop decodes in-process: pass 0)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, load average {os.getloadavg()}")
     if args.skip != "text":
         text_encoding(args)
