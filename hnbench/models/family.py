@@ -9,7 +9,9 @@ name prefixes it claims). It answers:
   :data:`RANDOM_INIT`, or None: never remembered, always built) and :attr:`ModelFamily.library_versions`
   (the packages whose versions enter the memo's key), read by :mod:`hnbench.models.remembered`;
 - **text preprocessing**: :meth:`ModelFamily.text_preprocessing` of a loaded encoder (tokenizer, padding,
-  case, context length, prompts per direction), recorded with the model;
+  case, context length, prompts per direction), recorded with the model; :attr:`ModelFamily.trims_text_batches`
+  (its encoders run each text batch only up to its longest caption, equal to the padded forward: open_clip's
+  causal towers), for which :func:`hnbench.encode.encode_texts` groups captions by length;
 - **remote code**: :meth:`ModelFamily.remote_code` (the release's code files loading would run: refused without
   ``trust_remote_code``, :func:`check_trusted`) and :meth:`ModelFamily.prompts` (the per-direction text prefixes the
   evaluation applies);
