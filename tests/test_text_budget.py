@@ -238,3 +238,20 @@ def test_issue24_readme_states_the_budget_line_and_the_tolerance_tested():
     measured = re.search(r"at most (\S+) measured", readme)
     assert tested and float(tested.group(1)) == ATOL and measured and float(measured.group(1)) < ATOL
     assert "(`ModelFamily.trims_text_batches`)" in readme and "`truncated %`" in readme
+
+
+def test_issue24_zero_shot_class_prompts_are_not_counted_as_captions(tmp_path):
+    """Zero-shot's tokens block counts its class prompts: the footer names them, and its leaderboard section has no
+    caption-budget column (a retrieval section beside it keeps one)."""
+    from hnbench.leaderboard import leaderboard
+    from hnbench.results import EvalResult, write_result
+
+    tokens = {"context_length": 77, "n_texts": 8, "n_truncated": 2, "share_truncated": 0.25}
+    zeroshot = EvalResult(model={"arch": "m", "pretrained": None, "fingerprint": "f", "context_length": 77},
+                          dataset={"name": "d", "protocol": None, "fingerprint": "x", "n_images": 4}, task="zeroshot",
+                          metrics={"classification": {"top-1": 50.0, "top-5": 100.0, "n_queries": 4}}, tokens=tokens)
+    assert zeroshot.table().endswith("class prompts over the model's 77-token context: 2 of 8 (25%) truncated")
+    write_result(zeroshot, tmp_path / "zs")
+    board = leaderboard([tmp_path / "zs"])
+    assert "top-1" in board and "truncated" not in board.split("Zero-shot")[-1] and "25%" not in board
+    assert "truncated %" not in leaderboard([tmp_path / "zs"], fmt="csv").splitlines()[0]
