@@ -16,8 +16,10 @@ are copied back only after the next batch is queued, so the GPU does not wait on
 
 Captions are tokenized in DataLoader workers too (a long caption takes ~2 ms in Python). For an
 encoder that pads each batch only to its longest caption (``dynamic_padding = True``: the MiniLM
-sentence encoder, HF CLIP), captions are encoded longest first so that a batch holds captions of
-similar length, and put back in their original order.
+sentence encoder, HF CLIP) or whose family runs each batch trimmed to its longest caption
+(``trims_text_batches``: open_clip's causal text towers, :func:`hnbench.models.openclip.trimmed_text_tower`),
+captions are encoded longest first so that a batch holds captions of similar length, and put back in
+their original order.
 
 Batch size rule: on CPU keep the default 64 — ViT-B/32 throughput rises only slowly with the batch
 (3.8 → 4.7 → 5.1 images/s at 16 / 64 / 128 on the 2-core dev box, benchmarks/README.md). On a GPU
@@ -47,6 +49,7 @@ from hnbench.cache import KEY_DTYPE, EmbeddingCache, image_keys, text_keys
 from hnbench.data.base import ImageSource
 from hnbench.errors import CheckpointError, ImageLoadError, WorkerError
 from hnbench.models.base import Encoder
+from hnbench.models.family import family_of
 
 logger = logging.getLogger(__name__)
 
@@ -201,8 +204,9 @@ def _strict_fp32() -> Iterator[None]:
 
 
 def _pads_to_longest(encoder: Encoder) -> bool:
-    """Whether the encoder pads a batch to its longest caption (``dynamic_padding``), not to a fixed context."""
-    return bool(encoder.dynamic_padding)
+    """Whether the encoder runs a batch only up to its longest caption: it pads to it (``dynamic_padding``), or its
+    family trims padded batches (:attr:`~hnbench.models.family.ModelFamily.trims_text_batches`), not a fixed context."""
+    return bool(encoder.dynamic_padding) or family_of(encoder.info.arch).trims_text_batches
 
 
 def _open_cache(encoder: Encoder, cache: EmbeddingCache | bool | None, amp: bool) -> EmbeddingCache | None:

@@ -68,6 +68,7 @@ def token_stats(lengths: np.ndarray, context_length: int) -> dict[str, Any]:
     return {
         "context_length": int(context_length), "mean": float(lengths.mean()), "median": float(np.median(lengths)),
         "p95": float(np.percentile(lengths, 95)), "max": int(lengths.max()), "n_truncated": n_trunc,
+        "n_texts": len(lengths),
         "share_truncated": n_trunc / len(lengths), "over_77": int((lengths > 77).sum()),
         "over_248": int((lengths > 248).sum()),
     }

@@ -11,7 +11,10 @@ Rules (also in ``leaderboards/README.md``):
   with its own columns, ranked by its main score (:class:`hnbench.tasks.Task`): a classification accuracy
   is never ranked beside a recall. A board of retrieval results alone has no task headings (as before
   tasks existed); results written before tasks are retrieval results (:func:`hnbench.results.upgrade_record`).
-- Context length is a column (and a ``context_lengths`` filter), not a table key.
+- Context length is a column (and a ``context_lengths`` filter), not a table key. Beside the scores, "truncated" is
+  the model's text budget: the share of the captions its own tokenizer and context cut (the result's ``tokens``
+  block); blank for a row without one (reported numbers, files without the block) and absent from sections whose
+  texts are not captions (zero-shot's class prompts).
 - Rank: competition ranking ("1, 1, 3") on the sort metric rounded to the two decimals shown,
   descending; the default metric is mean R@1 = (t2i R@1 + i2t R@1) / 2. A row without it ranks last.
 - Per metric column, the best value is bold and the second-best distinct value underlined (ties
@@ -81,6 +84,7 @@ from hnbench.results import (
     per_query_path,
     read_per_query,
     read_result,
+    share_text,
 )
 from hnbench.significance import PairedTest
 from hnbench.tasks import Task
@@ -139,7 +143,8 @@ def _row(r: EvalResult) -> dict[str, Any]:
            "protocol": d.get("protocol") or "default", "context_length": int(ctx),
            "search": _search_mode(r.settings or {}), "data_fingerprint": d.get("fingerprint") or "",
            "n_images": d.get("n_images"), "hnbench_version": r.hnbench_version, "created": r.created,
-           "path": r.path, "source": "measured", "note": "", "task": r.task, "scorer": _scorer(r)}
+           "path": r.path, "source": "measured", "note": "", "task": r.task, "scorer": _scorer(r),
+           "share_truncated": _share_truncated(r)}
     if row["scorer"] != "cosine":  # a pairwise-scored result is its own row beside the same weights' cosine one
         row["identity"] += f":{row['scorer']}"
     if r.task != "retrieval":  # the task's own columns (and intervals), no recall columns
@@ -161,6 +166,19 @@ def _row(r: EvalResult) -> dict[str, Any]:
             lo, hi = ci.get(f"R@{k}") or (np.nan, np.nan)
             row[f"{direction} R@{k} lo"], row[f"{direction} R@{k} hi"] = float(lo), float(hi)
     return row
+
+
+def _share_truncated(r: EvalResult) -> float:
+    """The share of the result's captions its model's context cut (its text budget); NaN where the record has no
+    ``tokens`` block (older files) or its task's texts are not captions (zero-shot's class prompts)."""
+    share = (r.tokens or {}).get("share_truncated")
+    return float(share) if isinstance(share, (int, float)) and r.task_spec().texts == "captions" else np.nan
+
+
+def _budget(t: pd.DataFrame) -> pd.Series:
+    """The rows' truncated share (NaN for rows without one: reported numbers, older files)."""
+    shares: pd.Series = t["share_truncated"] if "share_truncated" in t else pd.Series(np.nan, index=t.index)
+    return shares
 
 
 def collect(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, list[tuple[str, str]]]:
@@ -336,6 +354,8 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
                 s += f" [{t[f'{col} lo'][i]:.2f}, {t[f'{col} hi'][i]:.2f}]"
             cells.append(s)
         out[col] = cells
+    if task is None or task.texts == "captions":  # the text budget beside the scores: blank where not recorded
+        out["truncated"] = [share_text(s) if s == s else "" for s in _budget(t)]
     out["context"] = [str(int(c)) if c == c and c else "?" for c in t["context_length"]]
     out["arch"] = [mk.text(a) for a in t["arch"]]
     out["weights"] = [mk.text(w) for w in t["weights"]]
@@ -344,7 +364,8 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
     out["source"] = [mk.link("result", _rel(p, link_base))
                      if k == "measured" else mk.text(f"reported: {s}" + (f" ({n})" if n else ""))
                      for k, p, s, n in zip(t["kind"], t["path"], t["source"], t["note"])]
-    cells_shown: pd.DataFrame = out.drop(columns=[c for c in ("fingerprint", "hnbench") if not any(out[c])])
+    cells_shown: pd.DataFrame = out.drop(columns=[c for c in ("fingerprint", "hnbench", "truncated")
+                                                  if c in out and not any(out[c])])
     return cells_shown
 
 
@@ -532,6 +553,8 @@ def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, si
     if ci:
         for col in with_ci:
             out[f"{col} lo"], out[f"{col} hi"] = t[f"{col} lo"].round(2), t[f"{col} hi"].round(2)
+    if task is None or task.texts == "captions":
+        out["truncated %"] = (100 * _budget(t)).round(1)
     out = out.assign(data_fingerprint=t["data"], arch=t["arch"], weights=t["weights"], fingerprint=t["fingerprint"],
                      hnbench=t["hnbench_version"], note=t["note"])
     out["scorer"] = [p if isinstance(p, str) else "" for p in _scorers(t)]  # "cosine": a dual encoder

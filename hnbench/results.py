@@ -14,7 +14,8 @@ Schema (version 2)::
     ci95      {t2i: {R@K: [lo, hi]}, i2t: {...}}   95% interval over queries, in % (:func:`hnbench.metrics.recall_ci`)
     ci95_method  {t2i: {R@K: "bootstrap" | "clopper-pearson"}, i2t: {...}}  how each interval was made
               (absent in files written before it was recorded: those are percentile bootstrap)
-    tokens    {context_length, mean, median, p95, max, n_truncated, share_truncated}
+    tokens    {context_length, mean, median, p95, max, n_texts, n_truncated, share_truncated}  (the texts' lengths
+              in the model's own tokens; n_texts: absent in files written before it was recorded)
     settings  {device, batch_size, precision, amp, backend, search (exact|approximate), ks, tie_rule,
                cache, encoding {world_size, cache key, encoded/cached counts}, identity (the names of the
                settings that change the numbers), ...}
@@ -84,7 +85,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["EvalResult", "ResultFormatError", "atomic_write_bytes", "check_target", "metric_values", "metrics_against",
            "per_query_path", "per_query_version", "read_per_query", "read_result", "upgrade_record", "write_result",
-           "write_result_pair"]  # atomic_write_bytes: re-exported from hnbench.io, where it lives now
+           "write_result_pair", "share_text"]  # atomic_write_bytes: re-exported from hnbench.io, where it lives now
 
 SCHEMA_VERSION = 2
 # 0: before settings.search and ci95 were recorded; 1: before task and main_score (all retrieval)
@@ -92,6 +93,14 @@ KNOWN_SCHEMA_VERSIONS = tuple(range(SCHEMA_VERSION + 1))
 PER_QUERY_SCHEMA_VERSION = 2
 PER_QUERY_TOP = 10  # gallery items stored per query (what `hnbench browse` shows)
 PER_QUERY_KEY = "hnbench_per_query_schema"  # pandas attrs key holding the version
+
+
+def share_text(share: float) -> str:
+    """A share of texts as shown beside the scores: ``0%``, ``8.2%`` (under 10%), ``38%``."""
+    percent = 100 * share
+    if 0 < percent < 0.05:
+        return "<0.1%"
+    return f"{percent:.0f}%" if percent == 0 or percent >= 9.95 else f"{percent:.1f}%"
 
 
 class ResultFormatError(HnbenchError):
@@ -143,9 +152,10 @@ class EvalResult:
         if self.task != "retrieval":
             task = self.task_spec()
             metrics = [c.partition(" ")[2] for c in task.columns]
+            budget = self.text_budget()
             return tabulate([[g] + [f"{task.value(self.metrics, f'{g} {m}'):.4g}" for m in metrics]
                              + [(self.metrics.get(g) or {}).get("n_queries")] for g in task.groups],
-                            headers=[self.task, *metrics, "queries"], tablefmt=fmt)
+                            headers=[self.task, *metrics, "queries"], tablefmt=fmt) + (f"\n{budget}" if budget else "")
         ks = [k for k in self.metrics.get("t2i", {}) if k.startswith("R@")]
         rows, exact = [], False
         for direction in ("t2i", "i2t"):
@@ -160,11 +170,24 @@ class EvalResult:
                     m.get("n_queries"), m.get("n_tied")]
             rows.append(row)
         table = tabulate(rows, headers=["direction", *ks, "MRR", "median rank", "queries", "tied"], tablefmt=fmt)
+        budget = self.text_budget()
+        table += f"\n{budget}" if budget else ""
         if not any((self.ci95 or {}).values()):
             return table
         return table + ("\nR@K [95% interval over the queries]: percentile bootstrap" + (
             f"; † exact binomial (Clopper–Pearson), used where hits or misses are fewer than {EXACT_BELOW}"
             if exact else "") + ". Whether two models differ: `hnbench compare` (paired test).")
+
+    def text_budget(self) -> str | None:
+        """One line on how many of the texts the model's context cut ("captions over the model's 77-token context:
+        412 of 5,000 (8.2%) truncated"); None when the record has no ``tokens`` block."""
+        t = self.tokens or {}
+        if not all(k in t for k in ("context_length", "n_truncated", "share_truncated")):
+            return None
+        n = t.get("n_texts")
+        of = f" of {int(n):,}" if n is not None else ""
+        return (f"{self.task_spec().texts} over the model's {int(t['context_length'])}-token context: "
+                f"{int(t['n_truncated']):,}{of} ({share_text(float(t['share_truncated']))}) truncated")
 
     def result_settings(self) -> dict[str, Any]:
         """The settings that change the numbers: the recorded settings the record names under

@@ -9,7 +9,9 @@ name prefixes it claims). It answers:
   :data:`RANDOM_INIT`, or None: never remembered, always built) and :attr:`ModelFamily.library_versions`
   (the packages whose versions enter the memo's key), read by :mod:`hnbench.models.remembered`;
 - **text preprocessing**: :meth:`ModelFamily.text_preprocessing` of a loaded encoder (tokenizer, padding,
-  case, context length, prompts per direction), recorded with the model;
+  case, context length, prompts per direction), recorded with the model; :attr:`ModelFamily.trims_text_batches`
+  (its encoders run each text batch only up to its longest caption, equal to the padded forward: open_clip's
+  causal towers), for which :func:`hnbench.encode.encode_texts` groups captions by length;
 - **pairwise scorers**: :meth:`ModelFamily.pair_scorers` (query-conditioned scorers, :mod:`hnbench.scorers`; none for a
   dual encoder) and :meth:`ModelFamily.pair_scorer_names` (what it offers, asked before anything loads);
 - **training-only keys**: :attr:`ModelFamily.training_only_keys` (modules its releases carry that scoring never
@@ -87,6 +89,9 @@ class ModelFamily:
     # key prefix → why: modules its released checkpoints carry beside the towers that plain-cosine scoring never
     # uses (dropped with a WARNING naming them; any other unexpected key is refused, listed)
     training_only_keys: Mapping[str, str] = MappingProxyType({})
+    # Its encoders' encode_texts may run a batch only up to its longest caption (a causal text tower pooled at the
+    # end token, where the padding after it changes nothing): encode_texts then groups captions of similar length.
+    trims_text_batches = False
 
     def __init__(self, loader: Callable[..., Encoder] | None = None):
         self._loader = loader

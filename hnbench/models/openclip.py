@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, Protocol, cast
@@ -28,7 +29,7 @@ from hnbench.models.checkpoint import (
     read_state_dict,
     save_state_dict,
 )
-from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing, claimed_elsewhere
+from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing, claimed_elsewhere, family_of
 from hnbench.models.longclip_tables import convert_longclip_state_dict
 from hnbench.models.tags import check_tag, offline_download
 from hnbench.validate import check_model_config_name
@@ -147,7 +148,79 @@ class OpenCLIPEncoder:
 
     @torch.inference_mode()
     def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor:
-        return cast(_CLIPModel, self.model).encode_text(tokens.to(self.device, non_blocking=True), normalize=True).float()
+        """L2-normalised text embeddings; a causal tower runs only up to the batch's last end token
+        (:func:`trimmed_text_tower`), equal to the padded forward within float noise."""
+        tokens = tokens.to(self.device, non_blocking=True)
+        tower = trimmed_text_tower(self.model) if family_of(self.info.arch).trims_text_batches else None
+        if tower is not None:
+            return encode_text_trimmed(tower, tokens).float()
+        return cast(_CLIPModel, self.model).encode_text(tokens, normalize=True).float()
+
+
+# Poolings that read one position at or before the end token: with a causal mask, nothing after it reaches it.
+_TRIMMABLE_POOLING = ("argmax", "eos", "first")
+
+
+@dataclass(frozen=True)
+class TextTower:
+    """The parts of an open_clip causal text tower a trimmed forward runs (an open_clip ``CLIP``'s own
+    attributes, or a ``CustomTextCLIP``'s ``TextTransformer``)."""
+
+    module: torch.nn.Module
+    pool_type: str
+    eos_id: int | None
+
+
+def trimmed_text_tower(model: torch.nn.Module) -> TextTower | None:
+    """The text tower of ``model`` if a batch may run trimmed to its last pooled position, else None.
+
+    Only open_clip's own text transformer qualifies, with its causal mask (each position sees only those
+    before it) and a pooling at one position up to the end token (``argmax``: CLIP's EOT, ``eos``,
+    ``first``): the pooled vector then never sees a pad token, and cutting the pads changes nothing but
+    float rounding. Bi-directional towers (``no_causal_mask``, SigLIP's ``last``-token pooling, CoCa's
+    appended class token, HF text towers) and wrapped modules run padded, as before."""
+    import open_clip
+    from open_clip.transformer import TextTransformer
+
+    if isinstance(model, open_clip.CLIP):
+        tower: torch.nn.Module = model
+        pool_type, eos_id = str(model.text_pool_type), getattr(model, "text_eos_id", None)
+    elif isinstance(model, open_clip.CustomTextCLIP) and type(model.text) is TextTransformer:
+        tower = model.text
+        if tower.cls_emb is not None or tower.output_tokens:
+            return None
+        pool_type, eos_id = str(tower.pool_type), getattr(tower, "eos_id", None)
+    else:
+        return None
+    mask = getattr(tower, "attn_mask", None)
+    if not isinstance(mask, torch.Tensor) or pool_type not in _TRIMMABLE_POOLING or (pool_type == "eos" and eos_id is None):
+        return None
+    return TextTower(tower, pool_type, eos_id)
+
+
+def _pooled_positions(tower: TextTower, tokens: torch.Tensor) -> torch.Tensor:
+    """The position each row's embedding is read at (open_clip's ``text_global_pool``'s rule)."""
+    if tower.pool_type == "argmax":  # the end token has the highest id
+        return tokens.argmax(dim=-1)
+    if tower.pool_type == "eos":
+        return tokens.eq(int(tower.eos_id or 0)).int().argmax(dim=-1)
+    return torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
+
+
+def encode_text_trimmed(tower: TextTower, tokens: torch.Tensor) -> torch.Tensor:
+    """open_clip's ``encode_text(tokens, normalize=True)`` on ``tokens[:, :L]``, L the batch's last pooled position + 1:
+    the positional table and the causal mask sliced to L, the embedding read at the same positions."""
+    t: Any = tower.module
+    pooled_at = _pooled_positions(tower, tokens)
+    length = int(pooled_at.max()) + 1 if tokens.shape[0] else tokens.shape[1]
+    tokens = tokens[:, :length]
+    cast_dtype = t.transformer.get_cast_dtype()
+    x = t.token_embedding(tokens).to(cast_dtype) + t.positional_embedding[:length].to(cast_dtype)
+    x = t.ln_final(t.transformer(x, attn_mask=t.attn_mask[:length, :length]))
+    x = x[torch.arange(x.shape[0], device=x.device), pooled_at]
+    if t.text_projection is not None:
+        x = t.text_projection(x) if isinstance(t.text_projection, torch.nn.Linear) else x @ t.text_projection
+    return torch.nn.functional.normalize(x, dim=-1)
 
 
 class _DropRandomInitWarning(logging.Filter):
@@ -305,6 +378,7 @@ class OpenCLIPFamily(ModelFamily):
     name = "open_clip"
     export_names = ("checkpoint.safetensors",)
     training_only_keys = MappingProxyType({**FINELIP_CROSS_NET, **SMARTCLIP_MASK_NET})  # Long-CLIP-format releases
+    trims_text_batches = True  # open_clip's causal text transformer: see trimmed_text_tower
 
     def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
              context_length: int | None = None, device: str = "cpu", precision: str = "fp32",

@@ -233,6 +233,7 @@ class TulipFamily(OpenCLIPFamily):
 
     name = "tulip"
     training_only_keys = MappingProxyType(FINELIP_CROSS_NET)  # as before families declared their own
+    trims_text_batches = False  # its RoPE tower runs each batch padded to the context (trimming not proved equal)
 
     def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
              context_length: int | None = None, device: str = "cpu", precision: str = "fp32",

@@ -14,6 +14,8 @@ A task is one module in this package holding a :class:`Task` (its ``TASK``), reg
   retrieval's ``mean R@1`` = (t2i R@1 + i2t R@1) / 2, as the leaderboard always ranked;
 - ``columns``: the leaderboard columns of its section (``"group metric"``; shown as the metric alone where
   the task has one group); a classification accuracy is never a column beside a recall.
+- ``texts``: what its text side encodes (``"captions"``, zero-shot's ``"class prompts"``): only captions' share cut
+  by the context (the result's ``tokens`` block) is shown beside the scores as the model's text budget.
 
 This module stays light (no numpy, no torch): reading a result file asks it.
 """
@@ -49,6 +51,9 @@ class Task:
     check: str | None = None  # "module:attr" of check(spec, **options): bad input refused before anything loads
     options: str | None = None  # "module:attr" of the dataclass of the data options only this task reads
     note: str = ""  # said under the section heading
+    # what its texts are: "captions" (its tokens block is the captions' text budget, shown beside its scores on the
+    # leaderboard) or another word ("class prompts") for texts that are not captions (the budget is not shown)
+    texts: str = "captions"
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def target(self, which: str) -> Any:

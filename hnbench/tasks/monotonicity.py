@@ -40,6 +40,7 @@ TASK = Task(
     columns=("monotonicity HiMo@K",),
     load="hnbench.data:load_spec",
     run="hnbench.tasks.monotonicity:run",
+    texts="caption prefixes",
     note="HiMo@K: mean Pearson r between caption-prefix index and image–text cosine (1: every longer prefix "
          "scores higher), not a retrieval metric.",
 )

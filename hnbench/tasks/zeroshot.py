@@ -51,6 +51,7 @@ TASK = Task(
     run="hnbench.tasks.zeroshot:run",
     check="hnbench.data.classes:check_classes",
     options="hnbench.tasks.zeroshot:ClassOptions",
+    texts="class prompts",  # its tokens block counts the prompts, not captions
     note="Top-K accuracy in %, with open_clip's prompt templates: a check that fine-tuning kept general "
          "alignment, not a retrieval metric.",
 )
