@@ -16,6 +16,10 @@ b. *evaluate*: ``hnbench.evaluate`` with the embedding cache off (cold): everyth
    ranks with ties both ways, MRR, bootstrap CIs, token statistics, per-query parquet, result JSON).
 c. *warm* (``--warm``): ``evaluate`` with the cache on, a fresh cache filled by one untimed run, then timed.
 
+``--random-embeddings`` times only what follows the encoders (the part that grows with N×M), on seeded random
+unit vectors of the same sizes: (a) ``blocked_recall`` vs (b) ``hnbench.evaluate.score_embeddings`` (exact
+search both ways, metrics, bootstrap CIs) and the per-query table written as parquet (into memory).
+
 Each child loads the model and the data and warms up on 64 items before its clock starts; the clock covers
 the side's work only. Per repeat the load average is printed; the table gives min and median wall time,
 median CPU time (the child's own, its workers included), peak RSS over the child's baseline (VmHWM after
@@ -26,11 +30,13 @@ at sizes where an N×M matrix would exceed it.
 Usage:
     python benchmarks/bench_flickr_full.py                   # 31,783 images, 158,915 captions, 2 repeats
     python benchmarks/bench_flickr_full.py --images 2000 --warm
+    python benchmarks/bench_flickr_full.py --random-embeddings    # scoring only, at the full N and M
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -49,7 +55,7 @@ from bench_eval import cpu_seconds, minimal_encode, recalls  # noqa: E402
 from hnbench import search_calibration  # noqa: E402
 from hnbench.data.benchmarks import load  # noqa: E402
 from hnbench.data.synthdense import generate_flickr30k  # noqa: E402
-from hnbench.evaluate import evaluate  # noqa: E402
+from hnbench.evaluate import evaluate, per_query_frame, score_embeddings  # noqa: E402
 from hnbench.models import load_model  # noqa: E402
 from hnbench.search import AUTO_MIN_WORK, _measure_costs  # noqa: E402
 
@@ -85,6 +91,15 @@ def blocked_recall(img: torch.Tensor, txt: torch.Tensor, caption_image) -> tuple
     return recalls(t2i_rank, top_i, owner)
 
 
+def random_embeddings(caption_image, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded unit vectors in place of the encoders' (``--random-embeddings``): each caption its image's vector
+    plus noise (about half the captions find their image first at 31,783 images)."""
+    g = torch.Generator().manual_seed(0)
+    img = torch.nn.functional.normalize(torch.randn(int(max(caption_image)) + 1, d, generator=g), dim=1)
+    owner = torch.as_tensor(caption_image)
+    return img, torch.nn.functional.normalize(img[owner] + 0.25 * torch.randn(len(owner), d, generator=g), dim=1)
+
+
 def _status_kb(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -98,13 +113,27 @@ def child(args: argparse.Namespace) -> None:
     ds = load_flickr(args)
     small = ds.drop_images(range(64, ds.n_images))
     with tempfile.TemporaryDirectory() as tmp:
+        stages: dict[str, float] = {}
+
         def run_evaluate(cache: bool, out: str) -> tuple[list[float], list[float]]:
             r = evaluate(encoder, ds if out else small, output_dir=out or None, batch_size=args.batch_size,
                          progress=False, use_cache=cache, cache_dir=os.path.join(tmp, "cache"))
+            stages.update(r.timings)
             return [r.metrics["t2i"][f"R@{k}"] / 100 for k in (1, 5, 10)], \
                 [r.metrics["i2t"][f"R@{k}"] / 100 for k in (1, 5, 10)]
 
-        if args.child == "minimal":
+        if args.random_embeddings:
+            img, txt = random_embeddings(ds.caption_image, 128)
+            owner = ds.caption_image
+
+            def work() -> tuple[list[float], list[float]]:
+                if args.child == "minimal":
+                    return blocked_recall(img, txt, owner)
+                metrics, _, outs = score_embeddings(img.numpy(), txt.numpy(), owner)
+                per_query_frame(ds, outs).to_parquet(io.BytesIO(), index=False)
+                return [metrics["t2i"][f"R@{k}"] / 100 for k in (1, 5, 10)], \
+                    [metrics["i2t"][f"R@{k}"] / 100 for k in (1, 5, 10)]
+        elif args.child == "minimal":
             blocked_recall(*minimal_encode(encoder, small, args.batch_size), small.caption_image)
 
             def work() -> tuple[list[float], list[float]]:
@@ -123,12 +152,12 @@ def child(args: argparse.Namespace) -> None:
         wall, cpu = time.perf_counter() - s, cpu_seconds() - c
         peak_kb = _status_kb("VmHWM")
     print(json.dumps({"wall": wall, "cpu": cpu, "base_mb": base_kb / 1024, "peak_mb": peak_kb / 1024,
-                      "t2i": t2i, "i2t": i2t}))
+                      "t2i": t2i, "i2t": i2t, "stages": stages}))
 
 
 def run_side(args: argparse.Namespace, side: str) -> dict:
     argv = [sys.executable, __file__, "--child", side, "--images", str(args.images), "--data-root", str(data_root(args)),
-            "--batch-size", str(args.batch_size)]
+            "--batch-size", str(args.batch_size)] + (["--random-embeddings"] if args.random_embeddings else [])
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode:
         sys.exit(f"the {side} child failed:\n{proc.stderr[-3000:]}")
@@ -155,6 +184,10 @@ def main() -> None:
     ap.add_argument("--warm", action="store_true", help="also time evaluate with a filled embedding cache")
     ap.add_argument("--mem-factor", type=float, default=4.0,
                     help="fail if a side's peak RSS over its baseline reaches this many (N+M)·d·4 bytes + 512 MiB")
+    ap.add_argument("--random-embeddings", action="store_true",
+                    help="time only what follows the encoders, on seeded random embeddings of the same sizes: the "
+                         "minimal blocked recall vs hnbench's scoring (search both ways, metrics, CIs, per-query "
+                         "table): the part that grows with N×M")
     ap.add_argument("--child", choices=(*SIDES, "warm"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -173,12 +206,13 @@ def main() -> None:
     bound_mb = args.mem_factor * emb_mb + 512
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores; (N+M)·d·4 = "
           f"{emb_mb:.0f} MiB, an fp32 N×M matrix {nm_mb:.0f} MiB, memory bound {bound_mb:.0f} MiB")
-    sides = [*SIDES, "warm"] if args.warm else list(SIDES)
+    sides = [*SIDES, "warm"] if args.warm and not args.random_embeddings else list(SIDES)
     runs: dict[str, list[dict]] = {k: [] for k in sides}
     for r in range(args.repeats):  # interleaved so machine noise hits every side alike
         load_avg = os.getloadavg()[0]
         for side in sides:
             runs[side].append(run_side(args, side))
+            print(f"  {side}: {json.dumps(runs[side][-1])}", flush=True)
         print(f"repeat {r + 1}: load average {load_avg:.2f} -> {os.getloadavg()[0]:.2f}; "
               + ", ".join(f"{k} {v[-1]['wall']:.2f} s (CPU {v[-1]['cpu']:.2f} s)" for k, v in runs.items()), flush=True)
 

@@ -83,3 +83,14 @@ def test_issue23_blocked_minimal_recall_equals_the_full_matrix(monkeypatch):
     blocked = bench.blocked_recall(img, txt, owner.numpy())
     assert blocked == full.minimal_recall(img, txt, owner.numpy())
     assert 0 < blocked[0][0] < blocked[0][2] < 1 and 0 < blocked[1][0] < blocked[1][2] <= 1
+
+
+def test_issue23_generated_flickr30k_has_karpathys_splits(tmp_path):
+    root = generate_flickr30k(tmp_path / "f", 1016)
+    full = load("flickr30k", data_root=root, protocol="full", expected_counts={"n_images": 1016, "n_captions": 5080})
+    test = load("flickr30k", data_root=root, protocol="karpathy-test")  # the published 1,000 / 5,000
+    assert test.meta["count_check"]["status"] == "ok" and test.meta["karpathy_splits"] == {"test": 1000, "val": 16}
+    assert test.image_ids == full.image_ids[:1000] and test.captions == full.captions[:5000]
+    val = load("flickr30k", data_root=root, protocol="karpathy-val", expected_counts={"n_images": 16, "n_captions": 80})
+    assert val.image_ids == full.image_ids[1000:] and val.captions == full.captions[5000:]
+    assert val.images.paths == full.images.paths[1000:]

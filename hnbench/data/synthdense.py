@@ -509,6 +509,7 @@ def _write_atomically(out_dir: Path, fp: str, write: Callable[[Path], None]) -> 
 
 # ---------------------------------------------------------------------- Flickr30k's layout (issue 23)
 FLICKR_TOKEN = "results_20130124.token"
+FLICKR_KARPATHY = "dataset_flickr30k.json"
 FLICKR_LAYOUT = "flickr30k-full"
 FLICKR_CAPTIONS = 5
 
@@ -524,27 +525,36 @@ def generate_flickr30k(out_dir: str | Path, n_images: int = 31783, config: Synth
         image_size=64), *, progress: bool = False) -> Path:
     """Write ``n_images`` synthdense scenes in Flickr30k's release layout and return out_dir.
 
-    ``flickr30k-images/<name>.jpg`` (JPEG, ``config.image_size`` px) and ``results_20130124.token``, five lines an
+    ``flickr30k-images/<name>.jpg`` (JPEG, ``config.image_size`` px), ``results_20130124.token``, five lines an
     image (``<name>.jpg#k<TAB>caption``, :func:`flickr_captions`), which the ``flickr30k`` benchmark's ``full``
-    protocol reads. Scene ``i`` is an independent base scene (no families: Flickr30k has no near-duplicate sets)
+    protocol reads, and Karpathy's ``dataset_flickr30k.json`` with the same captions (the first 1,000 images
+    ``test``, the next 1,014 ``val``, the rest ``train``: the real counts at 31,783), which its ``karpathy-test``
+    and ``karpathy-val`` protocols read. Scene ``i`` is an independent base scene (no families: Flickr30k has no near-duplicate sets)
     from ``config.seed``; the images are a pure function of (config, n_images). Reuses an out_dir that holds
     the same set, refuses one holding anything else, and writes atomically, as :func:`generate_synthdense`.
     """
     out_dir = Path(out_dir)
     if n_images < 1:
         raise SynthDenseError(f"n_images must be >= 1, got {n_images}")
-    blob = json.dumps({"config": config.to_dict(), "layout": FLICKR_LAYOUT, "n_images": n_images,
-                       "version": VERSION}, sort_keys=True, separators=(",", ":"))
+    blob = json.dumps({"config": config.to_dict(), "files": [FLICKR_TOKEN, FLICKR_KARPATHY], "layout": FLICKR_LAYOUT,
+                       "n_images": n_images, "version": VERSION}, sort_keys=True, separators=(",", ":"))
     fp = hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def write(tmp: Path) -> None:
         (tmp / "flickr30k-images").mkdir()
-        lines = []
+        lines, entries = [], []
         for i in tqdm(range(n_images), desc="flickr30k (synthdense)", unit="img", disable=not progress):
             scene, name = _base_scene(_family_rng(config.seed, FLICKR_LAYOUT, i), config), f"{1000000000 + i}.jpg"
             render_scene(scene, config.image_size).save(tmp / "flickr30k-images" / name, format="JPEG", quality=90)
-            lines += [f"{name}#{k}\t{c}\n" for k, c in enumerate(flickr_captions(scene))]
+            captions = flickr_captions(scene)
+            lines += [f"{name}#{k}\t{c}\n" for k, c in enumerate(captions)]
+            ids = range(FLICKR_CAPTIONS * i, FLICKR_CAPTIONS * (i + 1))
+            entries.append({"filename": name, "imgid": i, "sentids": list(ids),
+                            "split": "test" if i < 1000 else "val" if i < 2014 else "train",
+                            "sentences": [{"imgid": i, "raw": c, "sentid": j, "tokens": c.lower().rstrip(".").split()}
+                                          for j, c in zip(ids, captions)]})
         (tmp / FLICKR_TOKEN).write_text("".join(lines), encoding="utf-8")
+        (tmp / FLICKR_KARPATHY).write_text(json.dumps({"dataset": "flickr30k", "images": entries}), encoding="utf-8")
         manifest = {"config": config.to_dict(), "fingerprint": fp, "layout": FLICKR_LAYOUT, "n_images": n_images,
                     "splits": {}, "version": VERSION}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
