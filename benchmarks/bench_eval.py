@@ -57,9 +57,9 @@ def forward_seconds(encoder, dataset, batch_size: int) -> float:
 
 
 @torch.inference_mode()
-def minimal_loop_seconds(encoder, dataset, batch_size: int) -> float:
-    """A hand-written evaluation loop (decode, preprocess, tokenize, encode, full matrix, recall)."""
-    start = time.perf_counter()
+def minimal_encode(encoder, dataset, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The minimal loop's encoding: decode + preprocess + encode each batch of images, tokenize + encode each
+    batch of captions (open_clip's own calls); the (n_images, d) and (n_captions, d) normalised embeddings."""
     img = []
     for s in range(0, dataset.n_images, batch_size):
         px = torch.stack([encoder.image_transform(dataset.images.open(i))
@@ -70,14 +70,30 @@ def minimal_loop_seconds(encoder, dataset, batch_size: int) -> float:
     for s in range(0, dataset.n_captions, tb):
         tokens = encoder.tokenizer(dataset.captions[s:s + tb])
         txt.append(encoder.model.encode_text(tokens, normalize=True))
-    sims = torch.cat(txt) @ torch.cat(img).T
-    owner = torch.as_tensor(dataset.caption_image)
+    return torch.cat(img), torch.cat(txt)
+
+
+@torch.inference_mode()
+def minimal_recall(img: torch.Tensor, txt: torch.Tensor, caption_image) -> tuple[list[float], list[float]]:
+    """One N×M similarity matrix; t2i R@1/5/10 from the positive's rank, i2t from a top-10."""
+    sims = txt @ img.T
+    owner = torch.as_tensor(caption_image)
     t2i_rank = (sims > sims[torch.arange(len(owner)), owner][:, None]).sum(1)
-    hit = torch.zeros(sims.shape[1], 3, dtype=torch.bool)  # i2t: any of the image's captions in the top K
-    order = sims.T.topk(10, dim=1).indices
+    return recalls(t2i_rank, sims.T.topk(10, dim=1).indices, owner)
+
+
+def recalls(t2i_rank: torch.Tensor, i2t_top10: torch.Tensor, owner: torch.Tensor) -> tuple[list[float], list[float]]:
+    """R@1/5/10: t2i from each caption's 0-based rank, i2t from each image's top-10 captions (any of its own)."""
+    hit = torch.zeros(i2t_top10.shape[0], 3, dtype=torch.bool)
     for j, k in enumerate((1, 5, 10)):
-        hit[:, j] = (owner[order[:, :k]] == torch.arange(sims.shape[1])[:, None]).any(1)
-    _ = [(t2i_rank < k).float().mean() for k in (1, 5, 10)], hit.float().mean(0)
+        hit[:, j] = (owner[i2t_top10[:, :k]] == torch.arange(i2t_top10.shape[0])[:, None]).any(1)
+    return [float((t2i_rank < k).float().mean()) for k in (1, 5, 10)], hit.float().mean(0).tolist()
+
+
+def minimal_loop_seconds(encoder, dataset, batch_size: int) -> float:
+    """A hand-written evaluation loop (decode, preprocess, tokenize, encode, full matrix, recall)."""
+    start = time.perf_counter()
+    minimal_recall(*minimal_encode(encoder, dataset, batch_size), dataset.caption_image)
     return time.perf_counter() - start
 
 

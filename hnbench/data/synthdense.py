@@ -30,7 +30,7 @@ import operator
 import os
 import secrets
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -466,18 +466,32 @@ def generate_synthdense(out_dir: str | Path, config: SynthDenseConfig = SynthDen
     """
     out_dir = Path(out_dir)
     fp = config.fingerprint()
+    total = sum(config.n_families.values()) * config.family_size
+    counts: dict[str, int] = {}
+
+    def write(tmp: Path) -> None:
+        with tqdm(total=total, desc="synthdense", unit="img", disable=not progress) as bar:
+            counts.update({split: _write_split(tmp, split, config, bar) for split in config.n_families})
+        manifest = {"config": config.to_dict(), "fingerprint": fp, "splits": counts, "version": VERSION}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+    if _write_atomically(out_dir, fp, write):
+        logger.info("generated synthdense %s at %s (%s images)", fp, out_dir, counts)
+    return out_dir
+
+
+def _write_atomically(out_dir: Path, fp: str, write: Callable[[Path], None]) -> bool:
+    """Have ``write`` fill a hidden sibling of out_dir (ending with the manifest of fingerprint ``fp``) and rename
+    it into place; False (nothing written) when out_dir already holds ``fp``. An interrupted run never leaves a
+    complete-looking out_dir; a concurrent run that finished first wins."""
     if _existing_is_complete(out_dir, fp):
         logger.info("synthdense %s already present at %s", fp, out_dir)
-        return out_dir
+        return False
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
-    total = sum(config.n_families.values()) * config.family_size
     try:
-        with tqdm(total=total, desc="synthdense", unit="img", disable=not progress) as bar:
-            counts = {split: _write_split(tmp, split, config, bar) for split in config.n_families}
-        manifest = {"config": config.to_dict(), "fingerprint": fp, "splits": counts, "version": VERSION}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        write(tmp)
         if out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()
         try:
@@ -485,10 +499,66 @@ def generate_synthdense(out_dir: str | Path, config: SynthDenseConfig = SynthDen
         except OSError:
             if _existing_is_complete(out_dir, fp):  # a concurrent run finished first
                 shutil.rmtree(tmp, ignore_errors=True)
-                return out_dir
+                return False
             raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    logger.info("generated synthdense %s at %s (%s images)", fp, out_dir, counts)
+    return True
+
+
+# ---------------------------------------------------------------------- Flickr30k's layout (issue 23)
+FLICKR_TOKEN = "results_20130124.token"
+FLICKR_KARPATHY = "dataset_flickr30k.json"
+FLICKR_LAYOUT = "flickr30k-full"
+FLICKR_CAPTIONS = 5
+
+
+def flickr_captions(scene: dict[str, Any]) -> list[str]:
+    """Flickr30k's five captions of one scene: :func:`scene_caption`, then four with one sentence left out (the
+    2nd, 3rd, 4th, 5th: an object or the empty cells), so each still describes the image and no two are equal."""
+    texts = [s.text for s in caption_sentences(scene)]
+    return [" ".join(texts)] + [" ".join(texts[:k] + texts[k + 1:]) for k in range(1, FLICKR_CAPTIONS)]
+
+
+def generate_flickr30k(out_dir: str | Path, n_images: int = 31783, config: SynthDenseConfig = SynthDenseConfig(
+        image_size=64), *, progress: bool = False) -> Path:
+    """Write ``n_images`` synthdense scenes in Flickr30k's release layout and return out_dir.
+
+    ``flickr30k-images/<name>.jpg`` (JPEG, ``config.image_size`` px), ``results_20130124.token``, five lines an
+    image (``<name>.jpg#k<TAB>caption``, :func:`flickr_captions`), which the ``flickr30k`` benchmark's ``full``
+    protocol reads, and Karpathy's ``dataset_flickr30k.json`` with the same captions (the first 1,000 images
+    ``test``, the next 1,014 ``val``, the rest ``train``: the real counts at 31,783), which its ``karpathy-test``
+    and ``karpathy-val`` protocols read. Scene ``i`` is an independent base scene (no families: Flickr30k has no near-duplicate sets)
+    from ``config.seed``; the images are a pure function of (config, n_images). Reuses an out_dir that holds
+    the same set, refuses one holding anything else, and writes atomically, as :func:`generate_synthdense`.
+    """
+    out_dir = Path(out_dir)
+    if n_images < 1:
+        raise SynthDenseError(f"n_images must be >= 1, got {n_images}")
+    blob = json.dumps({"config": config.to_dict(), "files": [FLICKR_TOKEN, FLICKR_KARPATHY], "layout": FLICKR_LAYOUT,
+                       "n_images": n_images, "version": VERSION}, sort_keys=True, separators=(",", ":"))
+    fp = hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def write(tmp: Path) -> None:
+        (tmp / "flickr30k-images").mkdir()
+        lines, entries = [], []
+        for i in tqdm(range(n_images), desc="flickr30k (synthdense)", unit="img", disable=not progress):
+            scene, name = _base_scene(_family_rng(config.seed, FLICKR_LAYOUT, i), config), f"{1000000000 + i}.jpg"
+            render_scene(scene, config.image_size).save(tmp / "flickr30k-images" / name, format="JPEG", quality=90)
+            captions = flickr_captions(scene)
+            lines += [f"{name}#{k}\t{c}\n" for k, c in enumerate(captions)]
+            ids = range(FLICKR_CAPTIONS * i, FLICKR_CAPTIONS * (i + 1))
+            entries.append({"filename": name, "imgid": i, "sentids": list(ids),
+                            "split": "test" if i < 1000 else "val" if i < 2014 else "train",
+                            "sentences": [{"imgid": i, "raw": c, "sentid": j, "tokens": c.lower().rstrip(".").split()}
+                                          for j, c in zip(ids, captions)]})
+        (tmp / FLICKR_TOKEN).write_text("".join(lines), encoding="utf-8")
+        (tmp / FLICKR_KARPATHY).write_text(json.dumps({"dataset": "flickr30k", "images": entries}), encoding="utf-8")
+        manifest = {"config": config.to_dict(), "fingerprint": fp, "layout": FLICKR_LAYOUT, "n_images": n_images,
+                    "splits": {}, "version": VERSION}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+    if _write_atomically(out_dir, fp, write):
+        logger.info("generated %d flickr30k-layout synthdense images at %s", n_images, out_dir)
     return out_dir
