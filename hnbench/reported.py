@@ -75,11 +75,20 @@ def context_length_of(backbone: str) -> int:
 
 def load_published(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
     """The published CSV as read (one row per source, method, benchmark and direction); the metric columns
-    an older file lacks (:data:`METRIC_COLUMNS`) are empty."""
-    raw = pd.read_csv(path, keep_default_na=False, na_values=[""])
-    missing = {c: float("nan") for c in METRIC_COLUMNS if c not in raw}
+    an older file lacks (:data:`METRIC_COLUMNS`) are empty, and so is its ``scorer`` column (a dual encoder's)."""
+    raw = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"scorer": str})
+    missing: dict[str, Any] = {c: float("nan") for c in METRIC_COLUMNS if c not in raw}
+    if "scorer" not in raw:  # a file before the scorer column: every row a dual encoder's
+        missing["scorer"] = ""
     frame: pd.DataFrame = raw.assign(**missing) if missing else raw
+    frame["scorer"] = frame["scorer"].fillna("").astype(str)
     return frame
+
+
+def _scorer(cell: Any) -> str:
+    """A row's ``scorer`` cell: empty for a dual encoder (``cosine``), else the query-conditioned scorer that
+    produced the numbers (a name of :data:`hnbench.registry.SCORERS`): its rows are marked as pairwise."""
+    return cell if isinstance(cell, str) and cell.strip() else "cosine"
 
 
 def task_of(direction: str) -> str:
@@ -124,7 +133,7 @@ def reported_rows(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
             "benchmark": rec["benchmark"], "protocol": protocol, "family": rec["protocol"],
             "context_length": context_length_of(rec["backbone"]), "search": "exact", "data_fingerprint": "",
             "n_images": None, "hnbench_version": "", "created": "", "path": "", "source": rec["source"],
-            "note": "", "task": task.name})
+            "note": "", "task": task.name, "scorer": _scorer(rec.get("scorer"))})
         for column in task.columns:  # "t2i R@1" → the R@1 cell of a t2i row; "classification top-1" → top-1
             group, _, metric = column.partition(" ")
             if group == rec["direction"]:

@@ -107,6 +107,32 @@ def test_issue23_an_older_published_file_still_reads(tmp_path):
     pd.testing.assert_frame_equal(packaged.reset_index(drop=True), raw.reset_index(drop=True))
 
 
+def test_issue24_reported_pairwise_numbers_are_marked_as_pairwise(tmp_path):
+    """A reported row produced by a query-conditioned scorer (FLAIR's README numbers: text-conditioned pooling)
+    says so in its ``scorer`` cell, a registered scorer, and the leaderboard marks it ``‡ pairwise`` with the
+    legend, never as a dual encoder's; rows of an older file (no scorer column) are dual encoders."""
+    from hnbench.registry import SCORERS
+
+    raw = load_published(PUBLISHED_CSV)
+    named = set(raw["scorer"]) - {""}
+    assert named and named <= set(SCORERS.names())
+    flair = raw[raw["source"].str.startswith("ExplainableML/flair")]
+    assert len(flair) and (flair["scorer"] == "flair-conditioned").all()
+    assert (raw.loc[~raw["source"].str.startswith("ExplainableML/flair"), "scorer"] == "").all()
+    rows = reported_rows()
+    assert set(rows.loc[rows["model"].str.startswith("FLAIR"), "scorer"]) == {"flair-conditioned"}
+    assert set(rows.loc[~rows["model"].str.startswith("FLAIR"), "scorer"]) == {"cosine"}
+    out = tmp_path / "published.md"
+    assert main(["leaderboard", "--reported", "--output", str(out)]) == 0
+    md = out.read_text()
+    assert "FLAIR (flair-merged30m) ‡ pairwise (flair-conditioned) †" in md and "‡ pairwise (SCORER)" in md
+    assert "Long-CLIP-L ‡" not in md
+    old = tmp_path / "old.csv"
+    old.write_text("source,protocol,method,backbone,training,benchmark,direction,R@1,R@5,R@10,note\n"
+                   "debias-clip-2026,zero-shot-splits,CLIP,ViT-B/16,zero-shot,docci,t2i,57.1,,,\n")
+    assert list(reported_rows(old)["scorer"]) == ["cosine"]
+
+
 def test_issue23_reported_row_joins_a_run_of_the_same_protocol_only(micro_config, tmp_path, monkeypatch):
     """open_clip's CLIP_benchmark numbers (Karpathy test) sit beside a karpathy-test run, HiMo's (val2017) beside a
     val2017 run; neither in the other's table, nor in a table of a protocol nobody ran (val2017-all)."""
