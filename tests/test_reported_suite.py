@@ -176,6 +176,7 @@ def test_issue23_zeroshot_section_shows_reported_accuracies_beside_runs(micro_co
     evaluate("hnb-micro", folder, output_dir=tmp_path / "res", dataset_options={"class_names": str(names)}, **kw)
     md = leaderboard([tmp_path / "res"], reported=True)
     assert "## Zero-shot classification" in md and "## Retrieval" not in md
+    assert "Rank by mean R@1" not in md and "R@K in %" not in md  # a zero-shot board says no retrieval rule
     sections = _sections(md, "###")
     (title, table), = sections.items()
     assert title.startswith("val · default")
