@@ -24,7 +24,8 @@ Each child loads the model and the data and warms up on 64 items before its cloc
 the side's work only. Per repeat the load average is printed; the table gives min and median wall time,
 median CPU time (the child's own, its workers included), peak RSS over the child's baseline (VmHWM after
 ``clear_refs``, the RSS just before the clock) next to (N+M)·d·4 bytes, and R@1 both ways (the two sides
-must agree). The script fails if a side's peak over baseline reaches the memory bound (see ``--mem-factor``)
+must agree). The script fails if an hnbench side's peak over baseline reaches the memory bound (see ``--mem-factor``;
+the minimal loop's peak is shown beside it, not checked)
 at sizes where an N×M matrix would exceed it.
 
 Usage:
@@ -231,10 +232,11 @@ def main() -> None:
           f"{stat('evaluate', 'cpu') / stat('minimal', 'cpu'):.3f}, per repeat {per} (goal <= 1.03)")
     agree = all(np.allclose(runs[s][-1][k], runs["minimal"][-1][k], atol=1e-4) for s in sides for k in ("t2i", "i2t"))
     print(f"recalls agree across sides: {agree}")
-    over = [s for s in sides if max(x["peak_mb"] - x["base_mb"] for x in runs[s]) >= bound_mb]
+    # the bound is hnbench's (its sides); the minimal loop is the reference: its peak is shown, not checked
+    over = [s for s in sides if s != "minimal" and max(x["peak_mb"] - x["base_mb"] for x in runs[s]) >= bound_mb]
     if nm_mb > bound_mb:
-        print(f"no N×M allocation: {'FAILED for ' + ', '.join(over) if over else 'ok'} (every peak under "
-              f"{bound_mb:.0f} MiB, an N×M matrix is {nm_mb:.0f} MiB)")
+        print(f"no N×M allocation in hnbench: {'FAILED for ' + ', '.join(over) if over else 'ok'} (every hnbench "
+              f"peak under {bound_mb:.0f} MiB, an N×M matrix is {nm_mb:.0f} MiB)")
     else:
         print(f"(at this size an N×M matrix, {nm_mb:.0f} MiB, is under the bound: the memory check says nothing)")
     if over and nm_mb > bound_mb:
