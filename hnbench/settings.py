@@ -134,14 +134,17 @@ def check_minimums(settings: Any, *, with_key: bool = False) -> None:
                               f"({limit:g})")
 
 
+def _flag(f: dataclasses.Field[Any]) -> str:
+    """The field's command-line flag: declared, or ``--field-name``."""
+    return str(f.metadata.get("flag") or "--" + f.name.replace("_", "-"))
+
+
 def _bound_label(f: dataclasses.Field[Any], with_key: bool) -> str:
-    flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-    return f"{flag} ({f.name})" if with_key else str(flag)
+    return f"{_flag(f)} ({f.name})" if with_key else _flag(f)
 
 
 def _label(f: dataclasses.Field[Any], with_key: bool) -> str:
-    flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-    return f.name if with_key or not f.metadata.get("cli", True) else str(flag)
+    return f.name if with_key or not f.metadata.get("cli", True) else _flag(f)
 
 
 def check_choices(settings: Any, *, with_key: bool = False) -> None:
@@ -186,8 +189,7 @@ def check_types(settings: Any, *, with_key: bool = False) -> None:
         if is_kind is None or (value is None and optional) or is_kind(value):
             continue
         f = next(f for f in dataclasses.fields(settings) if f.name == name)
-        flag = f.metadata.get("flag") or "--" + name.replace("_", "-")
-        label = name if not f.metadata.get("cli", True) else f"{flag} ({name})" if with_key else flag
+        label = name if not f.metadata.get("cli", True) else _bound_label(f, with_key)
         expected = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",
                     "dict": "a table of options"}[(typing.get_origin(kind) or kind).__name__]
         raise ConfigError(f"{label} must be {expected}, got {value!r}")
