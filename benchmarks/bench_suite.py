@@ -9,6 +9,13 @@ embedding cache off (cold), result files into a fresh folder, each run in its ow
 64-item warm-up ``evaluate`` there), interleaved. Prints wall and CPU time per repeat with the load average,
 min and median, and the overhead of the suite in % (goal <= 2%).
 
+Whole-run times of two child processes differ by several % from run to run on this machine (the same side
+swings ±5%), more than the effect sought, so each child also times its own ``evaluate`` calls (a timing wrapper
+around ``EVALUATE.evaluate``, which ``run_suite`` calls): the time a side spends outside them is its own
+overhead, measured within one process, and the suite's overhead is its own time minus the singles loop's, over the
+time its evaluations took. Both sides' result files must record the same settings (checked), so the evaluations
+are the same work.
+
 ``--limit N`` runs both sides on the suite's seeded N-image subsets (``limit``, as ``hnbench suite --limit``).
 
 Usage: python benchmarks/bench_suite.py --repeats 3
@@ -18,6 +25,7 @@ Usage: python benchmarks/bench_suite.py --repeats 3
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -33,10 +41,10 @@ from bench_eval import cpu_seconds  # noqa: E402
 
 from hnbench.data import load_dataset  # noqa: E402
 from hnbench.data.synthdense import generate_flickr30k  # noqa: E402
-from hnbench.evaluate import evaluate  # noqa: E402
 from hnbench.registry import SUITES  # noqa: E402
 from hnbench.suites import run_suite  # noqa: E402
 
+EVALUATE = importlib.import_module("hnbench.evaluate")  # the module (``hnbench.evaluate`` is also the function)
 SUITE = "bench-issue23"
 ENTRIES = (("synthdense", "test", "retrieval"), ("flickr30k", "karpathy-test", "retrieval"),
            ("flickr30k", "karpathy-val", "retrieval"))
@@ -45,25 +53,48 @@ MODEL, WEIGHTS = "hnbench-tiny", "synthdense"
 OPTIONS = {"use_cache": False, "progress": False}
 
 
+def timed_evaluate(inside: list[tuple[float, float]]):
+    """``EVALUATE.evaluate`` that adds each call's (wall, CPU) seconds to ``inside``."""
+    real = EVALUATE.evaluate
+
+    def evaluate(*args, **kwargs):
+        c, s = cpu_seconds(), time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            inside.append((time.perf_counter() - s, cpu_seconds() - c))
+    return evaluate
+
+
 def child(side: str, root_map: str, limit: int | None) -> None:
     options = {**OPTIONS, "limit": limit}
     roots = json.loads(Path(root_map).read_text())
     small = load_dataset("synthdense", protocol="test")
-    evaluate(MODEL, small.drop_images(range(64, small.n_images)), pretrained=WEIGHTS, **OPTIONS)  # warm-up
+    EVALUATE.evaluate(MODEL, small.drop_images(range(64, small.n_images)), pretrained=WEIGHTS,
+                              **OPTIONS)  # warm-up
+    inside: list[tuple[float, float]] = []
+    EVALUATE.evaluate = timed_evaluate(inside)  # run_suite imports it from there at each call
     with tempfile.TemporaryDirectory() as out:
         c, s = cpu_seconds(), time.perf_counter()
         if side == "suite":
             run = run_suite(SUITE, [MODEL], pretrained=[WEIGHTS], data_root_map=root_map, output_dir=out, **options)
             assert run.ok, run.failures
-            r1 = {label: json.loads(Path(p).read_text())["metrics"]["t2i"]["R@1"] for (_, label), p in run.results.items()}
+            paths = {label: p for (_, label), p in run.results.items()}
         else:
-            r1 = {}
+            paths = {}
             for benchmark, protocol, _ in ENTRIES:
                 kw = {"data_root": roots[benchmark]} if benchmark in roots else {}
-                r = evaluate(MODEL, benchmark, pretrained=WEIGHTS, protocol=protocol, output_dir=out, **kw, **options)
-                r1[f"{benchmark}/{protocol}"] = r.metrics["t2i"]["R@1"]
+                r = EVALUATE.evaluate(MODEL, benchmark, pretrained=WEIGHTS, protocol=protocol, output_dir=out,
+                                              **kw, **options)
+                paths[f"{benchmark}/{protocol}"] = str(r.path)
         wall, cpu = time.perf_counter() - s, cpu_seconds() - c
-    print(json.dumps({"wall": wall, "cpu": cpu, "t2i_r1": r1}))
+        results = {label: json.loads(Path(p).read_text()) for label, p in paths.items()}
+    assert len(inside) == len(ENTRIES), inside
+    print(json.dumps({"wall": wall, "cpu": cpu, "calls": [round(w, 3) for w, _ in inside],
+                      "inside_wall": sum(w for w, _ in inside),
+                      "inside_cpu": sum(c for _, c in inside),
+                      "t2i_r1": {k: r["metrics"]["t2i"]["R@1"] for k, r in results.items()},
+                      "settings": {k: r["settings"] for k, r in results.items()}}))
 
 
 def main() -> None:
@@ -94,7 +125,8 @@ def main() -> None:
                 if proc.returncode:
                     sys.exit(f"the {side} child failed:\n{proc.stderr[-3000:]}")
                 runs[side].append(json.loads(proc.stdout.strip().splitlines()[-1]))
-                print(f"  {side}: {json.dumps(runs[side][-1])}", flush=True)
+                print(f"  {side}: " + json.dumps({k: v for k, v in runs[side][-1].items() if k != "settings"}),
+                      flush=True)
             print(f"repeat {r + 1}: load average {load_avg:.2f} -> {os.getloadavg()[0]:.2f}; " + ", ".join(
                 f"{k} {v[-1]['wall']:.2f} s (CPU {v[-1]['cpu']:.2f} s)" for k, v in runs.items()), flush=True)
 
@@ -109,7 +141,22 @@ def main() -> None:
     print(f"suite overhead over the sum of its evaluations: min {100 * (stat('suite', 'wall', min) / stat('singles', 'wall', min) - 1):+.1f}%, "
           f"median {100 * (stat('suite', 'wall') / stat('singles', 'wall') - 1):+.1f}%, CPU (median) "
           f"{100 * (stat('suite', 'cpu') / stat('singles', 'cpu') - 1):+.1f}%, per repeat {per} (goal <= 2%)")
-    print(f"same R@1 on both sides: {runs['suite'][-1]['t2i_r1'] == runs['singles'][-1]['t2i_r1']}")
+    print(f"same R@1 on both sides: {runs['suite'][-1]['t2i_r1'] == runs['singles'][-1]['t2i_r1']}; "
+          f"same recorded settings: {all(x['settings'] == runs['singles'][0]['settings'] for v in runs.values() for x in v)}")
+
+    def own(side: str, key: str) -> list[float]:  # a side's time outside its evaluate calls, per repeat
+        return [x[key] - x[f"inside_{key}"] for x in runs[side]]
+
+    print("\nwithin each child: time outside the evaluate calls (the runner's own work)")
+    for key in ("wall", "cpu"):
+        extra = [100 * (a - b) / x[f"inside_{key}"]
+                 for a, b, x in zip(own("suite", key), own("singles", key), runs["suite"])]
+        print(f"  {key}: suite {' '.join(f'{v:.3f}' for v in own('suite', key))} s, singles "
+              f"{' '.join(f'{v:.3f}' for v in own('singles', key))} s; the suite's own work over its evaluations: "
+              f"median {np.median(extra):+.2f}%, max {max(extra):+.2f}% (goal <= 2%)")
+    for side in runs:
+        inside = " ".join(f"{x['inside_wall']:.2f}" for x in runs[side])
+        print(f"  {side}: time inside evaluate (wall) {inside} s")
 
 
 if __name__ == "__main__":

@@ -416,3 +416,15 @@ def test_issue24_a_family_registered_in_a_test_module_offers_its_scorer(pairtest
         ranks, _, _ = _brute_force_ranks(scores, ptr, idx)
         assert r.metrics[direction]["R@1"] == pytest.approx(100 * np.mean(ranks <= 1))
         assert r.metrics[direction]["MRR"] == pytest.approx(np.mean(1 / ranks))
+
+
+def test_issue24_every_registered_scorer_names_its_class():
+    """Each ``SCORERS`` entry resolves to the class that scores under that name (a checked declaration, not a
+    label): its ``name`` is the registered name and it has the contract's members."""
+    from hnbench.registry import SCORERS
+
+    for name in SCORERS.names():
+        cls = SCORERS.get(name)
+        assert isinstance(cls, type) and cls.name == name, name
+        assert all(callable(getattr(cls, m, None)) for m in ("image_state", "text_state", "score")), name
+        assert isinstance(cls.description, str) and cls.description, name

@@ -266,7 +266,7 @@ class FlairConditionedScorer:
         from hnbench.models.remembered import RememberedEncoder
 
         if isinstance(encoder, RememberedEncoder):  # remembered: the model is built on first use
-            encoder = encoder._real()
+            encoder = encoder.real()
         if not isinstance(encoder, FlairEncoder):
             raise ConfigError(f"--scorer {SCORER} needs a FLAIR model (flair:ARCH), not {encoder.info.arch}")
         return encoder.model

@@ -174,7 +174,8 @@ class RememberedEncoder:
     def built(self) -> bool:
         return self._encoder is not None
 
-    def _real(self) -> Encoder:
+    def real(self) -> Encoder:
+        """The encoder itself, built (and checked against the record) on first use."""
         if self._encoder is None:
             enc = self._build(str(self.device))
             if model_spec(enc.info, enc.image_transform) != model_spec(self.info, None,
@@ -187,20 +188,20 @@ class RememberedEncoder:
 
     @property
     def dynamic_padding(self) -> bool:
-        return self._real().dynamic_padding
+        return self.real().dynamic_padding
 
     @property
     def image_transform(self) -> Any:
-        return self._real().image_transform
+        return self.real().image_transform
 
     def tokenize(self, texts: Sequence[str]) -> TokenizedTexts:
-        return self._real().tokenize(texts)
+        return self.real().tokenize(texts)
 
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
-        return self._real().encode_images(pixels)
+        return self.real().encode_images(pixels)
 
     def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self._real().encode_texts(tokens)
+        return self.real().encode_texts(tokens)
 
     def to(self, device: str | torch.device) -> RememberedEncoder:
         self.device = torch.device(device)
