@@ -50,7 +50,16 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: the usage block would bury the message (``--help`` shows it)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help){_renamed_note(self)}\n")
+
+
+RENAMED = "_renamed_flags"  # where a former spelling's use is noted (the parser and the namespace)
+
+
+def _renamed_note(holder: object) -> str:
+    """The deprecation of the former spellings used, folded into an error's one line ("" if none)."""
+    said = getattr(holder, RENAMED, [])
+    return f"; {'; '.join(said)}" if said else ""
 
 
 def _add_spec_args(p: argparse.ArgumentParser, *, sparse: bool = False, required: bool = True) -> None:
@@ -407,9 +416,13 @@ def _renamed(flag: str) -> type[argparse.Action]:
     """An argparse action storing a value given under a flag's former name, with a line saying its new one."""
 
     class Renamed(argparse.Action):
+        """Noted, not printed: a run that goes on says it once at the end, an error folds it into its one line."""
+
         def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                      option_string: str | None = None) -> None:
-            print(f"hnbench: warning: {option_string} is now {flag} here (the old spelling will go)", file=sys.stderr)
+            note = f"{option_string} is now {flag} here (the old spelling will go)"
+            for holder in (parser, namespace):
+                setattr(holder, RENAMED, [*getattr(holder, RENAMED, []), note])
             setattr(namespace, self.dest, values)
 
     return Renamed
@@ -681,6 +694,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose, args.quiet)
     try:
+        return _dispatch(args)
+    finally:  # a former flag spelling: said once, last (an error's one line has said it already)
+        for note in getattr(args, RENAMED, []):
+            print(f"hnbench: warning: {note}", file=sys.stderr)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    try:
         if args.command == "eval":
             return _run_eval(args, spec_from_args(ModelSpec, args), spec_from_args(DataSpec, args))
         if args.command == "demo":
@@ -691,7 +712,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             handler: Callable[[argparse.Namespace], int] = args.handler
             return handler(args)
     except HnbenchError as e:
-        print(f"hnbench: error: {e}", file=sys.stderr)
+        print(f"hnbench: error: {e}{_renamed_note(args)}", file=sys.stderr)
+        setattr(args, RENAMED, [])
         return 2
     except KeyboardInterrupt:  # the encoders' cache writers flush on the way out; rerun to resume
         cached = getattr(args, "use_cache", False)  # eval's / hardness's --cache/--no-cache

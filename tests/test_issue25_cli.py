@@ -152,6 +152,15 @@ def test_issue25_batch_size_means_the_encoder_batch_in_every_command(micro_confi
     assert err == "hnbench: warning: --batch-size is now --in-batch-size here (the old spelling will go)\n"
     new, old = (json.loads((tmp_path / d / "hardness.json").read_text()) for d in ("new", "old"))
     assert new["settings"]["batch_size"] == old["settings"]["batch_size"] == 4
+    # with a mistake beside it, still one line: the error, the former spelling folded into it
+    for argv in ([*base, "--batch-size", "4"],  # argparse's (no --output)
+                 [*base, "--batch-size", "4", "--n-batches", "0", "--output", str(tmp_path / "bad")]):  # hnbench's
+        with contextlib.suppress(SystemExit):
+            assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "error:" in err and err.rstrip().endswith(
+            "--batch-size is now --in-batch-size here (the old spelling will go)"), err
+    assert not (tmp_path / "bad").exists()
 
 
 @pytest.mark.parametrize("argv", [["cache", "-q", "ls"], ["cache", "ls", "-q"],
