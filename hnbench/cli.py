@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -53,6 +54,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help){_renamed_note(self)}\n")
 
 
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # disk full, quota, the process's file-size limit
 RENAMED = "_renamed_flags"  # where a former spelling's use is noted (the parser and the namespace)
 
 
@@ -715,6 +717,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"hnbench: error: {e}{_renamed_note(args)}", file=sys.stderr)
         setattr(args, RENAMED, [])
         return 2
+    except OSError as e:  # no room: the machine's state, not a bug: one line (files are replaced whole or not at all)
+        if e.errno not in NO_ROOM:
+            raise
+        where = f" writing {e.filename}" if e.filename else ""
+        fix = "raise the file-size limit (ulimit -f)" if e.errno == errno.EFBIG else "free some space"
+        print(f"hnbench: error: {os.strerror(e.errno)}{where}; {fix} and run again{_renamed_note(args)}",
+              file=sys.stderr)
+        setattr(args, RENAMED, [])
+        return 1
     except KeyboardInterrupt:  # the encoders' cache writers flush on the way out; rerun to resume
         cached = getattr(args, "use_cache", False)  # eval's / hardness's --cache/--no-cache
         encodes = args.command in ("eval", "demo", "hardness") and cached

@@ -23,7 +23,7 @@ from typing import Any
 
 from hnbench.errors import ConfigError, DataError, HnbenchError
 
-__all__ = ["DIGEST_BYTES", "MAX_JSON_BYTES", "MAX_REPORTED", "Problems", "MAX_TABLE_BYTES", "atomic_write_bytes", "check_output", "content_digest",
+__all__ = ["DIGEST_BYTES", "MAX_JSON_BYTES", "MAX_REPORTED", "Problems", "MAX_TABLE_BYTES", "append_line", "atomic_write_bytes", "check_output", "content_digest",
            "csv_bytes", "csv_cell", "csv_frame", "file_beside", "file_digests", "follow_umask", "human_bytes", "is_record", "loads_json",
            "markdown_code", "markdown_text", "process_umask", "read_json_untrusted", "read_rows", "read_text_utf8",
            "read_untrusted", "record_output", "script_json", "sha256_file", "value_text", "write_temp"]
@@ -63,11 +63,24 @@ def write_temp(path: Path, data: bytes) -> str:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.errno is not None and e.filename is None:  # the file it was writing
+            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
     return tmp
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append one line to a log (``log.jsonl``); a failed write names the file (no room: see ``hnbench.cli``)."""
+    try:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+    except OSError as e:
+        if e.errno is not None and e.filename is None:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

@@ -38,7 +38,7 @@ from hnbench.distributed import DistContext, from_env
 from hnbench.encode import default_num_workers
 from hnbench.errors import ConfigError
 from hnbench.evaluate import evaluate
-from hnbench.io import atomic_write_bytes
+from hnbench.io import append_line, atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
 from hnbench.models.family import check_trusted, family_of
@@ -432,8 +432,7 @@ class _Run:
             if dist.is_main and (step % c.log_every == 0 or step == self.total - 1):
                 rec = {"step": step, "epoch": state.epoch, "loss": loss, "lr": lr, "logit_scale": scale,
                        "terms": terms, "seconds": round(time.perf_counter() - start, 3)}
-                with open(self.log_path, "a") as f:
-                    f.write(json.dumps(rec) + "\n")
+                append_line(self.log_path, json.dumps(rec))
                 bar.set_postfix(loss=f"{loss:.4f}")
             state.step += 1
             bar.update(1)
@@ -465,8 +464,7 @@ class _Run:
         self._write_diag(rec)
 
     def _write_diag(self, rec: dict[str, Any]) -> None:
-        with open(self.diag_path, "a") as f:
-            f.write(json.dumps(rec) + "\n")
+        append_line(self.diag_path, json.dumps(rec))
 
     def _end_epoch(self, state: Any, start: float) -> None:
         c = self.config
