@@ -653,7 +653,8 @@ def _run_suite(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(EvalSettings, args)
     run = run_suite(args.name, args.model, pretrained=args.pretrained, model_config=args.model_config,
-                    data_root_map=args.data_root_map, output_dir=args.output, settings=settings)
+                    data_root_map=args.data_root_map, output_dir=args.output,
+                    allow_count_mismatch=args.allow_count_mismatch, settings=settings)
     print(run.table, end="")
     print(f"wrote {run.path}")
     for (model, entry), message in run.failures.items():

@@ -38,7 +38,7 @@ from hnbench.io import (
     record_output,
 )
 from hnbench.registry import BENCHMARK_SPECS, DATASETS, SUITES, TASKS
-from hnbench.settings import EvalSettings, check_declared, from_options, option
+from hnbench.settings import EvalSettings, check_declared, from_options, option, same_as
 from hnbench.specs import DataSpec
 
 __all__ = ["Entry", "Suite", "SuiteRun", "SuiteSettings", "family", "fixed", "run_suite"]
@@ -175,6 +175,7 @@ class SuiteSettings:
                                             "--data-root; imagenet: its class-folder set); every benchmark the "
                                             "suite needs but generated ones")
     output: str | None = option(None, group="suite", help="directory for the result files and suite-NAME.md")
+    allow_count_mismatch: bool = same_as(DataSpec, "allow_count_mismatch", group="suite")  # each benchmark entry's
 
 
 @dataclass
@@ -231,33 +232,38 @@ def check_suite(suite: Suite, root_map: dict[str, str]) -> None:
         raise ConfigError(f"data-root map: no such folder: {'; '.join(absent)}")
 
 
-def _data(entry: Entry, root_map: dict[str, str]) -> tuple[str, dict[str, Any]]:
-    """The ``dataset`` argument of :func:`evaluate` and its data keywords for ``entry``."""
+def _data(entry: Entry, root_map: dict[str, str], suite: SuiteSettings) -> tuple[str, dict[str, Any]]:
+    """The ``dataset`` argument of :func:`evaluate` and its data keywords for ``entry`` (``suite``: the data
+    options a registered benchmark's entry takes from the suite's settings)."""
     if entry.benchmark in FOLDER_SETS:
         return root_map[entry.benchmark], {}
     kw: dict[str, Any] = {"protocol": entry.protocol}
     if entry.benchmark in root_map:
         kw["data_root"] = root_map[entry.benchmark]
+    if entry.benchmark in BENCHMARK_SPECS and suite.allow_count_mismatch:
+        kw["allow_count_mismatch"] = True
     return entry.benchmark, kw
 
 
 def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | None] | None = None,
               model_config: str | None = None, data_root_map: str | os.PathLike[str] | None = None,
-              output_dir: str | os.PathLike[str], settings: EvalSettings | None = None,
-              **options: Any) -> SuiteRun:
+              output_dir: str | os.PathLike[str], allow_count_mismatch: bool = False,
+              settings: EvalSettings | None = None, **options: Any) -> SuiteRun:
     """Run suite ``name`` for every model (``pretrained``: one per model, in order, as ``hnbench hardness``),
     write each result into ``output_dir`` and the aggregated table to ``output_dir/suite-NAME.md``.
 
     ``settings`` / ``options``: :class:`~hnbench.settings.EvalSettings` (the task is each entry's own;
-    ``limit`` scores a seeded subset of each set).
+    ``limit`` scores a seeded subset of each set). ``allow_count_mismatch``: each registered benchmark's entry
+    runs even if its loaded counts differ from the published ones (recorded in its result).
     Bad input raises :class:`~hnbench.errors.ConfigError` before anything loads; a failing (model, entry) is
     logged, recorded in :attr:`SuiteRun.failures` and the rest go on.
     """
     from hnbench.hardness.run import model_pairs
 
     s: EvalSettings = from_options(EvalSettings, settings, options)
-    check_declared(SuiteSettings(data_root_map=None if data_root_map is None else os.fspath(data_root_map),
-                                 output=os.fspath(output_dir)))
+    suite_settings = SuiteSettings(data_root_map=None if data_root_map is None else os.fspath(data_root_map),
+                                   output=os.fspath(output_dir), allow_count_mismatch=allow_count_mismatch)
+    check_declared(suite_settings)
     s.validate(Path(output_dir))
     if s.task != "retrieval":
         raise ConfigError("--task is each suite entry's own; leave it out")
@@ -265,25 +271,29 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
     root_map = read_root_map(data_root_map) if data_root_map is not None else {}
     check_suite(suite, root_map)
     for entry in suite.entries:  # each entry's data flags, before anything loads
-        dataset, kw = _data(entry, root_map)
+        dataset, kw = _data(entry, root_map, suite_settings)
         DataSpec.of(dataset, None, **kw)[0].validate()
     pairs = model_pairs(models, pretrained, model_config=model_config)
     out = Path(output_dir)
     table_path = out / f"suite-{suite.name}.md"
     inputs = {"suite": suite.name, "models": [list(p) for p in pairs], "model_config": model_config,
-              "root_map": root_map, "settings": s.recorded()}
+              "root_map": root_map, "settings": s.recorded(),
+              **({"allow_count_mismatch": True} if allow_count_mismatch else {})}
     check_output(table_path, "a suite table", inputs, overwrite=s.overwrite)
     run = SuiteRun(suite.name, "", table_path)
     cells: dict[tuple[str, str], Any] = {}
     for model, weights in pairs:
         label = f"{model} ({weights or 'random init'})"
         for entry in suite.entries:
-            dataset, kw = _data(entry, root_map)
+            dataset, kw = _data(entry, root_map, suite_settings)
             try:
                 from hnbench.evaluate import evaluate
 
+                options = {k: v for k, v in kw.items() if k not in ("data_root", "protocol")}  # the loader's
                 result = evaluate(model, dataset, pretrained=weights, model_config=model_config, output_dir=out,
-                                  settings=dataclasses.replace(s, task=entry.task, limit=s.limit if entry.task == "retrieval" else None), **kw)
+                                  dataset_options=options or None,
+                                  settings=dataclasses.replace(s, task=entry.task, limit=s.limit if entry.task == "retrieval" else None),
+                                  **{k: v for k, v in kw.items() if k not in options})
             except Exception as e:  # reported, and the other entries go on
                 message = str(e) if isinstance(e, HnbenchError) else f"{type(e).__name__}: {e}"
                 logger.warning("%s on %s failed: %s", label, entry.label, message)

@@ -93,11 +93,19 @@ def test_issue23_suite_failure_reported_rest_go_on(tmp_path, monkeypatch, capsys
                  "--data-root-map", str(rmap), "--output", str(out), *QUICK])
     captured = capsys.readouterr()
     assert code == 1
-    assert "urban1k/test failed" in captured.err
+    assert "urban1k/test failed" in captured.err and "--allow-count-mismatch" in captured.err
     table = (out / "suite-t-mixed.md").read_text()
     row = next(line for line in table.splitlines() if line.startswith("| hnb-micro"))
     assert "failed" in row and len(_links(row)) == 2  # docci's two cells still scored
     assert "Failed:" in table
+    # the flag the message names is the suite's too: every benchmark entry runs, the mismatch recorded
+    again = tmp_path / "again"
+    assert main(["-q", "suite", "t-mixed", "--model", "hnb-micro", "--model-config", str(micro_config),
+                 "--data-root-map", str(rmap), "--output", str(again), "--allow-count-mismatch", *QUICK]) == 0
+    row = next(line for line in (again / "suite-t-mixed.md").read_text().splitlines() if line.startswith("| hnb-micro"))
+    urban = json.loads((again / _links(row)[0]).read_text())
+    assert urban["dataset"]["name"] == "urban1k" and urban["dataset"]["n_images"] == 11
+    assert urban["dataset"]["spec"]["allow_count_mismatch"] is True
 
 
 def test_issue23_suite_replicas_from_toml_map(tmp_path, monkeypatch, micro_config):
