@@ -28,6 +28,7 @@ from hnbench.hardness.stats import (
     unique_pairs,
 )
 from hnbench.hardness.structure import label_structure
+from hnbench.specs import DataSpec
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -298,6 +299,8 @@ def test_synthdense_run_writes_json_plots_and_report(micro_encoder, tmp_path):
         assert f"]({r.files[key]})" in md
     back = read_report(tmp_path / "hardness.json")
     assert back.to_dict() == json.loads((tmp_path / "hardness.json").read_text())
+    assert back.dataset["spec"] == {"dataset": "synthdense"}  # the data spec, as eval records it
+    assert DataSpec.from_record(back.dataset) == DataSpec("synthdense")
     assert back.text.buckets.shares == r.text.buckets.shares and back.structure["text"].within.mean == \
         r.structure["text"].within.mean
     d = back.to_dict()

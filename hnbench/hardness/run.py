@@ -81,10 +81,12 @@ def hardness(
         check_trusted(model, pretrained, trust_remote_code)  # remote code: refused before anything loads
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
+    spec: DataSpec | None = None  # recorded in the report's dataset, as eval records it
     if isinstance(data, str) and Path(data).suffix == ".txt":
         data = load_captions(data, label_field=None if label_field == "auto" else label_field)
     elif isinstance(data, DataSpec):
-        data = load_spec(data.override(data_root=data_root, protocol=protocol))
+        spec = data.override(data_root=data_root, protocol=protocol)
+        data = load_spec(spec)
     elif isinstance(data, str):
         spec, rest = DataSpec.of(data, dataset_options, data_root=data_root, protocol=protocol)
         data = load_spec(spec, **rest)  # checked first: an option this kind of data does not read is refused
@@ -124,7 +126,8 @@ def hardness(
                      n_sample_pairs=s.n_sample_pairs, seed=s.seed, device=s.device, progress=s.progress)
     report.dataset = {"name": cs.name, "protocol": cs.protocol, "fingerprint": cs.fingerprint,
                       "n_images": len(cs.image_ids) if cs.kind == "dataset" else None,
-                      "n_captions": len(cs.captions), "source": cs.source, "kind": cs.kind}
+                      "n_captions": len(cs.captions), "source": cs.source, "kind": cs.kind,
+                      **({"spec": spec.recorded()} if spec is not None else {})}
     report.encoder = encoder.info.to_dict()
     report.settings["n_truncated_captions"] = txt.n_truncated
     report.settings["embedding_cache"] = {"used": bool(s.use_cache), "texts_cached": getattr(txt, "n_cached", 0),
