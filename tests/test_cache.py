@@ -357,6 +357,17 @@ def test_image_keys_are_the_blake2b_of_each_sources_content_bytes(tmp_path):
     images = [Image.open(p).convert("RGB") for p in paths[:3]]
     keys, ok = cache_mod.image_keys(Decoded(images), range(3))
     assert ok.all() and keys.tolist() == [blake(f"RGB:{im.size}:".encode() + im.tobytes()) for im in images]
+    # the fingerprint and the cache keys both ask for the digests: a source reads and hashes each image once
+    opened: list[int] = []
+
+    class Counted(Decoded):
+        def open(self, i: int) -> Image.Image:
+            opened.append(i)
+            return super().open(i)
+
+    source = Counted(images)
+    first = source.content_digests([0, 1, 2])
+    assert source.content_digests([2, 0]) == [first[2], first[0]] and sorted(opened) == [0, 1, 2]
     (tmp_path / pairs[1][0]).unlink()  # unreadable: no key, never cached
     keys, ok = cache_mod.image_keys(files, range(3))
     assert ok.tolist() == [True, False, True] and keys[1] == b""

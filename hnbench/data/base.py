@@ -53,15 +53,18 @@ class ImageSource:
 
     def content_digests(self, positions: Sequence[int]) -> list[bytes | None]:
         """:func:`~hnbench.io.content_digest` of :meth:`content_bytes` for each position; None where the
-        image cannot be read. The embedding cache's image keys and the dataset fingerprint are these."""
-        found: list[bytes | None] = []
+        image cannot be read. The embedding cache's image keys and the dataset fingerprint are these: each
+        position is read and hashed once per source object (remembered here; a source's content is fixed)."""
+        memo: dict[int, bytes | None] = self.__dict__.setdefault("_digest_memo", {})
         for i in positions:
+            if i in memo:
+                continue
             try:
-                found.append(content_digest(self.content_bytes(i)))
+                memo[i] = content_digest(self.content_bytes(i))
             except Exception as e:  # unreadable: no digest; the encoder reports it properly
                 logger.debug("no content digest for image %s: %s", self.describe(i), e)
-                found.append(None)
-        return found
+                memo[i] = None
+        return [memo[i] for i in positions]
 
     def describe(self, i: int) -> str:
         """Where image ``i`` comes from (a path or a dataset row), for error messages."""
