@@ -367,7 +367,7 @@ class EmbeddingCache:
 MARKER = ".hnbench-cache"  # written into the root by the first cache write: "this folder is hnbench's cache"
 _MODEL_DIR = re.compile(r"^[0-9a-f]{16}$")  # a model key (see EmbeddingCache)
 QUARANTINE = "quarantine"
-FINGERPRINTS = ".fingerprints"  # hnbench.models.remembered's records of model fingerprints (its RECORD_DIR)
+FINGERPRINTS = ".fingerprints"  # hnbench.models.remembered's records of model fingerprints (declared here once)
 _FLAT = {QUARANTINE: SHARD_SUFFIX, FINGERPRINTS: ".json"}  # folders of the root holding one kind of file
 
 

@@ -106,9 +106,3 @@ def test_cache_clear_asks_at_a_terminal(filled):
         assert b"in all" in out and b"remove them? [y/N]" in out
         assert (snapshot(filled) == before) is not removed
     assert json.loads((filled / cache.MARKER).read_text())["what"] == "hnbench embedding cache"
-
-
-def test_cache_names_the_fingerprint_records_folder_hnbench_writes():
-    from hnbench.models import remembered
-
-    assert cache.FINGERPRINTS == remembered.RECORD_DIR  # clear removes these records, ls/du count them

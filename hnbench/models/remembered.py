@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from hnbench._version import __version__, package_version
-from hnbench.cache import model_spec
+from hnbench.cache import FINGERPRINTS, model_spec
 from hnbench.errors import CheckpointError
 from hnbench.io import atomic_write_bytes
 from hnbench.models import load_model
@@ -47,7 +47,7 @@ __all__ = ["RememberedEncoder", "load_remembered"]
 
 logger = logging.getLogger(__name__)
 
-RECORD_DIR = ".fingerprints"
+RECORD_DIR = FINGERPRINTS  # the cache root's folder of these records (declared in hnbench.cache)
 _RNG = RANDOM_INIT  # stands in for the weights file of a random-init model
 
 
