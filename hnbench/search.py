@@ -327,8 +327,11 @@ def score_rows(block: ScoreBlock, m: int, dev: torch.device, ptr: np.ndarray, id
         vals, inds = _topk_exact(s, kk)
         keys = local * m + cols  # sorted (canonical CSR), so membership is a binary search
         cand = torch.arange(c, device=dev)[:, None] * m + inds
-        hit = torch.searchsorted(keys, cand).clamp(max=keys.numel() - 1)
-        nonpos = keys[hit] != cand
+        if keys.numel():
+            hit = torch.searchsorted(keys, cand).clamp(max=keys.numel() - 1)
+            nonpos = keys[hit] != cand
+        else:  # no positive in the block (re-ranking: no query's positive among its K): all are non-positives
+            nonpos = torch.ones_like(cand, dtype=torch.bool)
         # The list holds every item scoring > its last score, hence every item >= gt when gt > last.
         ge = nonpos & (vals >= gt[:, None])
         rank = 1 + ge.sum(1)

@@ -153,7 +153,8 @@ def test_issue24_rerank_with_k_at_least_the_gallery_is_the_full_scorer(run_dir, 
             np.testing.assert_allclose(re.topk_score, full.topk_score, rtol=1e-5, atol=1e-6)
 
 
-def test_issue24_rerank_top_k_keeps_the_dual_encoder_rank_outside_it(run_dir, micro_config):
+@pytest.mark.parametrize("query_block", [32, 1])  # 1: a block whose only query has no positive among its K
+def test_issue24_rerank_top_k_keeps_the_dual_encoder_rank_outside_it(run_dir, micro_config, query_block):
     scorer, enc = _scorer(run_dir, micro_config)
     images, texts = _states(scorer, enc)
     caption_image = np.array([0, 1, 2, 3, 1, 5, 0, 4])
@@ -163,7 +164,8 @@ def test_issue24_rerank_top_k_keeps_the_dual_encoder_rank_outside_it(run_dir, mi
 
     cos = retrieve(tv, iv, ptr, idx, k=6, backend="torch")
     full = scorer.score(texts, images).numpy()
-    re = rerank(scorer, texts, images, tv, iv, ptr, idx, top=3, t2i=True, k=5)
+    re = rerank(scorer, texts, images, tv, iv, ptr, idx, top=3, t2i=True, k=5, query_block=query_block)
+    assert any(caption_image[q] not in cos.topk_index[q, :3] for q in range(len(caption_image)))
     for q in range(len(caption_image)):
         top = cos.topk_index[q, :3]
         if caption_image[q] in top:  # re-ranked among the K by the pairwise score
