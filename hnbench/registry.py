@@ -154,7 +154,7 @@ FAMILIES: dict[str, str] = {
                    "lists, Urban-1K",
     "longclip-splits": "Long-CLIP's (ECCV'24) table: Urban-1K, ShareGPT4V-1k, COCO val2017, Flickr30k full",
     "tulip-splits": "TULIP's (ICLR'25) table: Urban-1K, Long-DCI, ShareGPT4V-1k (raw), COCO val2017, Flickr30k full",
-    "lotlip-splits": "LoTLIP's (NeurIPS'24) table, sentences re-joined: DCI-full, IIW 612, ShareGPT4V-1k",
+    "lotlip-splits": "LoTLIP's (NeurIPS'24) table, sentences re-joined: DCI-full, IIW 612, ShareGPT4V-1k, Urban-1K",
     "lotlip-10k": "LoTLIP's README table: DCI-full, IIW 612, ShareGPT4V-10k (sentences re-joined)",
     "flair-splits": "FLAIR's (CVPR'25) defaults: DCI-full, IIW fine-grained, ShareGPT4V-1k, COCO val2017 (all "
                     "captions), Flickr30k Karpathy val",

@@ -267,6 +267,18 @@ def test_urban1k_longclip_rule_keeps_the_empty_query(tmp_path):
                                                                                    "n_captions": 11}).fingerprint()
 
 
+def test_urban1k_lotlip_rule_rejoins_the_first_lines_sentences(tmp_path):
+    """LoTLIP's dataloaders/urban1k.py: readlines()[0], split on newlines / </s> / '.', re-joined with '. '."""
+    base = build_urban1k(tmp_path)
+    (base / "caption" / "3.txt").write_text("A tram.  Two cyclists </s>a red car..\nA second line never read.\n")
+    ds = load("urban1k", data_root=tmp_path, protocol="lotlip", expected_counts={"n_images": 11, "n_captions": 11})
+    assert ds.captions[2] == "A tram. Two cyclists. a red car"
+    assert ds.captions[0] == urban_caption(1).rstrip(".") and ds.captions[4] == ""  # 5.txt: its first line is blank
+    assert ds.image_ids == [str(k) for k in range(1, 12)] and ds.meta["empty_captions"] == ["5"]
+    assert ds.meta["caption_rule"] == "longclip-first-line-sentences"
+    assert get_benchmark("urban1k").protocol("lotlip").families == ("lotlip-splits",)
+
+
 def test_urban1k_unpaired_and_empty_files(tmp_path):
     base = build_urban1k(tmp_path, n=6)
     (base / "image" / "3.jpg").unlink()
@@ -379,8 +391,8 @@ def test_datasets_list_and_info(tmp_path, capsys, use_sized):
     assert info["license"] == "CC BY-NC 4.0" and info["citation"] and len(info["fingerprint"]) == 16
     assert info["fingerprint"] == load("urban1k", data_root=tmp_path).fingerprint()
     assert info["caption_rule"] == "first-nonempty-line"
-    assert {p["name"]: p["caption_rule"] for p in info["protocols"]} == {"test": "first-nonempty-line",
-                                                                        "longclip": "longclip-first-line"}
+    assert {p["name"]: p["caption_rule"] for p in info["protocols"]} == {
+        "test": "first-nonempty-line", "longclip": "longclip-first-line", "lotlip": "longclip-first-line-sentences"}
 
 
 def test_datasets_info_takes_the_eval_flags(tmp_path, capsys, use_sized):

@@ -85,7 +85,10 @@ def test_issue23_reported_numbers_as_read_in_their_sources():
                    "imagenet-1k")]
     assert (zs["task"], zs["protocol"], zs["top-1"]) == ("zeroshot", "openai", 75.54) and math.isnan(zs["top-5"])
     unverified = rows[rows["note"].str.contains("protocol unverified")]
-    assert set(unverified.index.get_level_values("benchmark")) == {"urban1k", "docci", "flickr30k"}
+    assert set(unverified.index.get_level_values("benchmark")) == {"docci", "flickr30k"}
+    # LoTLIP's Urban-1K numbers: its loader's rule is hnbench's lotlip protocol (readlines()[0], sentences re-joined)
+    lot_urban = rows.loc[("wuw2019/LoTLIP@301b906:README.md", "LoTLIP", "ViT-B/32 128tok", "urban1k")]
+    assert (lot_urban["protocol"], lot_urban["i2t R@1"]) == ("lotlip", 84.1)
 
 
 def test_issue23_an_older_published_file_still_reads(tmp_path):

@@ -50,6 +50,12 @@ def _longclip_first_line(text: str) -> str:
     return text if end < 0 else text[: end + 1]
 
 
+def _longclip_first_line_sentences(text: str) -> str:
+    """``readlines()[0]``, its sentences split and re-joined with ". " (LoTLIP's Urban-1K loader,
+    ``dataloaders/urban1k.py``): the blank first line of a file gives an empty query, as Long-CLIP's."""
+    return rejoin_sentences(_longclip_first_line(text))
+
+
 def _short_extra(ann: dict[str, Any]) -> str:
     """DCI ``short_caption + "\\n" + extra_caption`` (DCI's "extended" caption)."""
     return f"{ann['short_caption']}\n{ann['extra_caption']}"
@@ -84,7 +90,8 @@ def _newline_space(text: str) -> str:
 
 CAPTION_RULES: dict[str, Callable[[Any], str]] = {
     "description": _description, "first-nonempty-line": _first_nonempty_line,
-    "longclip-first-line": _longclip_first_line, "short+extra": _short_extra, "short+extra-sentences": _sentences,
+    "longclip-first-line": _longclip_first_line, "longclip-first-line-sentences": _longclip_first_line_sentences,
+    "short+extra": _short_extra, "short+extra-sentences": _sentences,
     "extra": _extra,
     # rules on a caption string (the suite's benchmarks: COCO, Flickr30k, ShareGPT4V, IIW)
     "raw": _raw, "newline-space": _newline_space, "sentences": rejoin_sentences,

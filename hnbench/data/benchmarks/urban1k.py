@@ -24,6 +24,9 @@ SPEC = BenchmarkSpec(
         Protocol("longclip", ("zero-shot-splits", "longclip-splits", "tulip-splits"), 1000, 1000, "urban1k-folders", "longclip-first-line",
                  "as test, caption = readlines()[0] as Long-CLIP's and TULIP's loaders read it: 592.txt starts "
                  "with a blank line, so one query is empty", keep_empty=True),
+        Protocol("lotlip", ("lotlip-splits",), 1000, 1000, "urban1k-folders", "longclip-first-line-sentences",
+                 "as longclip, the line's sentences split on newlines / </s> / . and re-joined with '. ' (LoTLIP's "
+                 "dataloaders/urban1k.py); 592.txt's query stays empty", keep_empty=True),
     ),
     default_protocol="test",
     resources=(Resource("Urban1k.zip", hf_repo="BeichenZhang/Urban1k", extract=True),),
