@@ -16,7 +16,7 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -53,34 +53,39 @@ def follow_umask(path: str | Path) -> None:
     os.chmod(path, 0o666 & ~process_umask())
 
 
+@contextlib.contextmanager
+def _naming(path: str | Path) -> Iterator[None]:
+    """A write's OSError that names no file (``f.write`` on a full disk) re-raised naming ``path``, the file it
+    was writing (the CLI's one line for no room says which)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno is not None and e.filename is None:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
+
+
 def write_temp(path: Path, data: bytes) -> str:
     """``data`` in a synced temporary file beside ``path``, with the mode a plain ``open`` would give."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~process_umask())  # mkstemp creates 0600 whatever the umask
-        with os.fdopen(fd, "wb") as f:
+        with _naming(path), os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-    except BaseException as e:
+    except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(e, OSError) and e.errno is not None and e.filename is None:  # the file it was writing
-            raise OSError(e.errno, e.strerror, str(path)) from e
         raise
     return tmp
 
 
 def append_line(path: str | Path, line: str) -> None:
-    """Append one line to a log (``log.jsonl``); a failed write names the file (no room: see ``hnbench.cli``)."""
-    try:
-        with open(path, "a") as f:
-            f.write(line + "\n")
-    except OSError as e:
-        if e.errno is not None and e.filename is None:
-            raise OSError(e.errno, e.strerror, str(path)) from e
-        raise
+    """Append one line to a log (``log.jsonl``); a failed write names the file."""
+    with _naming(path), open(path, "a") as f:
+        f.write(line + "\n")
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
