@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hnbench.cli import main
@@ -23,3 +25,13 @@ def test_demo_scores_well_above_chance(tmp_path, capsys):
     for direction in ("t2i", "i2t"):
         assert result.metrics[direction]["R@1"] > 10 * chance_r1
         assert result.metrics[direction]["R@10"] > 10 * 10 * chance_r1
+
+
+def test_readme_says_the_cpu_only_install_before_the_first_command_a_cpu_user_runs():
+    """A CPU user reads the CPU-build install before the set-up commands (which would pull ~6 GB of CUDA)."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    quick = text[text.index("## Quick start"):]
+    cpu = quick.index("--index-url https://download.pytorch.org/whl/cpu")
+    first_command = quick.index(".venv/bin/hnbench demo")
+    assert quick.index("**Without a GPU**") < cpu < first_command
+    assert quick.index("```bash") < cpu  # the CPU install is itself the first command block
