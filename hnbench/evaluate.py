@@ -195,6 +195,9 @@ def evaluate(
     task = TASKS.get(s.task)
     if s.limit is not None and task.name != "retrieval":
         raise ConfigError(f"--limit subsets a retrieval set; --task {task.name} reads every item (leave it out)")
+    check_settings = task.target("check_settings")
+    if check_settings is not None:  # the settings only the task reads (zero-shot's --templates): before loading
+        check_settings(s)
     model = os.fspath(model) if isinstance(model, os.PathLike) else model
     if isinstance(dataset, os.PathLike):
         dataset = os.fspath(dataset)

@@ -13,7 +13,8 @@ Schema (version 2)::
               (R@K in %); another task: the groups its :class:`~hnbench.tasks.Task` declares
     ci95      {t2i: {R@K: [lo, hi]}, i2t: {...}}   95% interval over queries, in % (:func:`hnbench.metrics.recall_ci`)
     ci95_method  {t2i: {R@K: "bootstrap" | "clopper-pearson"}, i2t: {...}}  how each interval was made
-              (absent in files written before it was recorded: those are percentile bootstrap)
+              (zero-shot: {classification: {top-K: ...}}, the same rule; absent in files written before it
+              was recorded: those are percentile bootstrap)
     tokens    {context_length, mean, median, p95, max, n_texts, n_truncated, share_truncated}  (the texts' lengths
               in the model's own tokens; n_texts: absent in files written before it was recorded)
     settings  {device, batch_size, precision, amp, backend, search (exact|approximate), ks, tie_rule,
@@ -148,35 +149,46 @@ class EvalResult:
     def table(self, fmt: str = "github") -> str:
         """A small t2i/i2t × R@K table (tabulate), each R@K with its 95% interval when the record has one
         (``†``: exact Clopper–Pearson), and a line saying what the intervals are; another task: a group × metric
-        table of its columns."""
+        table of its columns, each with its interval the same way (zero-shot's top-K: a percentage, shown as an
+        R@K is)."""
+        budget = self.text_budget()
         if self.task != "retrieval":
             task = self.task_spec()
             metrics = [c.partition(" ")[2] for c in task.columns]
-            budget = self.text_budget()
-            return tabulate([[g] + [f"{task.value(self.metrics, f'{g} {m}'):.4g}" for m in metrics]
-                             + [(self.metrics.get(g) or {}).get("n_queries")] for g in task.groups],
-                            headers=[self.task, *metrics, "queries"], tablefmt=fmt) + (f"\n{budget}" if budget else "")
+            cells: list[list[Any]] = []
+            exact, shown = False, []
+            for g in task.groups:
+                cells.append([g])
+                for metric in metrics:
+                    value = task.value(self.metrics, f"{g} {metric}")
+                    interval = _interval((self.ci95 or {}).get(g), metric)
+                    method = ((self.ci95_method or {}).get(g) or {}).get(metric)
+                    exact = exact or (interval is not None and method == "clopper-pearson")
+                    shown += [metric] * (interval is not None and metric not in shown)
+                    cells[-1].append(f"{value:.4g}" if interval is None else _with_interval(
+                        value, interval, method, task.bound(metric) == (0.0, 100.0)))
+                cells[-1].append((self.metrics.get(g) or {}).get("n_queries"))
+            table = tabulate(cells, headers=[self.task, *metrics, "queries"], tablefmt=fmt)
+            table += f"\n{budget}" if budget else ""
+            return table + (f"\n{_interval_note(', '.join(shown), exact)}." if shown else "")
         ks = [k for k in self.metrics.get("t2i", {}) if k.startswith("R@")]
         rows, exact = [], False
         for direction in ("t2i", "i2t"):
             m = self.metrics.get(direction, {})
-            ci, how = (self.ci95 or {}).get(direction) or {}, (self.ci95_method or {}).get(direction) or {}
+            how = (self.ci95_method or {}).get(direction) or {}
             row: list[Any] = [direction]
             for k in ks:
-                mark = "†" if how.get(k) == "clopper-pearson" else ""
-                exact = exact or bool(mark)
-                row.append(f"{m[k]:.2f} [{ci[k][0]:.1f}, {ci[k][1]:.1f}]{mark}" if k in ci else f"{m[k]:.2f}")
+                ci = _interval((self.ci95 or {}).get(direction), k)
+                exact = exact or (ci is not None and how.get(k) == "clopper-pearson")
+                row.append(f"{m[k]:.2f}" if ci is None else _with_interval(m[k], ci, how.get(k), True))
             row += [f"{m.get('MRR', float('nan')):.4f}", f"{m.get('median_rank', float('nan')):g}",
                     m.get("n_queries"), m.get("n_tied")]
             rows.append(row)
         table = tabulate(rows, headers=["direction", *ks, "MRR", "median rank", "queries", "tied"], tablefmt=fmt)
-        budget = self.text_budget()
         table += f"\n{budget}" if budget else ""
         if not any((self.ci95 or {}).values()):
             return table
-        return table + ("\nR@K [95% interval over the queries]: percentile bootstrap" + (
-            f"; † exact binomial (Clopper–Pearson), used where hits or misses are fewer than {EXACT_BELOW}"
-            if exact else "") + ". Whether two models differ: `hnbench compare` (paired test).")
+        return table + f"\n{_interval_note('R@K', exact)}. Whether two models differ: `hnbench compare` (paired test)."
 
     def text_budget(self) -> str | None:
         """One line on how many of the texts the model's context cut ("captions over the model's 77-token context:
@@ -237,6 +249,32 @@ class EvalResult:
             return stem
         parts, ds = [_short(p) for p in parts], [_short(p) for p in ds]
         return "-".join(p for p in parts if p) + "__" + "-".join(ds) + f"__{data}-{self.settings_hash()}"
+
+
+def _interval(group: Any, metric: str) -> tuple[float, float] | None:
+    """A metric's recorded 95% interval ``[lo, hi]`` in a result's ``ci95`` group; None where there is none
+    (or what is there is not two numbers: a file from elsewhere)."""
+    ci = group.get(metric) if isinstance(group, dict) else None
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in ci):
+        return None
+    return float(ci[0]), float(ci[1])
+
+
+def _with_interval(value: float, ci: tuple[float, float], how: str | None, percent: bool) -> str:
+    """A metric with its interval, as every table shows one: ``12.50 [2.7, 32.4]†`` for a percentage (``†``:
+    exact Clopper–Pearson), ``0.1234 [0.101, 0.145]`` for another scale."""
+    mark = "†" if how == "clopper-pearson" else ""
+    if percent:
+        return f"{value:.2f} [{ci[0]:.1f}, {ci[1]:.1f}]{mark}"
+    return f"{value:.4g} [{ci[0]:.3g}, {ci[1]:.3g}]{mark}"
+
+
+def _interval_note(names: str, exact: bool) -> str:
+    """The line under a table saying what its intervals are (``†`` explained where one is shown)."""
+    return (f"{names} [95% interval over the queries]: percentile bootstrap"
+            + (f"; † exact binomial (Clopper–Pearson), used where hits or misses are fewer than {EXACT_BELOW}"
+               if exact else ""))
 
 
 # The identity settings files written before they were recorded lack, read with the defaults of their time.

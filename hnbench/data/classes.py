@@ -11,6 +11,10 @@ Layouts read (:func:`class_layout`):
 - **an HF dataset** (``save_to_disk`` folder, parquet, ``hf:ORG/NAME``) with an image column and a label
   column (``--label-column``, default ``label``) of class indices; names from its ``ClassLabel`` feature.
 
+A label (:func:`label_indices`) is a class index, a whole number (``3``, or ``3.0`` from a float column), or a
+class name (text, one of the class names); anything else — ``0.9``, ``None``, a word that names no class, a
+boolean — is one line naming its row, never cast (``int(0.9)`` would score the image as class 0).
+
 ``--class-names FILE`` (one name per line, in class-index order) names the classes of any layout. The
 layout, the class count and every class's image count are checked before any model loads
 (:func:`check_classes`): an empty class, a class-names file of the wrong length, or WordNet-id folders
@@ -20,8 +24,11 @@ that are not ImageNet-1k's 1000 are one line naming them.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,11 +38,11 @@ import numpy as np
 from hnbench.data.base import FileImages, HFImages, ImageSource
 from hnbench.data.benchmarks.readers import IMAGE_SUFFIXES
 from hnbench.data.local import IMAGE_COLUMNS, _pick, open_hf
-from hnbench.errors import ConfigError, DataError
+from hnbench.errors import ConfigError, DataError, did_you_mean
 from hnbench.io import read_text_utf8
 from hnbench.specs import DataSpec
 
-__all__ = ["LabelledImages", "check_classes", "class_layout", "load_classes"]
+__all__ = ["LabelledImages", "check_classes", "class_layout", "label_indices", "load_classes"]
 
 WNID = re.compile(r"n\d{8}")
 N_IMAGENET = 1000
@@ -55,12 +62,9 @@ class LabelledImages:
     skipped: dict[str, list[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.labels = np.asarray(self.labels, dtype=np.int64)
+        self.labels = label_indices(self.labels, self.class_names, self.name)
         if len(self.labels) != len(self.images):
             raise DataError(f"{self.name}: {len(self.images)} images but {len(self.labels)} labels")
-        if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= len(self.class_names)):
-            raise DataError(f"{self.name}: a label lies outside 0..{len(self.class_names) - 1} "
-                            f"({len(self.class_names)} class names)")
 
     @property
     def n_images(self) -> int:
@@ -89,6 +93,79 @@ class LabelledImages:
                               self.protocol, self.source, dict(self.meta), skipped)
 
 
+def _shown(value: Any) -> str:
+    """A label value as an error shows it: its repr, cut to 40 characters."""
+    text = repr(value.item() if isinstance(value, np.generic) else value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _label(value: Any) -> int | str | None:
+    """A class index (a whole number, ``3.0`` included) or a class name (text); None: neither."""
+    if isinstance(value, (bool, np.bool_)):  # an int subclass, but a yes/no, not a class index
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return int(value) if math.isfinite(value) and float(value).is_integer() else None
+    return value if isinstance(value, str) else None
+
+
+def label_indices(values: Sequence[Any] | np.ndarray, class_names: Sequence[str], where: str) -> np.ndarray:
+    """The class index (int64) of every label in ``values``: class indices (whole numbers; ``1.0`` is 1) in
+    ``0..len(class_names) - 1``, or class names (text), mapped to their position in ``class_names``.
+
+    Anything else is refused in one line naming its row (``where``: the data and its column): a fraction
+    (``0.9`` must not be scored as class 0), None, a boolean, a name that is not a class name, a name two
+    classes share, a column mixing indices and names, an index out of range."""
+    n = len(class_names)
+    arr = values if isinstance(values, np.ndarray) else None
+    if arr is not None and arr.dtype.kind in "iu":  # already indices (class folders, a re-made copy): range only
+        labels = arr.astype(np.int64, copy=False)
+    else:
+        parsed = [_label(v) for v in values]
+        bad = next((i for i, v in enumerate(parsed) if v is None), None)
+        if bad is not None:
+            value = values[bad]
+            missing = value is None or (isinstance(value, (float, np.floating)) and math.isnan(value))
+            what = f"no label ({_shown(value)})" if missing else \
+                f"{_shown(value)} is neither a class index (a whole number) nor a class name"
+            raise DataError(f"{where}, row {bad}: {what}; every image needs a class index in 0..{n - 1} or one of "
+                            f"the {n} class names")
+        texts = [i for i, v in enumerate(parsed) if isinstance(v, str)]
+        if texts and len(texts) < len(parsed):
+            number = next(i for i, v in enumerate(parsed) if not isinstance(v, str))
+            raise DataError(f"{where}: labels mix class indices (row {number}: {_shown(values[number])}) and class "
+                            f"names (row {texts[0]}: {_shown(values[texts[0]])}); use one or the other")
+        if texts:
+            position = {name: i for i, name in reversed(list(enumerate(class_names)))}
+            shared = {name for name, count in Counter(class_names).items() if count > 1}
+            for i, v in enumerate(parsed):
+                if v not in position:
+                    hint = did_you_mean(str(v), class_names)
+                    raise DataError(f"{where}, row {i}: {_shown(v)} is not one of the {n} class names"
+                                    + (f"; {hint}" if hint else ""))
+                if v in shared:
+                    raise DataError(f"{where}, row {i}: {_shown(v)} names more than one class; a label naming it "
+                                    "cannot say which (give class indices, or distinct class names)")
+            return np.asarray([position[str(v)] for v in parsed], dtype=np.int64)
+        indices = [v for v in parsed if isinstance(v, int)]  # all of them: no None, no text
+        outside = [i for i, v in enumerate(indices) if not 0 <= v < n]  # before int64 (1e30 is whole too)
+        if outside:
+            _out_of_range(where, outside[0], indices[outside[0]], n, len(outside))
+        return np.asarray(indices, dtype=np.int64)
+    rows = np.flatnonzero((labels < 0) | (labels >= n))
+    if rows.size:
+        _out_of_range(where, int(rows[0]), int(labels[rows[0]]), n, rows.size)
+    return labels
+
+
+def _out_of_range(where: str, row: int, label: int, n: int, count: int) -> None:
+    """Refuse a class index outside ``0..n - 1`` (the first of ``count`` such rows)."""
+    missing = " (-1: how an HF ClassLabel marks a missing label)" if label == -1 else ""
+    raise DataError(f"{where}, row {row}: label {label} lies outside 0..{n - 1} ({n} class names){missing}"
+                    + (f"; {count} such rows" if count > 1 else ""))
+
+
 def _is_hf(path: Path) -> bool:
     return not path.is_dir() or any((path / f).is_file() for f in ("dataset_info.json", "dataset_dict.json")) \
         or any(path.glob("*.parquet"))
@@ -99,7 +176,10 @@ def _names_file(path: str | None) -> list[str] | None:
         return None
     if not Path(path).is_file():
         raise ConfigError(f"--class-names {path}: no such file (one class name per line, in class-index order)")
-    return [line.strip() for line in read_text_utf8(Path(path)).splitlines() if line.strip()]
+    names = [line.strip() for line in read_text_utf8(Path(path)).splitlines() if line.strip()]
+    if not names:
+        raise ConfigError(f"--class-names {path}: no class name in it (one per line, in class-index order)")
+    return names
 
 
 def class_layout(root: str | os.PathLike[str], class_names: str | None = None
@@ -180,13 +260,14 @@ def _load_hf(spec: DataSpec, class_names: str | None, label_column: str | None) 
     columns = list(ds.column_names)
     img_col = _pick(columns, spec.image_column, IMAGE_COLUMNS, "image", spec.dataset)
     label_col = _pick(columns, label_column, ("label", "labels", "class", "target"), "label", spec.dataset)
-    labels = np.asarray(ds[label_col], dtype=np.int64)
     names = _names_file(class_names)
     if names is None:
         feature = ds.features[label_col]
         names = list(getattr(feature, "names", None) or [])
         if not names:
-            raise ConfigError(f"{spec.dataset}: column {label_col!r} carries no class names; give --class-names FILE")
+            raise ConfigError(f"{spec.dataset}: column {label_col!r} carries no class names; give --class-names FILE "
+                              "(one name per line, in class-index order)")
+    labels = label_indices(list(ds[label_col]), names, f"{spec.dataset}: label column {label_col!r}")
     ids = [str(i) for i in range(len(ds))]
     return LabelledImages(spec.name or Path(spec.dataset).name, HFImages(ds, img_col, ids), labels, names,
                           source=spec.dataset, meta={"format": "hf", "split": split, "columns": [img_col, label_col],

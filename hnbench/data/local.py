@@ -37,7 +37,7 @@ def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], w
     for c in candidates:
         if c in columns:
             return c
-    flag = "--image-column" if what == "image" else "--caption-column"
+    flag = {"image": "--image-column", "label": "--label-column"}.get(what, "--caption-column")
     raise DataError(f"{where}: no {what} column (looked for {list(candidates)}); columns are {columns}. "
                     f"Name it with {flag}.")
 

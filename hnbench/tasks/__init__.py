@@ -7,7 +7,8 @@ A task is one module in this package holding a :class:`Task` (its ``TASK``), reg
   targets of its data loader (``load(spec, **options)``, called after ``check(spec, **options)``, before
   any model loads; ``options``: a dataclass of the data options only this task reads, its flags generated
   like every other option) and of its pipeline (``run(encoder, data, settings, output_dir, *, ctx, timings, t0, data_spec)``
-  → :class:`hnbench.results.EvalResult`);
+  → :class:`hnbench.results.EvalResult`); ``check_settings(settings)``: the evaluation settings only it reads
+  (zero-shot's ``--templates``), refused before any model or data loads;
 - ``groups``: the keys of ``result.metrics`` it writes (retrieval: ``t2i``, ``i2t``), each an object of
   metrics; ``bounds``: the valid range of each metric (by name prefix), which readers check;
 - ``main_score``: the name of its main score, the mean of the ``main_of`` metrics (``"group metric"``):
@@ -50,6 +51,9 @@ class Task:
     run: str  # "module:attr" of the pipeline
     check: str | None = None  # "module:attr" of check(spec, **options): bad input refused before anything loads
     options: str | None = None  # "module:attr" of the dataclass of the data options only this task reads
+    # "module:attr" of check_settings(settings): the evaluation settings only this task reads (zero-shot's
+    # --templates) refused before any model or data loads
+    check_settings: str | None = None
     note: str = ""  # said under the section heading
     # what its texts are: "captions" (its tokens block is the captions' text budget, shown beside its scores on the
     # leaderboard) or another word ("class prompts") for texts that are not captions (the budget is not shown)
@@ -57,7 +61,7 @@ class Task:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def target(self, which: str) -> Any:
-        """The ``load``, ``run`` or ``check`` function (imported now)."""
+        """The ``load``, ``run``, ``check`` or ``check_settings`` function (imported now)."""
         ref = getattr(self, which)
         if not ref:
             return None

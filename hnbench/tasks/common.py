@@ -41,9 +41,10 @@ class TaskRun:
         self.cache = EmbeddingCache.for_encoder(self.encoder, s.cache_dir, amp=s.amp) if s.use_cache else None
         return self.cache
 
-    def finish(self, metrics: dict[str, Any], ci95: dict[str, Any], img: Any, txt: Any,
-               **dataset: Any) -> EvalResult:
-        """The result of the run (``dataset``: counts added to the data record), written if there is an output."""
+    def finish(self, metrics: dict[str, Any], ci95: dict[str, Any], img: Any, txt: Any, *,
+               ci95_method: dict[str, Any] | None = None, **dataset: Any) -> EvalResult:
+        """The result of the run (``ci95_method``: how each interval was made, where the task records it;
+        ``dataset``: counts added to the data record), written if there is an output."""
         from hnbench.evaluate import token_stats
 
         self.timings.update(encode_images=img.seconds, encode_texts=txt.seconds,
@@ -51,6 +52,7 @@ class TaskRun:
         data = self.data
         result = EvalResult(
             model=self.encoder.info.to_dict(), task=self.task.name, metrics={self.task.groups[0]: metrics}, ci95=ci95,
+            ci95_method=ci95_method or {},
             dataset={**self.dataset, "n_images": data.n_images, **dataset, "source": data.source,
                      "skipped": {k: len(v) for k, v in data.skipped.items()},
                      **({"spec": self.data_spec.recorded()} if self.data_spec is not None else {})},

@@ -5,14 +5,23 @@ dataset with a label column). The text classifier is open_clip's (``build_zero_s
 class c, ``w_c = normalise(mean_t normalise(text(template_t(name_c))))``; the prompts' embeddings come
 through the embedding cache like any caption's (keyed by model and prompt text, so by class names and
 templates). An image's rank is ``1 + #{c' != c : s_c' >= s_c}`` with ``s = image · w`` (ties pessimistic,
-as retrieval's); top-K = 100 · mean(rank <= K), with percentile bootstrap intervals over images
-(:func:`hnbench.metrics.bootstrap_ci`). Main score: top-1.
+as retrieval's); top-K = 100 · mean(rank <= K), a hit rate like retrieval's R@K, so its 95% interval over the
+images follows retrieval's rule (:func:`hnbench.metrics.recall_ci`: percentile bootstrap, exact Clopper–Pearson
+where hits or misses are fewer than :data:`~hnbench.metrics.EXACT_BELOW`; the method recorded in
+``ci95_method``; results written before it have bootstrap intervals and no ``ci95_method``). Main score: top-1.
+
+A template file (``--templates FILE``) holds one template per line, each ``{}`` placing the class name and
+``{{``/``}}`` literal braces; it is parsed (:func:`template_parts`), never passed to ``str.format``, so a field
+like ``{.__class__}`` is refused by name, not evaluated. A template that places no class name (``a photo of a
+{{}}``: every class the same prompt) is refused, as is any other field (``{x}``, ``{0}``, ``{!r}``) or a stray
+brace — one line naming the template, before any model or data loads (:func:`check_settings`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+import string
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +59,7 @@ TASK = Task(
     load="hnbench.data.classes:load_classes",
     run="hnbench.tasks.zeroshot:run",
     check="hnbench.data.classes:check_classes",
+    check_settings="hnbench.tasks.zeroshot:check_settings",
     options="hnbench.tasks.zeroshot:ClassOptions",
     texts="class prompts",  # its tokens block counts the prompts, not captions
     note="Top-K accuracy in %, with open_clip's prompt templates: a check that fine-tuning kept general "
@@ -59,28 +69,63 @@ TASK = Task(
 TOP_KS = (1, 5)
 
 
+def template_parts(template: str, where: str) -> list[str]:
+    """The text around each ``{}`` of ``template`` (``name.join(parts)`` is the class's prompt), braces
+    ``{{``/``}}`` read as literal ones. Refused (one line naming ``where`` and the template): a template that
+    places no class name (every class would get the same prompt), any field other than a bare ``{}`` (``{x}``,
+    ``{.__class__}``, ``{0}``, ``{!r}``, ``{:>9}``: only parsed, never formatted, so nothing is evaluated) and
+    a stray brace."""
+    rule = "{} places the class name, {{ and }} are literal braces"
+    parts, text = [], ""
+    try:
+        pieces = list(string.Formatter().parse(template))
+    except ValueError as e:  # an unmatched or stray brace
+        raise ConfigError(f"{where} {template!r}: {e}; {rule}") from None
+    for literal, field_name, spec, conversion in pieces:
+        text += literal
+        if field_name is None:
+            continue
+        if field_name or spec or conversion:
+            shown = "{" + field_name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ConfigError(f"{where} {template!r}: {shown} is not a place for the class name; {rule}")
+        parts.append(text)
+        text = ""
+    if not parts:
+        raise ConfigError(f"{where} {template!r}: places no class name, so every class would get the same prompt; "
+                          f"{rule}")
+    return [*parts, text]
+
+
 def templates(name: str) -> list[Any]:
     """The prompt templates ``name`` names: ``openai`` (open_clip's 80 OPENAI_IMAGENET_TEMPLATES), ``simple``
-    (its SIMPLE_IMAGENET_TEMPLATES), or a text file of templates, one per line, ``{}`` standing for the name."""
-    from open_clip import OPENAI_IMAGENET_TEMPLATES, SIMPLE_IMAGENET_TEMPLATES
+    (its SIMPLE_IMAGENET_TEMPLATES), or a text file of templates, one per line, ``{}`` standing for the name
+    (each checked by :func:`template_parts`)."""
+    if name in ("openai", "simple"):  # open_clip imports torch: only for these
+        from open_clip import OPENAI_IMAGENET_TEMPLATES, SIMPLE_IMAGENET_TEMPLATES
 
-    if name == "openai":
-        return list(OPENAI_IMAGENET_TEMPLATES)
-    if name == "simple":
-        return list(SIMPLE_IMAGENET_TEMPLATES)
+        return list(OPENAI_IMAGENET_TEMPLATES if name == "openai" else SIMPLE_IMAGENET_TEMPLATES)
     path = Path(name)
     if not path.is_file():
         raise ConfigError(f"--templates {name}: neither openai, simple nor a file of templates")
-    lines = [line.strip() for line in read_text_utf8(path).splitlines() if line.strip()]
-    if not lines or any("{}" not in t for t in lines):
-        raise ConfigError(f"--templates {name}: every line must be a template holding {{}} for the class name")
-    return lines
+    lines = [(n, line.strip()) for n, line in enumerate(read_text_utf8(path).splitlines(), 1) if line.strip()]
+    if not lines:
+        raise ConfigError(f"--templates {name}: no template in it (one per line, {{}} standing for the class name)")
+    for n, line in lines:
+        template_parts(line, f"--templates {name}: line {n}")
+    return [line for _, line in lines]
+
+
+def check_settings(settings: Any) -> None:
+    """Refuse, before any model or data loads, the settings only zero-shot reads that cannot run (its
+    :attr:`Task.check_settings`): a ``--templates`` that is no template set, or a template line that is bad."""
+    templates(settings.templates)
 
 
 def prompts(class_names: Sequence[str], tpls: Sequence[Any]) -> list[str]:
-    """Every class's prompts, class-major: ``[t(c) for c in classes for t in templates]``."""
-    fill: Callable[[Any, str], str] = lambda t, c: t(c) if callable(t) else t.format(c)  # noqa: E731
-    return [fill(t, c) for c in class_names for t in tpls]
+    """Every class's prompts, class-major: ``[t(c) for c in classes for t in templates]``; a text template's
+    ``{}`` filled by :func:`template_parts` (never ``str.format``)."""
+    parts = [None if callable(t) else template_parts(t, "template") for t in tpls]
+    return [t(c) if p is None else c.join(p) for c in class_names for t, p in zip(tpls, parts)]
 
 
 def class_ranks(image_vectors: Any, classifier: Any, labels: Any) -> tuple[Any, Any]:
@@ -103,7 +148,7 @@ def run(encoder: Any, data: Any, settings: Any, output_dir: str | Path | None = 
 
     from hnbench.data.classes import LabelledImages  # the pipeline's modules import numpy and torch
     from hnbench.encode import encode_images, encode_texts
-    from hnbench.metrics import bootstrap_ci
+    from hnbench.metrics import ci_methods, recall_ci
 
     if not isinstance(data, LabelledImages):
         raise ConfigError(f"--task zeroshot scores a labelled image set, not {type(data).__name__}")
@@ -131,6 +176,10 @@ def run(encoder: Any, data: Any, settings: Any, output_dir: str | Path | None = 
     rank, tied = class_ranks(vectors, classifier.astype(np.float32), data.labels)
     metrics: dict[str, Any] = {f"top-{k}": float(100.0 * np.mean(rank <= k)) for k in TOP_KS}
     metrics.update(n_queries=int(len(rank)), n_classes=len(data.class_names), n_tied=int(tied.sum()))
-    ci = bootstrap_ci(rank, TOP_KS, seed=s.seed) if s.ci else {}  # keyed R@K: the same hit-rate bootstrap
-    ci95 = {"classification": {f"top-{k}": list(ci[f"R@{k}"]) for k in TOP_KS}} if s.ci else {}
-    return job.finish(metrics, ci95, img, txt, n_classes=len(data.class_names))
+    ci95: dict[str, Any] = {}
+    how: dict[str, Any] = {}
+    if s.ci:  # top-K is a hit rate (keyed R@K there): retrieval's interval, by retrieval's rule
+        ci, methods = recall_ci(rank, TOP_KS, seed=s.seed), ci_methods(rank, TOP_KS)
+        ci95 = {"classification": {f"top-{k}": list(ci[f"R@{k}"]) for k in TOP_KS}}
+        how = {"classification": {f"top-{k}": methods[f"R@{k}"] for k in TOP_KS}}
+    return job.finish(metrics, ci95, img, txt, ci95_method=how, n_classes=len(data.class_names))
