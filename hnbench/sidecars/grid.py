@@ -6,7 +6,8 @@ split into sentences (:func:`hnbench.sidecars.segments.split_sentences`), and a 
 model) embeds every candidate crop and every sentence; each sentence takes its best box (arg-max cosine,
 recorded as ``similarity_score``). synthdense's sidecar is exact (its geometry); ``--import-goal`` reads
 GOAL's released JSON instead. The sidecar is written atomically with its parameters, and a file another
-run (other data, model or parameters) made is not replaced without ``--overwrite``.
+run (other data, model or parameters, or another GOAL file: an import is known by its sha256, not its name)
+made is not replaced without ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hnbench.errors import ConfigError
+from hnbench.errors import ConfigError, DataError
 from hnbench.sidecars.options import SegmentsSettings
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def make_segments(data: DataSpec, model: ModelSpec | None, settings: SegmentsSet
     import torch
 
     from hnbench.data import load_spec
-    from hnbench.io import check_output, record_output
+    from hnbench.io import check_output, record_output, sha256_file
     from hnbench.models import load_model
     from hnbench.sidecars.segments import (
         default_sidecar_path,
@@ -108,14 +109,22 @@ def make_segments(data: DataSpec, model: ModelSpec | None, settings: SegmentsSet
     out = Path(settings.output) if settings.output else default_sidecar_path(ds)
     writer = "synthdense" if geometric else "goal-import" if settings.import_goal else "grid-clip"
     parameters = settings.parameters(None if geometric or settings.import_goal else model)
-    inputs = {"writer": writer, "data": ds.fingerprint(),
-              "parameters": parameters,
-              "import_goal": settings.import_goal and Path(settings.import_goal).name}
+    # an import is known by its content (sha256), not its name: another file of the same name is other input,
+    # and a copy of the same file elsewhere is the same
+    goal_sha256 = None
+    if settings.import_goal:
+        try:
+            goal_sha256 = sha256_file(settings.import_goal)
+        except OSError as e:
+            raise ConfigError(f"--import-goal {settings.import_goal}: unreadable ({e.strerror or e})") from None
+    inputs = {"writer": writer, "data": ds.fingerprint(), "parameters": parameters, "import_goal_sha256": goal_sha256}
     check_output(out, "a segment sidecar", inputs, overwrite=settings.overwrite)
     if geometric:
         sidecar = synthdense_segments(ds)
     elif settings.import_goal:
         sidecar = import_goal(settings.import_goal, ds)
+        if sidecar.parameters["sha256"] != goal_sha256:
+            raise DataError(f"--import-goal {settings.import_goal}: the file changed while it was read; run again")
     else:
         assert model is not None and model.model is not None
         encoder = load_model(model.model, model.pretrained, model_config=model.model_config,
