@@ -1,20 +1,42 @@
-"""The side inputs met as untrusted input: GOAL imports known by their content, wrong shapes in a GOAL JSON
-as one line."""
+"""The side inputs met as untrusted input: GOAL imports known by their content, cached edge maps checked
+before use, wrong shapes in a GOAL JSON as one line."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import assert_one_line_error, make_pairs, snapshot, write_jsonl
+from PIL import Image
 
 from hnbench.cli import main
 from hnbench.data import ImageTextDataset, load_dataset
-from hnbench.sidecars.segments import read_segments
+from hnbench.data import synthdense as sd
+from hnbench.data.synthdense import SynthDenseConfig
+from hnbench.data.synthdense_loader import load_synthdense
+from hnbench.paths import cache_dir
+from hnbench.sidecars.edges import (
+    CHECKSUM,
+    EDGES,
+    QUARANTINE,
+    CorruptEdgeMapError,
+    EdgeImages,
+    decode_edge_map,
+    encode_edge_map,
+    require_edges,
+)
+from hnbench.sidecars.options import EdgeSettings
+from hnbench.sidecars.segments import read_segments, synthdense_scenes
+
+CFG = SynthDenseConfig(seed=3, n_families={"train": 2, "test": 1}, family_size=2, image_size=64)
 
 
 @pytest.fixture()
@@ -111,3 +133,120 @@ def test_a_goal_json_of_the_wrong_shape_is_one_line_naming_the_file_and_the_item
     assert _import(manifest, goal, tmp_path / "seg.json") == 2
     assert_one_line_error(capsys.readouterr().err, str(goal), *words)
     assert snapshot(tmp_path) == before
+
+
+# --- cached edge maps are checked before use --------------------------------------------------------------
+@pytest.fixture()
+def synth(tmp_path: Path) -> ImageTextDataset:
+    return load_synthdense(data_root=str(tmp_path / "sd"), protocol="train", config=CFG)
+
+
+def _cached_path(edges: EdgeImages, i: int) -> Path:
+    digest = edges.images.content_digests([i])[0]
+    assert digest is not None
+    return edges.cache / f"{digest.hex()}.png"
+
+
+def _png(image: Image.Image, **text: str) -> bytes:
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    for k, v in text.items():
+        info.add_text(k, v)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", pnginfo=info)
+    return buf.getvalue()
+
+
+def _flipped_pixels(good: bytes) -> bytes:
+    """A PNG that decodes cleanly with the good map's checksum but one pixel changed."""
+    im = Image.open(io.BytesIO(good))
+    pixels = np.asarray(im).copy()
+    pixels[0, 0] = 255 - pixels[0, 0]
+    return _png(Image.fromarray(pixels), **{CHECKSUM: im.info[CHECKSUM]})
+
+
+CORRUPTIONS = {
+    "truncated": lambda good, size: good[:len(good) // 2],
+    "not a PNG": lambda good, size: b"\x89PNG\r\n\x1a\n" + os.urandom(200),
+    "empty": lambda good, size: b"",
+    "another size": lambda good, size: encode_edge_map(Image.new("L", (size // 2, size // 2), 255)),
+    "colour": lambda good, size: _png(Image.new("RGB", (size, size))),
+    "no checksum": lambda good, size: _png(Image.open(io.BytesIO(good))),
+    "a pixel changed": lambda good, size: _flipped_pixels(good),
+}
+
+
+@pytest.mark.parametrize("corruption", list(CORRUPTIONS))
+def test_a_corrupt_or_wrong_size_cached_edge_map_is_quarantined_and_made_again(
+        synth: ImageTextDataset, corruption: str, caplog: pytest.LogCaptureFixture) -> None:
+    edges = require_edges(synth)  # synthdense: exact outlines, 64 x 64
+    scenes, size = synthdense_scenes(synth)
+    truth = np.asarray(sd.render_outlines(scenes[synth.image_ids[0]], size))
+    edges.edge_map(0)
+    path = _cached_path(edges, 0)
+    good = path.read_bytes()
+    bad = CORRUPTIONS[corruption](good, size)
+    path.write_bytes(bad)
+    with caplog.at_level(logging.WARNING, logger="hnbench.sidecars.edges"):
+        got = require_edges(synth).edge_map(0)  # a new source: nothing remembered but the cache
+    assert got.size == (64, 64) and np.array_equal(np.asarray(got), truth)
+    assert sum("corrupt cached edge map" in r.message for r in caplog.records) == 1
+    quarantined = list((cache_dir() / EDGES / QUARANTINE).iterdir())
+    assert [p.read_bytes() for p in quarantined] == [bad]  # moved away, not deleted
+    assert np.array_equal(np.asarray(decode_edge_map(path.read_bytes(), (64, 64))), truth)  # made again
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hnbench.sidecars.edges"):
+        assert np.array_equal(np.asarray(require_edges(synth).edge_map(0)), truth)
+    assert not caplog.records  # the remade map is used as it is
+
+
+@pytest.mark.parametrize("corruption", ["truncated", "not a PNG", "colour", "a pixel changed"])
+def test_decode_edge_map_refuses_what_is_not_the_map(synth: ImageTextDataset, corruption: str) -> None:
+    good = encode_edge_map(sd.render_outlines(synthdense_scenes(synth)[0][synth.image_ids[0]], 64))
+    assert decode_edge_map(good, (64, 64)).size == (64, 64)
+    with pytest.raises(CorruptEdgeMapError):
+        decode_edge_map(CORRUPTIONS[corruption](good, 64), (64, 64))
+    with pytest.raises(CorruptEdgeMapError, match="not the 32x64"):
+        decode_edge_map(good, (32, 64))  # the size is checked from the header, against the image's
+
+
+def test_a_cached_canny_map_of_another_size_than_its_image_is_made_again(tmp_path: Path) -> None:
+    pytest.importorskip("cv2")
+    root = tmp_path / "squares"
+    ds = load_dataset(write_jsonl(root / "m.jsonl", [{"image": p, "caption": c} for p, c in make_pairs(root, 2)]))
+    edges = require_edges(ds, EdgeSettings(method="canny"))
+    fresh = np.asarray(edges.edge_map(1))
+    assert fresh.shape == (48, 48)
+    path = _cached_path(edges, 1)
+    path.write_bytes(encode_edge_map(Image.new("L", (32, 32), 255)))  # well formed, checksum right, wrong size
+    got = require_edges(ds, EdgeSettings(method="canny")).edge_map(1)
+    assert got.size == (48, 48) and np.array_equal(np.asarray(got), fresh)
+
+
+def test_a_fifo_or_folder_in_place_of_a_cached_edge_map_is_moved_aside_without_blocking(
+        synth: ImageTextDataset) -> None:
+    edges = require_edges(synth)
+    truth = np.asarray(edges.edge_map(0))
+    for i, make in [(0, os.mkfifo), (1, os.mkdir)]:
+        path = _cached_path(edges, i)
+        if path.exists():
+            path.unlink()
+        make(path)
+        got = np.asarray(require_edges(synth).edge_map(i))
+        assert got.shape == (64, 64) and path.is_file()
+        assert decode_edge_map(path.read_bytes(), (64, 64)).size == (64, 64)  # made again, in its place
+    assert np.array_equal(np.asarray(require_edges(synth).edge_map(0)), truth)
+    assert len(list((cache_dir() / EDGES / QUARANTINE).iterdir())) == 2
+
+
+def test_an_unwritable_edge_cache_is_a_warning_and_the_maps_are_still_made(
+        synth: ImageTextDataset, caplog: pytest.LogCaptureFixture) -> None:
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    (cache_dir() / EDGES).write_text("not a folder")  # nothing can be written under it
+    edges = require_edges(synth)
+    with caplog.at_level(logging.WARNING, logger="hnbench.sidecars.edges"):
+        maps = [np.asarray(edges.edge_map(i)) for i in range(synth.n_images)]
+    assert all(m.shape == (64, 64) and m.any() for m in maps)
+    assert sum("cannot write the edge-map cache" in r.message for r in caplog.records) == 1  # once
+    assert (cache_dir() / EDGES).read_text() == "not a folder"

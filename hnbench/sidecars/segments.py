@@ -44,7 +44,7 @@ from hnbench.io import atomic_write_bytes, read_json_untrusted, read_rows
 if TYPE_CHECKING:
     from PIL import Image
 
-    from hnbench.data.base import ImageTextDataset
+    from hnbench.data.base import ImageSource, ImageTextDataset
 
 FORMAT, VERSION = "hnbench-segments", 1
 WRITERS = ("synthdense", "grid-clip", "goal-import")
@@ -268,24 +268,26 @@ def parse_segments(doc: Any, where: str, dataset: ImageTextDataset | None = None
     return SegmentSidecar(writer, params, out, record if isinstance(record, dict) else {})
 
 
-def image_sizes(dataset: ImageTextDataset) -> list[tuple[int, int] | None]:
-    """Each image's (width, height), read from its header where it is a file (no decoding), else opened;
+def image_size(images: ImageSource, i: int) -> tuple[int, int] | None:
+    """Image ``i``'s (width, height), read from its header where it is a file (no decoding), else opened;
     None where it cannot be read."""
     from PIL import Image
 
     from hnbench.data.base import FileImages
 
-    sizes: list[tuple[int, int] | None] = []
-    for i in range(dataset.n_images):
-        try:
-            if isinstance(dataset.images, FileImages):
-                with Image.open(dataset.images.paths[i]) as im:
-                    sizes.append(im.size)
-            else:
-                sizes.append(dataset.images.open(i).size)
-        except Exception:  # unreadable: the encoder reports it properly
-            sizes.append(None)
-    return sizes
+    try:
+        if isinstance(images, FileImages):
+            with Image.open(images.paths[i]) as im:
+                size: tuple[int, int] = im.size
+                return size
+        return images.open(i).size
+    except Exception:  # unreadable: the encoder reports it properly
+        return None
+
+
+def image_sizes(dataset: ImageTextDataset) -> list[tuple[int, int] | None]:
+    """Each image's :func:`image_size`."""
+    return [image_size(dataset.images, i) for i in range(dataset.n_images)]
 
 
 def read_segments(path: str | Path, dataset: ImageTextDataset | None = None) -> SegmentSidecar:
