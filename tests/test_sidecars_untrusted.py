@@ -1,5 +1,5 @@
-"""The side inputs met as untrusted input: GOAL imports known by their content, cached edge maps checked
-before use, wrong shapes in a GOAL JSON as one line."""
+"""The side inputs met as untrusted or unbounded input: GOAL imports known by their content, cached edge maps
+checked before use, wrong shapes in a GOAL JSON as one line, and ``--grids`` bounded and streamed."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import json
 import logging
 import os
 import shutil
+import weakref
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from conftest import assert_one_line_error, make_pairs, snapshot, write_jsonl
 from PIL import Image
 
@@ -22,7 +24,10 @@ from hnbench.data import ImageTextDataset, load_dataset
 from hnbench.data import synthdense as sd
 from hnbench.data.synthdense import SynthDenseConfig
 from hnbench.data.synthdense_loader import load_synthdense
+from hnbench.errors import ConfigError
+from hnbench.models import load_model
 from hnbench.paths import cache_dir
+from hnbench.settings import option_help
 from hnbench.sidecars.edges import (
     CHECKSUM,
     EDGES,
@@ -33,8 +38,9 @@ from hnbench.sidecars.edges import (
     encode_edge_map,
     require_edges,
 )
-from hnbench.sidecars.options import EdgeSettings
-from hnbench.sidecars.segments import read_segments, synthdense_scenes
+from hnbench.sidecars.grid import candidate_boxes, grid_segments
+from hnbench.sidecars.options import MAX_GRID, EdgeSettings, SegmentsSettings
+from hnbench.sidecars.segments import crop_box, read_segments, split_sentences, synthdense_scenes
 
 CFG = SynthDenseConfig(seed=3, n_families={"train": 2, "test": 1}, family_size=2, image_size=64)
 
@@ -250,3 +256,107 @@ def test_an_unwritable_edge_cache_is_a_warning_and_the_maps_are_still_made(
     assert all(m.shape == (64, 64) and m.any() for m in maps)
     assert sum("cannot write the edge-map cache" in r.message for r in caplog.records) == 1  # once
     assert (cache_dir() / EDGES).read_text() == "not a folder"
+
+
+# --- --grids is bounded and its crops streamed ---------------------------------------------------------------
+@pytest.mark.parametrize("grids", [[str(MAX_GRID + 1)], ["2", "1000000"]])
+def test_grids_beyond_the_maximum_are_refused_before_anything_loads(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], grids: list[str]) -> None:
+    before = snapshot(tmp_path)
+    rc = main(["-q", "segments", "--dataset", str(tmp_path / "no-such-data.jsonl"), "--model", "no-such-model",
+               "--output", str(tmp_path / "s.json"), "--grids", *grids])
+    assert rc == 2  # the data and the model do not exist: neither was looked at
+    assert_one_line_error(capsys.readouterr().err, "--grids", f"at most {MAX_GRID}")
+    assert snapshot(tmp_path) == before
+    assert f"N from 1 to {MAX_GRID}" in option_help(SegmentsSettings, "grids")  # the flag's help says so
+
+
+@pytest.mark.parametrize("grids", [(MAX_GRID + 1,), (2.5,), (True,), (0,)])
+def test_settings_with_grids_out_of_bounds_are_refused(grids: tuple[Any, ...]) -> None:
+    with pytest.raises(ConfigError, match="--grids"):
+        SegmentsSettings(grids=grids).validate()
+    SegmentsSettings(grids=(1, MAX_GRID)).validate()  # the bounds themselves are fine
+
+
+class CountingEncoder:
+    """A real encoder whose crops are counted: how many its image transform made, how many are alive (not yet
+    freed), the most alive at once, and how many had been made at each encoder batch."""
+
+    def __init__(self, encoder: Any) -> None:
+        self.encoder, self.made, self.alive, self.peak = encoder, 0, 0, 0
+        self.made_at_batch: list[int] = []
+        self.batch_sizes: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.encoder, name)
+
+    @property
+    def image_transform(self) -> Any:
+        return self._transform
+
+    def _transform(self, image: Image.Image) -> torch.Tensor:
+        crop = self.encoder.image_transform(image)
+        self.made += 1
+        self.alive += 1
+        self.peak = max(self.peak, self.alive)
+        weakref.finalize(crop, self._freed)
+        return crop
+
+    def _freed(self) -> None:
+        self.alive -= 1
+
+    def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
+        self.made_at_batch.append(self.made)
+        self.batch_sizes.append(len(pixels))
+        return self.encoder.encode_images(pixels)
+
+
+@pytest.fixture()
+def micro_encoder(micro_config: Path) -> Any:
+    return load_model("hnb-micro", model_config=str(micro_config))
+
+
+def _score(ds: ImageTextDataset, encoder: Any, settings: SegmentsSettings) -> Any:
+    with torch.inference_mode():
+        return grid_segments(ds, encoder, settings, settings.parameters(None))
+
+
+def test_grid_crops_are_streamed_one_batch_alive_at_a_time(manifest: Path, micro_encoder: Any) -> None:
+    ds = load_dataset(manifest)
+    settings = SegmentsSettings(grids=(6,), centre=(), batch_size=5)
+    counting = CountingEncoder(micro_encoder)
+    side = _score(ds, counting, settings)
+    total = ds.n_images * 36
+    assert counting.made == total and sum(counting.batch_sizes) == total
+    assert counting.peak <= settings.batch_size < total // ds.n_images  # never an image's 36 crops at once
+    assert counting.made_at_batch[0] == settings.batch_size  # encoded as they are made, not all first
+    assert max(counting.batch_sizes) == settings.batch_size
+    assert counting.alive == 0
+    assert all(e is not None and len(e.segments) == 3 for e in side.per_image(ds))
+
+
+def test_streamed_best_boxes_are_each_sentences_argmax_whatever_the_batch_size(
+        manifest: Path, micro_encoder: Any) -> None:
+    ds = load_dataset(manifest)
+    settings = SegmentsSettings(grids=(2, 3), centre=(0.5,))
+    # what one argmax over every candidate of the image gives: (sentences, boxes) cosines, all crops at once
+    direct = []
+    with torch.inference_mode():
+        for i in range(ds.n_images):
+            image, caption = ds.images.open(i), ds.captions[i]
+            boxes = candidate_boxes(*image.size, settings)
+            feats = micro_encoder.encode_images(torch.stack([micro_encoder.image_transform(crop_box(image, b))
+                                                             for b in boxes]))
+            spans = split_sentences(caption)
+            texts = micro_encoder.encode_texts(micro_encoder.tokenize([caption[a:b] for a, b in spans]).tokens)
+            direct.append((boxes, spans, (texts @ feats.T).numpy()))
+    for batch_size in (1, 7, 1000):  # batches within an image, across images, all of the data in one
+        side = _score(ds, micro_encoder, SegmentsSettings(grids=(2, 3), centre=(0.5,), batch_size=batch_size))
+        for entry, (boxes, spans, sims) in zip(side.per_image(ds), direct):
+            assert entry is not None and sorted(s.char_span for s in entry.segments) == sorted(spans)
+            for s in entry.segments:
+                row = sims[spans.index(s.char_span)]
+                # its box is the best one (blank background crops tie up to float noise of the batch's shape)
+                assert row[boxes.index(s.box)] >= row.max() - 1e-5 and abs(s.similarity - row.max()) < 1e-5
+            values = [s.similarity for s in entry.segments]
+            assert values == sorted(values, reverse=True)
