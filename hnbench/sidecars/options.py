@@ -15,10 +15,13 @@ if TYPE_CHECKING:
     from hnbench.data.base import ImageTextDataset
     from hnbench.specs import ModelSpec
 
-__all__ = ["EDGE_METHODS", "EDGES_EXTRA", "EdgeSettings", "SegmentsSettings"]
+__all__ = ["EDGE_METHODS", "EDGES_EXTRA", "MAX_GRID", "EdgeSettings", "SegmentsSettings"]
 
 EDGE_METHODS = ("auto", "outline", "canny")
 EDGES_EXTRA = "pip install 'hnbench[edges]'"
+# --grids' largest N: 16 x 16 = 256 cells of an image (all of 1..16: 1,496 candidate crops); finer cells than
+# ~1/16 of a side hold too little of an object for a CLIP to score, and N x N crops per image grow fast
+MAX_GRID = 16
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,8 @@ class SegmentsSettings:
     import_goal: str | None = option(None, group="segments", metavar="GOAL.json",
                                      help="import GOAL's released segment JSON for this data instead of scoring boxes")
     grids: tuple[int, ...] = option((2, 3), group="segments",
-                                    help="grid box candidates: N splits each side into N (default 2 3)")
+                                    help=f"grid box candidates: N splits each side into N, N from 1 to {MAX_GRID} "
+                                         "(default 2 3)")
     centre: tuple[float, ...] = option((0.5, 0.75), group="segments",
                                        help="centred box candidates, as fractions of each side (default 0.5 0.75)")
     whole: bool = option(False, group="segments", help="the whole image is a candidate too (GOAL's is; its "
@@ -90,8 +94,12 @@ class SegmentsSettings:
 
     def validate(self) -> None:
         check_declared(self)
-        if any(g < 1 for g in self.grids) or any(not 0 < c <= 1 for c in self.centre):
+        if not all(isinstance(g, int) and not isinstance(g, bool) and g >= 1 for g in self.grids) or \
+                any(not isinstance(c, (int, float)) or isinstance(c, bool) or not 0 < c <= 1 for c in self.centre):
             raise ConfigError("--grids are positive integers and --centre fractions in (0, 1]")
+        if any(g > MAX_GRID for g in self.grids):  # before anything loads: N x N crops of every image
+            raise ConfigError(f"--grids {max(self.grids)}: at most {MAX_GRID} (a {MAX_GRID}x{MAX_GRID} grid, "
+                              f"{MAX_GRID * MAX_GRID} cells of each image); give a coarser grid")
         if not self.grids and not self.centre and not self.whole:
             raise ConfigError("no box candidates: give --grids, --centre or --whole")
 

@@ -44,7 +44,7 @@ from hnbench.io import atomic_write_bytes, read_json_untrusted, read_rows
 if TYPE_CHECKING:
     from PIL import Image
 
-    from hnbench.data.base import ImageTextDataset
+    from hnbench.data.base import ImageSource, ImageTextDataset
 
 FORMAT, VERSION = "hnbench-segments", 1
 WRITERS = ("synthdense", "grid-clip", "goal-import")
@@ -178,6 +178,17 @@ def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _kind(value: Any) -> str:
+    """What an untrusted value is, for an error line: a short number or string itself, else its JSON type
+    (never a whole list or table)."""
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)  # JSON leaves None, a bool, a number or a string
+    return text if len(text) <= 30 else f"a {len(text)}-character {type(value).__name__}"
+
+
 def parse_segments(doc: Any, where: str, dataset: ImageTextDataset | None = None, *,
                    image_sizes: Sequence[tuple[int, int] | None] | None = None) -> SegmentSidecar:
     """A sidecar document checked field by field (and, with ``dataset``, against the data: ids present,
@@ -257,24 +268,26 @@ def parse_segments(doc: Any, where: str, dataset: ImageTextDataset | None = None
     return SegmentSidecar(writer, params, out, record if isinstance(record, dict) else {})
 
 
-def image_sizes(dataset: ImageTextDataset) -> list[tuple[int, int] | None]:
-    """Each image's (width, height), read from its header where it is a file (no decoding), else opened;
+def image_size(images: ImageSource, i: int) -> tuple[int, int] | None:
+    """Image ``i``'s (width, height), read from its header where it is a file (no decoding), else opened;
     None where it cannot be read."""
     from PIL import Image
 
     from hnbench.data.base import FileImages
 
-    sizes: list[tuple[int, int] | None] = []
-    for i in range(dataset.n_images):
-        try:
-            if isinstance(dataset.images, FileImages):
-                with Image.open(dataset.images.paths[i]) as im:
-                    sizes.append(im.size)
-            else:
-                sizes.append(dataset.images.open(i).size)
-        except Exception:  # unreadable: the encoder reports it properly
-            sizes.append(None)
-    return sizes
+    try:
+        if isinstance(images, FileImages):
+            with Image.open(images.paths[i]) as im:
+                size: tuple[int, int] = im.size
+                return size
+        return images.open(i).size
+    except Exception:  # unreadable: the encoder reports it properly
+        return None
+
+
+def image_sizes(dataset: ImageTextDataset) -> list[tuple[int, int] | None]:
+    """Each image's :func:`image_size`."""
+    return [image_size(dataset.images, i) for i in range(dataset.n_images)]
 
 
 def read_segments(path: str | Path, dataset: ImageTextDataset | None = None) -> SegmentSidecar:
@@ -389,20 +402,36 @@ def import_goal(path: str | Path, dataset: ImageTextDataset) -> SegmentSidecar:
         size = sizes[position[image_id]]
         if size is None:
             raise DataError(f"{path}: item {n}: image {name!r} is unreadable, its size unknown")
-        caption = item.get("original_caption")
+        caption, entries = item.get("original_caption"), item.get("segment")
+        at = f"{path}: item {n}"
+        if not isinstance(caption, str):
+            raise DataError(f"{at}: original_caption must be a string, got {_kind(caption)}")
+        if entries is None:
+            entries = []
+        if not isinstance(entries, list):
+            raise DataError(f"{at}: segment must be a list of segments, got {_kind(entries)}")
         segs = []
-        for j, s in enumerate(item.get("segment") or []):
-            sentence = s.get("caption") if isinstance(s, dict) else None
-            if not isinstance(caption, str) or not isinstance(sentence, str):
-                raise DataError(f"{path}: item {n} segment {j}: needs an original_caption and a caption string")
+        for j, s in enumerate(entries):
+            if not isinstance(s, dict):
+                raise DataError(f"{at} segment {j}: a segment is a table, got {_kind(s)}")
+            sentence, box, sim = s.get("caption"), s.get("bbox_coordinates"), s.get("similarity_score")
+            if not isinstance(sentence, str):
+                raise DataError(f"{at} segment {j}: caption must be a string, got {_kind(sentence)}")
+            if not isinstance(box, dict):
+                raise DataError(f"{at} segment {j}: bbox_coordinates must be a table of numbers x1, y1, x2, y2, "
+                                f"got {_kind(box)}")
+            coords = [box.get(k) for k in ("x1", "y1", "x2", "y2")]
+            for k, c in zip(("x1", "y1", "x2", "y2"), coords):
+                if not _number(c):
+                    raise DataError(f"{at} segment {j}: bbox_coordinates {k} must be a finite number, got {_kind(c)}")
+            if not _number(sim):
+                raise DataError(f"{at} segment {j}: similarity_score must be a finite number, got {_kind(sim)}")
             sentence = sentence.strip()
             start = caption.find(sentence) if sentence else -1
             if start < 0:
-                raise DataError(f"{path}: item {n} segment {j}: its sentence is not in the original_caption")
-            box = s.get("bbox_coordinates") or {}
-            segs.append({"caption": sentence, "char_span": [start, start + len(sentence)],
-                         "similarity_score": s.get("similarity_score"),
-                         "bbox_coordinates": {k: box.get(k) for k in ("x1", "y1", "x2", "y2")}, "object": None})
+                raise DataError(f"{at} segment {j}: its sentence is not in the original_caption")
+            segs.append({"caption": sentence, "char_span": [start, start + len(sentence)], "similarity_score": sim,
+                         "bbox_coordinates": dict(zip(("x1", "y1", "x2", "y2"), coords)), "object": None})
         images.append({"id": image_id, "width": size[0], "height": size[1], "original_caption": caption,
                        "segment": segs})
     from hnbench.io import sha256_file
