@@ -77,8 +77,9 @@ class DataSpec:
                                              "the published ones (recorded)")
     allow_outside_paths: bool = option(False, group="data", reads=("benchmark", *_FILES),
                                        help="let a manifest or a benchmark's annotations name images outside its "
-                                            "folder (../, absolute paths); refused by default since downloaded "
-                                            "files could read any file")
+                                            "folder (../, absolute paths), and a benchmark's search by file name "
+                                            "follow symlinks out of its data root; refused by default since "
+                                            "downloaded files could read any file")
 
     def __post_init__(self) -> None:
         if isinstance(self.split_file, (str, os.PathLike)):
