@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hnbench.errors import ConfigError
-from hnbench.registry import BENCHMARK_SPECS, DATASETS, MODELS
+from hnbench.errors import ConfigError, did_you_mean
+from hnbench.registry import BENCHMARK_SPECS, DATASETS, MODELS, TASKS
 from hnbench.settings import EvalSettings, check_declared, from_options, option, same_as
 from hnbench.validate import check_model_config_name
 
-__all__ = ["DATA_KINDS", "DataSpec", "ModelSpec", "data_kind"]
+__all__ = ["DATA_KINDS", "DataSpec", "ModelSpec", "data_keywords", "data_kind", "split_keywords"]
 
 # What a dataset argument can be (in load_dataset's resolution order): each DataSpec field names those that read it.
 DATA_KINDS = ("benchmark", "generated", "manifest", "imagefolder", "hf")
@@ -176,6 +176,38 @@ class DataSpec:
                                         if f.name not in given and kind not in f.metadata["reads"]}
             out = dataclasses.replace(out, **defaults)
         return out
+
+
+def data_keywords() -> list[str]:
+    """The data options an API call (``evaluate``, ``hardness``) takes as keywords beside its settings: the
+    fields of :class:`DataSpec` but ``dataset``, and every task's own data options (``class_names``, ...)."""
+    tasks = [name for task in TASKS.names() for name in TASKS.get(task).option_names()]
+    return list(dict.fromkeys([f.name for f in dataclasses.fields(DataSpec) if f.name != "dataset"] + tasks))
+
+
+def split_keywords(options: Mapping[str, Any], settings: type,
+                   dataset_options: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """An API call's keywords → (the fields of the ``settings`` class, ``dataset_options`` with the data
+    keywords among them added). The one place that decides which keyword goes where, from the dataclasses'
+    fields: a field of ``settings`` is a setting (``skip_invalid``, which both declare: the settings pass it
+    on to the data), one of :func:`data_keywords` a data option (given in ``dataset_options`` too, with
+    another value: refused); any other is a TypeError naming the closest keyword and where a loader's own
+    options go."""
+    own = {f.name for f in dataclasses.fields(settings)}
+    data = data_keywords()
+    unknown = [k for k in options if k not in own and k not in data]
+    if unknown:
+        hint = did_you_mean(unknown[0], [*sorted(own), *data], n=1)
+        raise TypeError(f"unknown {settings.__name__} option {unknown[0]!r}" + (f" ({hint})" if hint else "")
+                        + f"; the data options are keywords too ({', '.join(data)}); other options of a data "
+                          "set's loader go in dataset_options={...}")
+    given = {k: v for k, v in options.items() if k not in own}
+    twice = [k for k, v in given.items() if k in (dataset_options or {}) and (dataset_options or {})[k] != v]
+    if twice:
+        raise ConfigError(f"{twice[0]} is given twice, as a keyword and in dataset_options, with different values; "
+                          "give it once")
+    merged = {**(dataset_options or {}), **given} if given else dataset_options
+    return {k: v for k, v in options.items() if k in own}, None if merged is None else dict(merged)
 
 
 _KIND_TEXT = {"benchmark": "registered benchmark", "generated": "generated data set", "manifest": "manifest",
