@@ -56,7 +56,7 @@ from hnbench.scorers import (
 from hnbench.search import RetrievalOutput, retrieve
 from hnbench.search_approximate import retrieve_approximate
 from hnbench.settings import EvalSettings, from_options
-from hnbench.specs import DataSpec, ModelSpec, split_keywords
+from hnbench.specs import DataSpec, ModelSpec, check_data, split_keywords
 from hnbench.validate import DEFAULT_KS, warn_trivial_ks
 
 logger = logging.getLogger(__name__)
@@ -224,12 +224,8 @@ def evaluate(
     data: DataSpec | None = None
     loader_options: dict[str, Any] = {}
     if isinstance(dataset, str):
-        data, loader_options = DataSpec.of(dataset, dataset_options, **data_fields, skip_invalid=s.skip_invalid or None)
-        data.validate()  # before anything loads
-        own = task.check_options(loader_options, (TASKS.get(n) for n in TASKS.names()))
-        check = task.target("check")
-        if check is not None:
-            check(data, **own)
+        data, loader_options = check_data(dataset, task.name, dataset_options, **data_fields,  # before anything loads
+                                          skip_invalid=s.skip_invalid or None)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     ctx = dist.from_env(s.device) if dist.wanted(s.distributed) else dist.DistContext()

@@ -24,7 +24,7 @@ from hnbench.registry import BENCHMARK_SPECS, DATASETS, MODELS, TASKS
 from hnbench.settings import EvalSettings, check_declared, from_options, option, same_as
 from hnbench.validate import check_model_config_name
 
-__all__ = ["DATA_KINDS", "DataSpec", "ModelSpec", "data_keywords", "data_kind", "split_keywords"]
+__all__ = ["DATA_KINDS", "DataSpec", "ModelSpec", "check_data", "data_keywords", "data_kind", "split_keywords"]
 
 # What a dataset argument can be (in load_dataset's resolution order): each DataSpec field names those that read it.
 DATA_KINDS = ("benchmark", "generated", "manifest", "imagefolder", "hf")
@@ -176,6 +176,23 @@ class DataSpec:
                                         if f.name not in given and kind not in f.metadata["reads"]}
             out = dataclasses.replace(out, **defaults)
         return out
+
+
+def check_data(dataset: str, task: str, options: Mapping[str, Any] | None = None,
+               **fields: Any) -> tuple[DataSpec, dict[str, Any]]:
+    """The spec of ``dataset`` (``fields``: DataSpec fields, None: not given; ``options``: a loader's
+    ``dataset_options``) for ``task``, checked as far as it can be before anything loads: the declared types,
+    no option its kind of data does not read, no data option of another task, and the task's own check (a
+    class folder without images). Returns the spec and the options that are not DataSpec fields (the loader's
+    and the task's). ``evaluate`` and each suite entry check their data here."""
+    spec, rest = DataSpec.of(dataset, options, **fields)
+    spec.validate()
+    t = TASKS.get(task)
+    own = t.check_options(rest, (TASKS.get(n) for n in TASKS.names()))
+    check = t.target("check")
+    if check is not None:
+        check(spec, **own)
+    return spec, rest
 
 
 def data_keywords() -> list[str]:
