@@ -113,6 +113,8 @@ BAD = {
     "empty-class-folder": (['[[entries]]', 'dataset = "empty"', 'task = "zeroshot"'], ["empty", "class folder"]),
     "another-tasks-option": (['[[entries]]', 'dataset = "captions.jsonl"', 'class_names = "names.txt"'],
                              ["--class-names is read by --task zeroshot only"]),
+    "a-wrongly-typed-option": (['[[entries]]', 'dataset = "empty"', 'task = "zeroshot"', 'class_names = 3'],
+                               ["suite entry empty", "--class-names must be a string, got 3"]),
     "skip-invalid-is-the-suites": (['[[entries]]', 'dataset = "captions.jsonl"', 'skip_invalid = true'],
                                    ["'skip_invalid' is a setting of the whole suite"]),
 }
