@@ -639,7 +639,7 @@ class _ListSuites(argparse.Action):
 def _add_suite_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("suite", help="run a named set of benchmarks for every model; one aggregated table")
     p.add_argument("name", metavar="NAME", help=f"the suite: {SUITES.describe()}; or a suite file FILE.toml / "
-                   "FILE.json of entries (benchmark, protocol, task)")
+                   "FILE.json of entries (benchmark, protocol, task; or your own dataset and its data options)")
     p.add_argument("--list", action=_ListSuites, help="list the suites with their entries and exit")
     _add_model_list_args(_group(p, "model"), "a model as for eval; repeat for several")
     _add_settings_args(p, ModelSpec)  # --model-config, --context-length (--model and --pretrained above)

@@ -56,7 +56,7 @@ from hnbench.scorers import (
 from hnbench.search import RetrievalOutput, retrieve
 from hnbench.search_approximate import retrieve_approximate
 from hnbench.settings import EvalSettings, from_options
-from hnbench.specs import DataSpec, ModelSpec
+from hnbench.specs import DataSpec, ModelSpec, check_data, split_keywords
 from hnbench.validate import DEFAULT_KS, warn_trivial_ks
 
 logger = logging.getLogger(__name__)
@@ -183,13 +183,17 @@ def evaluate(
     and marks the result so leaderboards keep it apart. Under ``torchrun`` (``WORLD_SIZE > 1``, no
     process group yet, or ``distributed=True``) the ranks share the encoding and rank 0 scores, see
     :mod:`hnbench.distributed`; every rank returns rank 0's result.
-    ``dataset_options`` go to the dataset's loader (e.g. ``split_file``, ``allow_count_mismatch``, ``name``).
+    ``dataset_options`` go to the dataset's loader (e.g. ``split_file``, ``allow_count_mismatch``, ``name``); the
+    data options (:func:`hnbench.specs.data_keywords`: every :class:`~hnbench.specs.DataSpec` field, a task's
+    ``class_names``, ...) are keywords too (``name="x"``), sorted from the settings by
+    :func:`hnbench.specs.split_keywords`; they apply to a dataset given by name or path, not to loaded data.
     The model and data keywords are the fields of :class:`~hnbench.specs.ModelSpec` and
     :class:`~hnbench.specs.DataSpec` (a data option the kind of data does not read is refused before
     loading); the data spec is recorded in ``result.dataset["spec"]`` so ``browse`` reloads the same data.
     The result file is named by model, data and result-changing settings: a rerun of the same replaces
     its own file; replacing any other file (unreadable, or another result of that name) needs ``overwrite``.
     """
+    options, dataset_options = split_keywords(options, EvalSettings, dataset_options)  # name=, split_file=, ...
     s = from_options(EvalSettings, settings, options)
     s.validate(output_dir)
     task = TASKS.get(s.task)
@@ -204,6 +208,12 @@ def evaluate(
     if not isinstance(dataset, str) and (task.name == "retrieval") != isinstance(dataset, ImageTextDataset):
         raise ConfigError(f"dataset must be a name, a path or the loaded data of the {task.name} task, got "
                           f"{type(dataset).__name__}")
+    data_fields = {"data_root": data_root, "protocol": protocol, "split": split, "image_column": image_column,
+                   "caption_column": caption_column}
+    ignored = [k for k, v in {**data_fields, **(dataset_options or {})}.items() if v is not None]
+    if not isinstance(dataset, str) and ignored:  # they would be dropped without a word
+        raise ConfigError(f"{', '.join(ignored)}: data options apply to a dataset given by name or path; this "
+                          f"{type(dataset).__name__} is loaded already (give them to hnbench.load_dataset)")
     spec = ModelSpec(model=model if isinstance(model, str) else None, context_length=s.context_length,
                      trust_remote_code=trust_remote_code,
                      **{k: os.fspath(v) for k, v in (("pretrained", pretrained), ("model_config", model_config))
@@ -217,14 +227,8 @@ def evaluate(
     data: DataSpec | None = None
     loader_options: dict[str, Any] = {}
     if isinstance(dataset, str):
-        data, loader_options = DataSpec.of(dataset, dataset_options, data_root=data_root, protocol=protocol,
-                                           split=split, image_column=image_column, caption_column=caption_column,
-                                           skip_invalid=s.skip_invalid or None)
-        data.validate()  # before anything loads
-        own = task.check_options(loader_options, (TASKS.get(n) for n in TASKS.names()))
-        check = task.target("check")
-        if check is not None:
-            check(data, **own)
+        data, loader_options = check_data(dataset, task.name, dataset_options, **data_fields,  # before anything loads
+                                          skip_invalid=s.skip_invalid or None)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     ctx = dist.from_env(s.device) if dist.wanted(s.distributed) else dist.DistContext()

@@ -400,6 +400,10 @@ def read_result(path: str | Path) -> EvalResult:
                    if not isinstance(d["metrics"].get(g), dict)]
     if bad_fields:
         raise ResultFormatError(f"{path}: malformed fields: {'; '.join(bad_fields[:4])}")
+    bad_counts = [f"{name} = {json.dumps(value)[:40]}" for name, value in _counts(d) if not _is_count(value)]
+    if bad_counts:
+        raise ResultFormatError(f"{path}: impossible counts: {', '.join(bad_counts[:4])} (a count is a whole number "
+                                f"from 0 to {MAX_COUNT:,}; the file was edited or is corrupt)")
     known = {k: d[k] for k in EvalResult.__dataclass_fields__ if k in d and k != "path"}
     result = EvalResult(**known, path=str(path))
     bad = [f"{name} = {value!r}" for name, value, ok in metric_values(result) if ok is False]
@@ -446,6 +450,28 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], bool, str]] = {
     "hnbench_version": ((str,), True, "a text"), "created": ((str,), True, "a text"),
     "scorer": ((dict,), True, "an object"), "scorer.name": ((str,), True, "a text"),
 }
+
+
+# The most items a count in a result may hold: a trillion images or captions would be petabytes of embeddings,
+# far beyond any set scored on one machine. Larger (10**30) is a corrupt or edited file, and a table would show it.
+MAX_COUNT = 10**12
+
+
+def _counts(d: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``(field, value)`` of every count a result records: the ``n_…`` fields of its dataset (``n_images``,
+    ``n_captions``, ``n_classes``), token block and metric groups (``n_queries``, ``n_tied``), and the number of
+    items skipped for each reason (``dataset.skipped``)."""
+    out = [(f"{block}.{k}", v) for block in ("dataset", "tokens") if isinstance(d.get(block), dict)
+           for k, v in d[block].items() if k.startswith("n_")]
+    out += [(f"metrics.{g}.{k}", v) for g, m in d["metrics"].items() if isinstance(m, dict)
+            for k, v in m.items() if k.startswith("n_")]
+    skipped = d["dataset"].get("skipped")
+    return out + [(f"dataset.skipped.{k}", v) for k, v in (skipped.items() if isinstance(skipped, dict) else ())]
+
+
+def _is_count(value: Any) -> bool:
+    """None (not recorded), or a whole number from 0 to :data:`MAX_COUNT`."""
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT)
 
 
 def _field_types(d: dict[str, Any]) -> list[tuple[str, Any, str]]:

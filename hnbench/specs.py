@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hnbench.errors import ConfigError
-from hnbench.registry import BENCHMARK_SPECS, DATASETS, MODELS
+from hnbench.errors import ConfigError, did_you_mean
+from hnbench.registry import BENCHMARK_SPECS, DATASETS, MODELS, TASKS
 from hnbench.settings import EvalSettings, check_declared, from_options, option, same_as
 from hnbench.validate import check_model_config_name
 
-__all__ = ["DATA_KINDS", "DataSpec", "ModelSpec", "data_kind"]
+__all__ = ["DATA_KINDS", "DataSpec", "ModelSpec", "check_data", "data_keywords", "data_kind", "split_keywords"]
 
 # What a dataset argument can be (in load_dataset's resolution order): each DataSpec field names those that read it.
 DATA_KINDS = ("benchmark", "generated", "manifest", "imagefolder", "hf")
@@ -77,8 +77,9 @@ class DataSpec:
                                              "the published ones (recorded)")
     allow_outside_paths: bool = option(False, group="data", reads=("benchmark", *_FILES),
                                        help="let a manifest or a benchmark's annotations name images outside its "
-                                            "folder (../, absolute paths); refused by default since downloaded "
-                                            "files could read any file")
+                                            "folder (../, absolute paths), and a benchmark's search by file name "
+                                            "follow symlinks out of its data root; refused by default since "
+                                            "downloaded files could read any file")
 
     def __post_init__(self) -> None:
         if isinstance(self.split_file, (str, os.PathLike)):
@@ -175,6 +176,57 @@ class DataSpec:
                                         if f.name not in given and kind not in f.metadata["reads"]}
             out = dataclasses.replace(out, **defaults)
         return out
+
+
+def check_data(dataset: str, task: str, options: Mapping[str, Any] | None = None,
+               **fields: Any) -> tuple[DataSpec, dict[str, Any]]:
+    """The spec of ``dataset`` (``fields``: DataSpec fields, None: not given; ``options``: a loader's
+    ``dataset_options``) for ``task``, checked as far as it can be before anything loads: the declared types,
+    no option its kind of data does not read, no data option of another task, and the task's own check (a
+    class folder without images). Returns the spec and the options that are not DataSpec fields (the loader's
+    and the task's). ``evaluate`` and each suite entry check their data here."""
+    spec, rest = DataSpec.of(dataset, options, **fields)
+    spec.validate()
+    t = TASKS.get(task)
+    own = t.check_options(rest, (TASKS.get(n) for n in TASKS.names()))
+    if t.options:  # the task's own data options hold their declared types (a suite file's may not)
+        check_declared(from_options(t.target("options"), None, own))
+    check = t.target("check")
+    if check is not None:
+        check(spec, **own)
+    return spec, rest
+
+
+def data_keywords() -> list[str]:
+    """The data options an API call (``evaluate``, ``hardness``) takes as keywords beside its settings: the
+    fields of :class:`DataSpec` but ``dataset``, and every task's own data options (``class_names``, ...)."""
+    tasks = [name for task in TASKS.names() for name in TASKS.get(task).option_names()]
+    return list(dict.fromkeys([f.name for f in dataclasses.fields(DataSpec) if f.name != "dataset"] + tasks))
+
+
+def split_keywords(options: Mapping[str, Any], settings: type,
+                   dataset_options: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """An API call's keywords → (the fields of the ``settings`` class, ``dataset_options`` with the data
+    keywords among them added). The one place that decides which keyword goes where, from the dataclasses'
+    fields: a field of ``settings`` is a setting (``skip_invalid``, which both declare: the settings pass it
+    on to the data), one of :func:`data_keywords` a data option (given in ``dataset_options`` too, with
+    another value: refused); any other is a TypeError naming the closest keyword and where a loader's own
+    options go."""
+    own = {f.name for f in dataclasses.fields(settings)}
+    data = data_keywords()
+    unknown = [k for k in options if k not in own and k not in data]
+    if unknown:
+        hint = did_you_mean(unknown[0], [*sorted(own), *data], n=1)
+        raise TypeError(f"unknown {settings.__name__} option {unknown[0]!r}" + (f" ({hint})" if hint else "")
+                        + f"; the data options are keywords too ({', '.join(data)}); other options of a data "
+                          "set's loader go in dataset_options={...}")
+    given = {k: v for k, v in options.items() if k not in own}
+    twice = [k for k, v in given.items() if k in (dataset_options or {}) and (dataset_options or {})[k] != v]
+    if twice:
+        raise ConfigError(f"{twice[0]} is given twice, as a keyword and in dataset_options, with different values; "
+                          "give it once")
+    merged = {**(dataset_options or {}), **given} if given else dataset_options
+    return {k: v for k, v in options.items() if k in own}, None if merged is None else dict(merged)
 
 
 _KIND_TEXT = {"benchmark": "registered benchmark", "generated": "generated data set", "manifest": "manifest",

@@ -5,10 +5,12 @@ Each suite is declared once in :data:`hnbench.registry.SUITES` (``hnbench suite 
 (:func:`family`: every protocol whose ``families`` name it, in registration order). An entry's data comes
 from the data-root map (a JSON or TOML file, benchmark → folder): a registered benchmark reads its folder as
 ``--data-root``; a class-folder set (``imagenet``, zero-shot) is its folder. Generated data (synthdense)
-needs no folder.
+needs no folder. A suite file may also list the user's own data (``dataset``: a manifest, an image or class
+folder, an HF dataset; :func:`read_suite_file`).
 
 Every entry is checked before anything loads (the suite's benchmarks and protocols, the map naming every
-benchmark the suite needs, each folder existing, each entry's data spec); then each (model, entry) is
+benchmark the suite needs, each folder existing, each entry's data as ``eval`` checks its ``--dataset``:
+:func:`hnbench.specs.check_data`; a (model, weights) pair given twice); then each (model, entry) is
 scored by :func:`hnbench.evaluate.evaluate` into ``--output`` (its result file named by model, data and
 settings, so cached embeddings and the same names make a rerun cheap), a failure is reported and the rest go
 on, and one table is printed and written (``suite-NAME.md``: a row per model, a column per entry and metric,
@@ -39,7 +41,7 @@ from hnbench.io import (
 )
 from hnbench.registry import BENCHMARK_SPECS, DATASETS, SUITES, TASKS
 from hnbench.settings import EvalSettings, check_declared, from_options, option, same_as
-from hnbench.specs import DataSpec
+from hnbench.specs import DataSpec, check_data, data_keywords
 
 __all__ = ["Entry", "Suite", "SuiteRun", "SuiteSettings", "family", "fixed", "run_suite"]
 
@@ -51,29 +53,43 @@ FOLDER_SETS = {"imagenet": "ImageNet-1k val in class folders (or ImageNet-V2, an
 
 @dataclass(frozen=True)
 class Entry:
-    """One scored set of a suite: a benchmark (or :data:`FOLDER_SETS` name), its protocol, the task."""
+    """One scored set of a suite: a benchmark (or :data:`FOLDER_SETS` name) and its protocol, or the user's own
+    ``dataset`` (a manifest, an image or class folder, an HF dataset folder or parquet: a path; or
+    ``hf:ORG/NAME``) with its data ``options`` (:func:`user_data_keys`); and the task."""
 
-    benchmark: str
+    benchmark: str | None = None
     protocol: str | None = None
     task: str = "retrieval"
+    dataset: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()
 
     @property
     def label(self) -> str:
-        return self.benchmark + (f"/{self.protocol}" if self.protocol else "")
+        """How the table names it: ``benchmark/protocol``; a data set: its ``name`` option, else its file or
+        folder name (an ``hf:`` id as given)."""
+        if self.dataset is not None:
+            name = dict(self.options).get("name")
+            return name if isinstance(name, str) else (self.dataset if self.dataset.startswith("hf:")
+                                                       else Path(self.dataset).name)
+        return f"{self.benchmark}" + (f"/{self.protocol}" if self.protocol else "")
 
     def needs_folder(self) -> bool:
-        """Whether the data-root map must name this entry's benchmark (all but generated data)."""
+        """Whether the data-root map must name this entry's benchmark (all but generated and the user's data)."""
         return self.benchmark in FOLDER_SETS or self.benchmark in BENCHMARK_SPECS
 
     def problems(self) -> list[str]:
-        """What is wrong with this entry: an unknown benchmark, protocol or task ("did you mean"); none: []."""
+        """What is wrong with this entry: an unknown benchmark, protocol or task ("did you mean"), a data set that
+        is not there; none: []."""
         out = []
-        if self.benchmark not in DATASETS and self.benchmark not in FOLDER_SETS:
+        if self.dataset is not None:
+            if not self.dataset.startswith("hf:") and not Path(self.dataset).exists():
+                out.append(f"suite entry {self.label}: dataset not found: {self.dataset}")
+        elif self.benchmark not in DATASETS and self.benchmark not in FOLDER_SETS:
             known = [*DATASETS.names(), *FOLDER_SETS]
-            out.append(f"suite entry {self.label}: {unknown_name('benchmark', self.benchmark, known)}")
+            out.append(f"suite entry {self.label}: {unknown_name('benchmark', str(self.benchmark), known)}")
         elif self.benchmark in BENCHMARK_SPECS:
             try:
-                BENCHMARK_SPECS.get(self.benchmark).protocol(self.protocol)
+                BENCHMARK_SPECS.get(str(self.benchmark)).protocol(self.protocol)
             except ConfigError as e:
                 out.append(f"suite entry {self.label}: {e}")
         if self.task not in TASKS:
@@ -100,7 +116,44 @@ def family(family: str, *, name: str) -> Suite:
 
 
 SUITE_FILE_SUFFIXES = (".toml", ".json")
-ENTRY_KEYS = tuple(f.name for f in dataclasses.fields(Entry))
+ENTRY_KEYS = ("benchmark", "protocol", "task")  # a benchmark entry's keys in a suite file
+USER_KINDS = ("manifest", "imagefolder", "hf")  # what a suite file's ``dataset`` entry names (specs.DATA_KINDS)
+
+
+def user_data_keys() -> list[str]:
+    """The data options a suite file's ``dataset`` entry may give, from the fields that declare them: the
+    :class:`~hnbench.specs.DataSpec` fields the user's kinds of data read (``name``, ``split``, the columns,
+    ``allow_outside_paths``) and every task's own (``class_names``, ``label_column``); not the suite's settings
+    (``skip_invalid`` is ``--skip-invalid``, for every entry)."""
+    settings, spec = {f.name for f in dataclasses.fields(EvalSettings)}, {f.name for f in dataclasses.fields(DataSpec)}
+    return [k for k in data_keywords() if k not in settings and (k not in spec or set(DataSpec.reads(k)) & set(USER_KINDS))]
+
+
+def _path_keys() -> set[str]:
+    """The data options that name a file (declared with metavar FILE or PATH): relative to the suite file."""
+    classes = [DataSpec, *(TASKS.get(t).target("options") for t in TASKS.names() if TASKS.get(t).options)]
+    return {f.name for c in classes for f in dataclasses.fields(c)
+            if f.metadata.get("argparse", {}).get("metavar") in ("FILE", "PATH")}
+
+
+def _dataset_entry(raw: dict[str, Any], n: int, base: Path) -> Entry | str:
+    """A suite file's ``dataset`` entry (a path relative to the file, or ``hf:ORG/NAME``), or what is wrong with it."""
+    keys, settings = user_data_keys(), {f.name for f in dataclasses.fields(EvalSettings)}
+    unknown = sorted(set(raw) - {"dataset", "task", *keys})
+    value = raw["dataset"]
+    if not isinstance(value, str) or not value or not isinstance(raw.get("task", ""), str) or unknown:
+        said = [f"{k!r}" + (" is a setting of the whole suite, given as its flag" if k in settings else "")
+                for k in unknown]
+        return (f"entry {n}: expected a 'dataset' path (a manifest, an image or class folder, an HF dataset folder or "
+                f"parquet, relative to the suite file) or hf:ORG/NAME, an optional 'task' string and the data options "
+                f"{', '.join(keys)}" + (f" (unknown key {', '.join(said)})" if unknown else ""))
+    if (value.lower() in DATASETS or value.lower() in FOLDER_SETS) and not (base / value).exists():
+        return f"entry {n}: {value!r} is a registered benchmark: write benchmark = {value.lower()!r}"
+    paths = _path_keys()
+    options = tuple((k, str(base / v) if k in paths and isinstance(v, str) else v)
+                    for k, v in raw.items() if k not in ("dataset", "task"))
+    return Entry(task=raw.get("task", "retrieval"), dataset=value if value.startswith("hf:") else str(base / value),
+                 options=options)
 
 
 def is_suite_file(name: str | os.PathLike[str]) -> bool:
@@ -109,10 +162,12 @@ def is_suite_file(name: str | os.PathLike[str]) -> bool:
 
 
 def read_suite_file(path: str | os.PathLike[str]) -> Suite:
-    """A user-defined suite: a TOML or JSON file of ``entries`` (each ``benchmark``, optional ``protocol`` and
-    ``task``, as a registered suite's) and an optional ``name`` (default: the file's stem; it names
-    ``suite-NAME.md``). Every problem (a malformed entry, an unknown benchmark, protocol or task) is named in
-    one line, before anything loads."""
+    """A user-defined suite: a TOML or JSON file of ``entries`` and an optional ``name`` (default: the file's
+    stem; it names ``suite-NAME.md``). An entry is a ``benchmark`` with optional ``protocol`` and ``task``, as a
+    registered suite's, or the user's own ``dataset`` (a path relative to the file, or ``hf:ORG/NAME``) with an
+    optional ``task`` and its data options (:func:`user_data_keys`: ``name``, ``split``, ``image_column``, ...).
+    Every problem (a malformed entry, an unknown benchmark, protocol or task, a data set not found, two entries
+    of one label) is named in one line, before anything loads."""
     data = _read_object(Path(path), "suite file")
     stem = Path(path).stem
     name = data.get("name", stem) if isinstance(data, dict) else stem
@@ -122,17 +177,31 @@ def read_suite_file(path: str | os.PathLike[str]) -> Suite:
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"suite file {path}: expected a non-empty 'entries' list of {{benchmark, protocol, task}} "
                           "objects ([[entries]] tables in TOML)")
-    out, problems = [], []
+    out, problems, first = [], [], dict[str, int]()
     for n, raw in enumerate(entries, start=1):
+        if isinstance(raw, dict) and "dataset" in raw and "benchmark" not in raw:  # the user's own data
+            entry_or_problem = _dataset_entry(raw, n, Path(path).parent)
+            if isinstance(entry_or_problem, str):
+                problems.append(entry_or_problem)
+                continue
+            out.append(entry_or_problem)
+            problems += entry_or_problem.problems()
+            continue
         unknown = sorted(set(raw) - set(ENTRY_KEYS)) if isinstance(raw, dict) else []
         if (not isinstance(raw, dict) or not isinstance(raw.get("benchmark"), str) or unknown
                 or not all(isinstance(raw.get(k), str) for k in ("protocol", "task") if k in raw)):
             problems.append(f"entry {n}: expected an object with a 'benchmark' string and optional 'protocol' and "
-                            f"'task' strings" + (f" (unknown key {', '.join(map(repr, unknown))})" if unknown else ""))
+                            f"'task' strings, or a 'dataset' (your own data) and its options"
+                            + (f" (unknown key {', '.join(map(repr, unknown))})" if unknown else ""))
             continue
         entry = Entry(raw["benchmark"].lower(), raw.get("protocol"), raw.get("task", "retrieval"))
         problems += entry.problems()
         out.append(entry)
+    for n, entry in enumerate(out, start=1):  # a label is a column of the table: two entries would share it
+        if entry.label in first:
+            problems.append(f"entries {first[entry.label]} and {n} are both {entry.label}: list each once"
+                            + (" (a 'name' tells two data sets apart)" if entry.dataset is not None else ""))
+        first.setdefault(entry.label, n)
     _raise_all(f"suite file {path}", problems)
     return Suite(name.lower(), tuple(out))
 
@@ -221,7 +290,7 @@ def check_suite(suite: Suite, root_map: dict[str, str]) -> None:
     """Every entry known, the map naming every benchmark the suite needs (all missing listed at once), each
     folder the suite uses existing."""
     _raise_all(f"suite {suite.name}", [p for entry in suite.entries for p in entry.problems()])
-    needed = list(dict.fromkeys(e.benchmark for e in suite.entries if e.needs_folder()))
+    needed = list(dict.fromkeys(str(e.benchmark) for e in suite.entries if e.needs_folder()))
     missing = [b for b in needed if b not in root_map]
     if missing:
         raise ConfigError(f"the data-root map lacks {', '.join(missing)}, which suite {suite.name} needs "
@@ -234,7 +303,11 @@ def check_suite(suite: Suite, root_map: dict[str, str]) -> None:
 
 def _data(entry: Entry, root_map: dict[str, str], suite: SuiteSettings) -> tuple[str, dict[str, Any]]:
     """The ``dataset`` argument of :func:`evaluate` and its data keywords for ``entry`` (``suite``: the data
-    options a registered benchmark's entry takes from the suite's settings)."""
+    options a registered benchmark's entry takes from the suite's settings); the user's own data set: its path
+    and options as the suite file gives them."""
+    if entry.dataset is not None:
+        return entry.dataset, dict(entry.options)
+    assert entry.benchmark is not None  # an entry is a benchmark or a data set
     if entry.benchmark in FOLDER_SETS:
         return root_map[entry.benchmark], {}
     kw: dict[str, Any] = {"protocol": entry.protocol}
@@ -270,14 +343,22 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
     suite = get_suite(name)  # a registered suite or a suite file (its entries checked as it is read)
     root_map = read_root_map(data_root_map) if data_root_map is not None else {}
     check_suite(suite, root_map)
-    for entry in suite.entries:  # each entry's data flags, before anything loads
+    problems = []
+    for entry in suite.entries:  # each entry's data, checked as eval checks its --dataset, before anything loads
         dataset, kw = _data(entry, root_map, suite_settings)
-        DataSpec.of(dataset, None, **kw)[0].validate()
+        try:
+            check_data(dataset, entry.task, kw)
+        except HnbenchError as e:
+            problems.append(f"suite entry {entry.label}: {e}")
+    _raise_all(f"suite {suite.name}", problems)
     pairs = model_pairs(models, pretrained, model_config=model_config)
+    refuse_repeated_models(pairs)
     out = Path(output_dir)
     table_path = out / f"suite-{suite.name}.md"
     inputs = {"suite": suite.name, "models": [list(p) for p in pairs], "model_config": model_config,
               "root_map": root_map, "settings": s.recorded(),
+              # a suite file's entries (another file of the same name is another table); a registered suite's are code
+              **({"entries": [dataclasses.asdict(e) for e in suite.entries]} if is_suite_file(name) else {}),
               **({"allow_count_mismatch": True} if allow_count_mismatch else {})}
     check_output(table_path, "a suite table", inputs, overwrite=s.overwrite)
     run = SuiteRun(suite.name, "", table_path)
@@ -306,6 +387,23 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
     record_output(table_path, inputs)
     atomic_write_bytes(table_path, run.table.encode())
     return run
+
+
+def refuse_repeated_models(pairs: Sequence[tuple[Any, str | None]]) -> None:
+    """Refuse a (model, weights) pair given twice (one line, before anything loads): both would score into one
+    result file, shown as two rows. A path is compared by where it leads (``w.pt`` and ``./w.pt`` are one)."""
+    def where(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value if value is None else id(value)  # a loaded encoder: itself
+        return os.path.realpath(value) if os.path.exists(value) else value
+
+    first: dict[tuple[Any, Any], int] = {}
+    for n, (model, weights) in enumerate(pairs, start=1):
+        key = (where(model), where(weights))
+        if key in first:
+            raise ConfigError(f"--model {model} --pretrained {weights or 'none'} is given twice (models {first[key]} "
+                              f"and {n}): both would score into one result file; give each model once")
+        first[key] = n
 
 
 def _columns(entry: Entry) -> list[str]:

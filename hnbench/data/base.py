@@ -290,7 +290,9 @@ def _first_duplicate(items: Sequence[str]) -> str:
 
 def check_inside(base: str | os.PathLike[str], ref: str, where: str, trusted: str) -> None:
     """Refuse an image path ``ref`` (relative to ``base``, or absolute) that leaves ``base``: lexically, ``..``
-    and absolute paths elsewhere leave it; symlinks are the folder owner's choice and are followed.
+    and absolute paths elsewhere leave it; symlinks on a path the file names are the folder owner's choice and
+    are followed (a benchmark's search by file name is not: it never follows one out of the data root,
+    :class:`hnbench.data.benchmarks.readers_suite.ImageFinder`).
 
     Manifests and every benchmark reader go through it: their files are often downloaded, and a path
     could read any file (``browse`` would then embed it in a page that gets shared)."""

@@ -87,6 +87,8 @@ class LoadContext:
     name: str
     skip_invalid: bool
     progress: bool = False
+    # --allow-outside-paths: the by-name image search also follows symlinks that lead out of the data root
+    allow_outside_paths: bool = False
     lists: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, list[str]] = field(default_factory=dict)

@@ -7,7 +7,8 @@ under the data root it may sit in (``dirs``) and where it comes from (``from``, 
 its :class:`~hnbench.data.benchmarks.spec.Resource`): a data root without it is one line naming all three.
 
 Images are found by :class:`ImageFinder`: first where the reference code looks, then by file name in any
-folder under the data root (SA-1B's ``sa_NNNNNN/`` tar folders, a flat copy, LoTLIP's ``docci_aar/``).
+folder under the data root (SA-1B's ``sa_NNNNNN/`` tar folders, a flat copy, LoTLIP's ``docci_aar/``), never
+through a symlink that leads out of it unless ``--allow-outside-paths``.
 Images still missing are reported by name, with their count, in one line (with ``--skip-invalid``: dropped,
 named in ``meta.missing_images``, and the count check then says the set is smaller than published).
 """
@@ -37,14 +38,21 @@ MAX_NAMED = 20  # missing images named in the one-line error; all of them go int
 class ImageFinder:
     """Image files under ``root``: at a path relative to it, else by file name anywhere below it.
 
-    The by-name index is built once, on the first image not found where expected (a walk of the whole
-    tree, symlinked folders followed, each real folder once); a name found in several folders resolves to
-    the first in sorted walk order, and the count of such names is kept in :attr:`ambiguous`."""
+    The by-name index is built once, on the first image not found where expected (a walk of the tree, each
+    real folder once); a name found in several folders resolves to the first in sorted walk order, and the
+    count of such names is kept in :attr:`ambiguous`. The walk never leaves the data root: a symlink below
+    it (to a folder or a file) that resolves inside the root is followed, one that leads out of it is not
+    (a link to ``/`` would make every image on the machine a candidate), and is listed in
+    :attr:`links_out`, unless ``follow_out`` (``--allow-outside-paths``: the user asked). A path the
+    annotations name (``find``'s candidates) is the owner's layout and is followed as it is; that it
+    stays inside the root lexically is checked by the loader (:func:`hnbench.data.base.check_inside`)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, *, follow_out: bool = False):
         self.root = root
+        self.follow_out = follow_out
         self._index: dict[str, Path] | None = None
         self.ambiguous = 0
+        self.links_out: list[str] = []  # symlinks below root (relative to it) that lead out and were not followed
 
     def find(self, candidates: Sequence[str]) -> Path | None:
         """The first ``root/candidate`` that is a file, else the file named as the first candidate's name."""
@@ -57,25 +65,41 @@ class ImageFinder:
     def by_name(self) -> dict[str, Path]:
         if self._index is None:
             self._index = {}
-            for path in _walk(self.root):
+            for path in self._walk():
                 if path.suffix.lower() in IMAGE_SUFFIXES:
                     if path.name in self._index:
                         self.ambiguous += 1
                     self._index.setdefault(path.name, path)
         return self._index
 
+    def _walk(self) -> Iterator[Path]:
+        """Every file below the root in sorted order; symlinks leading out of it left out (:attr:`links_out`)
+        unless ``follow_out``; a folder reached twice (a symlink loop, a second link) walked once."""
+        real_root = os.path.realpath(self.root)
+        seen: set[tuple[int, int]] = set()
 
-def _walk(root: Path) -> Iterator[Path]:
-    seen: set[tuple[int, int]] = set()
-    for top, dirs, files in os.walk(root, followlinks=True):
-        st = os.stat(top)
-        if (st.st_dev, st.st_ino) in seen:  # a symlink loop or a second link to a folder already walked
-            dirs[:] = []
-            continue
-        seen.add((st.st_dev, st.st_ino))
-        dirs.sort()
-        for name in sorted(files):
-            yield Path(top) / name
+        def leaves(top: str, name: str) -> bool:
+            path = os.path.join(top, name)
+            if self.follow_out or not os.path.islink(path) or _inside(os.path.realpath(path), real_root):
+                return False
+            self.links_out.append(os.path.relpath(path, self.root))
+            return True
+
+        for top, dirs, files in os.walk(self.root, followlinks=True):
+            st = os.stat(top)
+            if (st.st_dev, st.st_ino) in seen:  # a symlink loop or a second link to a folder already walked
+                dirs[:] = []
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            dirs[:] = sorted(d for d in dirs if not leaves(top, d))  # pruned before os.walk lists them
+            for name in sorted(files):
+                if not leaves(top, name):
+                    yield Path(top) / name
+
+
+def _inside(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or below it (both already resolved: real paths)."""
+    return os.path.commonpath([path, root]) == root
 
 
 def _find_release_file(root: Path, protocol: Protocol, key: str = "file") -> Path | None:
@@ -140,7 +164,7 @@ def located(root: Path, items: list[tuple[str, list[str], list[str]]], protocol:
     """``(image_id, candidate paths, captions)`` → records with the image found by :class:`ImageFinder`. Missing
     images are one error naming them with their count (``how``: where the images come from), or with
     ``--skip-invalid`` dropped and listed in ``meta.missing_images``."""
-    finder, records, missing = ImageFinder(root), [], []
+    finder, records, missing = ImageFinder(root, follow_out=ctx.allow_outside_paths), [], []
     for image_id, candidates, captions in items:
         path = finder.find(candidates)
         if path is None:
@@ -149,12 +173,23 @@ def located(root: Path, items: list[tuple[str, list[str], list[str]]], protocol:
         records.append((image_id, str(path), captions))
     if finder.ambiguous:
         ctx.meta["image_names_in_several_folders"] = finder.ambiguous
+    links = ""
+    if finder.links_out:  # recorded, and said once: an image they hold may be what is missing
+        ctx.meta["links_out_of_root_not_searched"] = finder.links_out
+        out = finder.links_out
+        named = ", ".join(f"{link} -> {os.path.realpath(root / link)}" for link in out[:3])
+        links = (f"{len(out)} symlink{'s' * (len(out) > 1)} below {root} lead{'s' * (len(out) == 1)} out of it and "
+                 f"{'were' if len(out) > 1 else 'was'} not searched by file name ({named}{', ...' * (len(out) > 3)}); "
+                 "pass --allow-outside-paths to search them")
+        if not missing:
+            logger.warning("%s/%s: %s", ctx.name, protocol.name, links)
     if missing:
         unique = list(dict.fromkeys(missing))
         shown = ", ".join(unique[:MAX_NAMED]) + (f" and {len(unique) - MAX_NAMED} more" if len(unique) > MAX_NAMED else "")
         total = len({Path(c[0]).name for _, c, _ in items})
         msg = (f"{ctx.name}/{protocol.name}: {len(unique)} of {total} images not found under {root} (looked where the "
-               f"reference code does, then by file name in every folder below it): {shown}; {how}")
+               f"reference code does, then by file name in every folder below it): {shown}; {how}"
+               + (f"; {links}" if links else ""))
         if not ctx.skip_invalid:
             raise DataError(f"{msg} (pass --skip-invalid to drop them)")
         logger.warning("%s", msg)

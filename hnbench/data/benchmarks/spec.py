@@ -219,7 +219,8 @@ def load_benchmark(
     if not root.is_dir():
         raise DataError(f"{spec.name}: data root not found: {root}")
     lists, list_record = resolve_split_lists(spec, proto, root, split_file)
-    ctx = LoadContext(name=spec.name, skip_invalid=skip_invalid, progress=progress, lists=lists)
+    ctx = LoadContext(name=spec.name, skip_invalid=skip_invalid, progress=progress, lists=lists,
+                      allow_outside_paths=allow_outside_paths)
     proto = release_layout(root, proto, ctx)  # the protocol as read from the release file present (Protocol.layouts)
     records = READERS[proto.reader](root, proto, ctx)
     if not allow_outside_paths:
