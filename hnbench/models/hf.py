@@ -18,7 +18,7 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 
-from hnbench.errors import CheckpointError, ConfigError
+from hnbench.errors import CheckpointError, ConfigError, first_line
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
 from hnbench.models.checkpoint import (
     FINELIP_CROSS_NET,
@@ -254,7 +254,7 @@ def load_hf_clip(name: str, *, context_length: int | None = None, device: str = 
         tokenizer = AutoTokenizer.from_pretrained(path, **at)
         processor = cast(Any, AutoImageProcessor).from_pretrained(path, **at)
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"could not load HF model {name}: {str(e).splitlines()[0]}") from e
+        raise CheckpointError(f"could not load HF model {name}: {first_line(e)}") from e
     if sd is not None:
         _load_weights(model, sd, f"checkpoint {weights} into {name}")
     model = model.to(_DTYPES[precision])

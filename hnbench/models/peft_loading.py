@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hnbench.errors import CheckpointError, ConfigError
+from hnbench.errors import CheckpointError, ConfigError, first_line
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
 from hnbench.models.family import RANDOM_INIT, family_of
 
@@ -68,7 +68,7 @@ def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_confi
     try:
         merged = PeftModel.from_pretrained(encoder.model, str(adapter)).merge_and_unload()
     except (OSError, ValueError, KeyError, RuntimeError) as e:
-        raise CheckpointError(f"could not attach adapter {adapter} to {arch}: {str(e).splitlines()[0]}") from e
+        raise CheckpointError(f"could not attach adapter {adapter} to {arch}: {first_line(e)}") from e
     encoder.model = merged.eval()
     encoder.info.pretrained = str(adapter)
     encoder.info.fingerprint = state_dict_fingerprint(merged.state_dict())

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from hnbench.errors import CheckpointError, ConfigError
+from hnbench.errors import CheckpointError, ConfigError, first_line
 from hnbench.io import read_json_untrusted
 from hnbench.models.base import ModelInfo, state_dict_fingerprint
 from hnbench.models.family import ModelFamily, TextPreprocessing, remote_code_refusal
@@ -181,7 +181,7 @@ def load_remote(model: str, pretrained: str | None, *, context_length: int | Non
         tokenizer = AutoTokenizer.from_pretrained(path, **at)
         processor = AutoImageProcessor.from_pretrained(path, **at)  # type: ignore[no-untyped-call]
     except (OSError, ValueError, ImportError) as e:
-        raise CheckpointError(f"could not load remote-code model {model}: {str(e).splitlines()[0]}") from e
+        raise CheckpointError(f"could not load remote-code model {model}: {first_line(e)}") from e
     if not all(callable(getattr(net, m, None)) for m in ("get_image_features", "get_text_features")):
         raise ConfigError(f"{model}: {type(net).__name__} is not an image-text model (no get_image_features / "
                           "get_text_features)")
