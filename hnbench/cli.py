@@ -653,7 +653,7 @@ def _run_suite(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(EvalSettings, args)
     run = run_suite(args.name, args.model, pretrained=args.pretrained, model_config=args.model_config,
-                    data_root_map=args.data_root_map, output_dir=args.output,
+                    trust_remote_code=args.trust_remote_code, data_root_map=args.data_root_map, output_dir=args.output,
                     allow_count_mismatch=args.allow_count_mismatch, settings=settings)
     print(run.table, end="")
     print(f"wrote {run.path}")
