@@ -17,6 +17,7 @@ whose config names code is known only once transformers has read it: refused in 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,9 @@ class TextPolicy:
     context: towers that pool the last position, SigLIP's). ``max_length``: the context the model was trained
     with (None: the text tower's positions). ``lowercase``: captions are lower-cased first (SigLIP's training
     text). ``attention_mask``: ``"eos"`` attends up to and including the first end token (CLIP: its pad token may
-    equal the end token), ``"tokenizer"`` is the mask the tokenizer returns, rebuilt from the padded ids."""
+    equal the end token), ``"tokenizer"`` is what the checkpoint's own tokenizer (so its processor) gives: its mask,
+    rebuilt from the padded ids, or none where it returns input ids only (:func:`returns_attention_mask`: SigLIP
+    as transformers' conversion saves it, whose tower attends to its pad tokens as it was trained)."""
 
     padding: Literal["longest", "max_length"]
     max_length: int | None = None
@@ -128,6 +131,14 @@ def eos_attention_mask(tokens: torch.Tensor, eos_token_id: int | None) -> torch.
     return torch.le(positions[None, :], first_eos[:, None]).long()
 
 
+def returns_attention_mask(tokenizer: Any) -> bool:
+    """Whether ``tokenizer`` (and so the processor built on it) returns an attention mask with the input ids:
+    transformers returns one unless the tokenizer's ``model_input_names`` leave it out, as SigLIP's converted
+    checkpoints do (``["input_ids"]``: the model then attends to every position, pads included)."""
+    names = getattr(tokenizer, "model_input_names", None)
+    return names is None or "attention_mask" in names
+
+
 def tokenizer_attention_mask(tokens: torch.Tensor, pad_token_id: int | None, eos_token_id: int | None) -> torch.Tensor:
     """The attention mask the tokenizer returned with ``tokens``, rebuilt from the ids: every non-pad position
     (a pad token that is also the end token: up to and including the first one, as the tokenizer marks it)."""
@@ -156,6 +167,8 @@ class HFEncoder:
         self.image_transform = _HFImageTransform(processor)
         self.info = info
         self.policy = policy or TEXT_POLICIES["clip"]
+        # the tokenizer's own mask, or none where it gives none (policy "tokenizer"; CLIP's end-token mask is its own)
+        self.text_mask = self.policy.attention_mask == "eos" or returns_attention_mask(tokenizer)
         self.dynamic_padding = self.policy.padding == "longest"
         self.naflex = str(getattr(model.config, "model_type", "")) == "siglip2"
         self.device = next(model.parameters()).device
@@ -166,10 +179,13 @@ class HFEncoder:
         eos = self.tokenizer.eos_token_id
         return None if eos is None else int(eos)
 
-    def text_attention_mask(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The text tower's attention mask for padded ``tokens``, by the policy."""
+    def text_attention_mask(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        """The text tower's attention mask for padded ``tokens``, by the policy (None: the tokenizer gives none, so
+        the tower attends to every position, as the checkpoint's own processor + model do)."""
         if self.policy.attention_mask == "eos":
             return eos_attention_mask(tokens, self.eos_token_id)
+        if not self.text_mask:
+            return None
         pad = self.tokenizer.pad_token_id
         return tokenizer_attention_mask(tokens, None if pad is None else int(pad), self.eos_token_id)
 
@@ -322,15 +338,25 @@ def load_hf_clip(name: str, *, context_length: int | None = None, device: str = 
         tokenizer.model_max_length = max_pos  # the base's 77: would warn on every caption the table now fits
     embed_dim = (getattr(model.config, "projection_dim", None) or getattr(text_config, "projection_size", None)
                  or text_config.hidden_size)
+    weights_fp = state_dict_fingerprint(model.state_dict())
+    unmasked = policy.attention_mask == "tokenizer" and not returns_attention_mask(tokenizer)
     info = ModelInfo(arch=f"hf:{path}" if not name.startswith("hf:") else name,
                      pretrained=weights or revision or "main",
-                     fingerprint=state_dict_fingerprint(model.state_dict()), context_length=ctx,
+                     fingerprint=_unmasked_fingerprint(weights_fp) if unmasked else weights_fp, context_length=ctx,
                      n_params=sum(p.numel() for p in model.parameters()),
                      embed_dim=int(embed_dim), framework=HFEncoder.framework,
                      extra={"precision": precision, **({"base": name} if sd is not None else {}),
                             **({"model_type": str(model.config.model_type)}
-                               if model.config.model_type != "clip" else {})})
+                               if model.config.model_type != "clip" else {}),
+                            **({"text_attention_mask": "none (the tokenizer returns input ids only)",
+                                "weights_fingerprint": weights_fp} if unmasked else {})})
     return HFEncoder(model.to(device), tokenizer, processor, info, policy)
+
+
+def _unmasked_fingerprint(weights_fp: str) -> str:
+    """The fingerprint (the embedding cache's key) of a model whose text tower gets no attention mask: its weights'
+    and that, so text embeddings cached while hnbench still rebuilt a mask from the pad ids are never served."""
+    return hashlib.sha256(f"{weights_fp} text attention mask: none".encode()).hexdigest()[:len(weights_fp)]
 
 
 # What transformers says when trust_remote_code=False meets a config whose auto_map it would have to run.
