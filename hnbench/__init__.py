@@ -10,7 +10,8 @@ Public API (imported lazily so ``import hnbench`` stays light)::
     hnbench.compare([a.json, b.json, ...], ks=...) -> Comparison
     hnbench.browse(result.json, output_dir, ...) -> Path of index.html
     hnbench.run_suite(name, models, data_root_map=..., output_dir=...) -> SuiteRun
-    hnbench.list_models(family=None) -> DataFrame of model families and zoo entries
+    hnbench.list_models(family=None) -> DataFrame of model families, the built-in model, zoo entries and
+        open_clip architectures
 """
 
 from __future__ import annotations

@@ -653,7 +653,7 @@ def _run_suite(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(EvalSettings, args)
     run = run_suite(args.name, args.model, pretrained=args.pretrained, model_config=args.model_config,
-                    data_root_map=args.data_root_map, output_dir=args.output,
+                    trust_remote_code=args.trust_remote_code, data_root_map=args.data_root_map, output_dir=args.output,
                     allow_count_mismatch=args.allow_count_mismatch, settings=settings)
     print(run.table, end="")
     print(f"wrote {run.path}")
@@ -679,17 +679,25 @@ def _configure_logging(verbose: bool, quiet: bool) -> None:
 def _add_models_parser(sub: _Subparsers) -> None:
     from hnbench.models.zoo import MODEL_FORMATS
 
-    p = sub.add_parser("models", help="every model family and zoo entry: family, context, text policy, weights "
-                                      "source, whether the weights are on this machine, reference numbers")
-    p.add_argument("--format", default="md", choices=MODEL_FORMATS, help="md (a Markdown table), csv or json")
+    p = sub.add_parser("models", help="every model family, hnbench's built-in model, zoo entry and open_clip "
+                                      "architecture: family, context, text policy, weights source, whether the "
+                                      "weights are on this machine, reference numbers")
+    p.add_argument("--format", default="text", choices=MODEL_FORMATS,
+                   help="text (default: sections that fit 100 columns), md (a Markdown table of every row), csv or "
+                        "json (every column)")
     p.add_argument("--family", help=f"only this family's rows: {', '.join(MODELS.names())}")
+    p.add_argument("--architectures", action="store_true",
+                   help="only open_clip's architectures (and hnbench's built-in one), with their pretrained tags")
     p.set_defaults(handler=_run_models)
 
 
 def _run_models(args: argparse.Namespace) -> int:
     from hnbench.models.zoo import list_models, render_models
 
-    print(render_models(list_models(args.family), args.format))
+    frame = list_models(args.family)
+    if args.architectures:
+        frame = frame[frame["kind"].isin(["builtin", "architecture"])].reset_index(drop=True)
+    print(render_models(frame, args.format))
     return 0
 
 

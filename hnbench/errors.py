@@ -38,6 +38,14 @@ class WorkerError(HnbenchError):
     """A DataLoader worker died or stopped answering (most often: shared memory ran out)."""
 
 
+def first_line(error: BaseException, limit: int | None = None) -> str:
+    """The first non-empty line of ``error``'s message (at most ``limit`` characters), else its type's name: what a
+    one-line error quotes of a library's exception, whose message may be empty (``EOFError()`` of an empty file)
+    or span many lines."""
+    line = next((x.strip() for x in str(error).splitlines() if x.strip()), "") or type(error).__name__
+    return line if limit is None else line[:limit]
+
+
 def did_you_mean(name: str, choices: Iterable[str], n: int = 3) -> str:
     """``"did you mean 'a', 'b'?"`` for the ``choices`` closest to ``name`` (case-insensitive), or ``""``."""
     by_lower = {str(c).lower(): str(c) for c in choices}

@@ -249,8 +249,9 @@ class ModelSpec:
     model_config: str | None = option(None, group="model", help="JSON file registering a custom open_clip architecture")
     context_length: int | None = same_as(EvalSettings, "context_length")
     trust_remote_code: bool = option(False, group="model",
-                                     help="let a remote: model run the code its release ships (config.json auto_map); "
-                                          "refused without it, naming the files; recorded with the model")
+                                     help="let a remote: model, or a local transformers folder whose config names code "
+                                          "(auto_map), run the code its release ships; refused without it, naming "
+                                          "the files; recorded with the model")
 
     def __post_init__(self) -> None:
         for name in ("model", "pretrained", "model_config"):

@@ -319,7 +319,8 @@ def _data(entry: Entry, root_map: dict[str, str], suite: SuiteSettings) -> tuple
 
 
 def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | None] | None = None,
-              model_config: str | None = None, data_root_map: str | os.PathLike[str] | None = None,
+              model_config: str | None = None, trust_remote_code: bool = False,
+              data_root_map: str | os.PathLike[str] | None = None,
               output_dir: str | os.PathLike[str], allow_count_mismatch: bool = False,
               settings: EvalSettings | None = None, **options: Any) -> SuiteRun:
     """Run suite ``name`` for every model (``pretrained``: one per model, in order, as ``hnbench hardness``),
@@ -328,6 +329,8 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
     ``settings`` / ``options``: :class:`~hnbench.settings.EvalSettings` (the task is each entry's own;
     ``limit`` scores a seeded subset of each set). ``allow_count_mismatch``: each registered benchmark's entry
     runs even if its loaded counts differ from the published ones (recorded in its result).
+    ``trust_remote_code``: the models whose family runs release code may run it (each is refused before anything
+    loads without it, as ``hnbench eval`` refuses it); passed to every evaluation and recorded with the table.
     Bad input raises :class:`~hnbench.errors.ConfigError` before anything loads; a failing (model, entry) is
     logged, recorded in :attr:`SuiteRun.failures` and the rest go on.
     """
@@ -351,7 +354,7 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
         except HnbenchError as e:
             problems.append(f"suite entry {entry.label}: {e}")
     _raise_all(f"suite {suite.name}", problems)
-    pairs = model_pairs(models, pretrained, model_config=model_config)
+    pairs = model_pairs(models, pretrained, model_config=model_config, trust_remote_code=trust_remote_code)
     refuse_repeated_models(pairs)
     out = Path(output_dir)
     table_path = out / f"suite-{suite.name}.md"
@@ -359,7 +362,8 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
               "root_map": root_map, "settings": s.recorded(),
               # a suite file's entries (another file of the same name is another table); a registered suite's are code
               **({"entries": [dataclasses.asdict(e) for e in suite.entries]} if is_suite_file(name) else {}),
-              **({"allow_count_mismatch": True} if allow_count_mismatch else {})}
+              **({"allow_count_mismatch": True} if allow_count_mismatch else {}),
+              **({"trust_remote_code": True} if trust_remote_code else {})}
     check_output(table_path, "a suite table", inputs, overwrite=s.overwrite)
     run = SuiteRun(suite.name, "", table_path)
     cells: dict[tuple[str, str], Any] = {}
@@ -371,7 +375,8 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
                 from hnbench.evaluate import evaluate
 
                 options = {k: v for k, v in kw.items() if k not in ("data_root", "protocol")}  # the loader's
-                result = evaluate(model, dataset, pretrained=weights, model_config=model_config, output_dir=out,
+                result = evaluate(model, dataset, pretrained=weights, model_config=model_config,
+                                  trust_remote_code=trust_remote_code, output_dir=out,
                                   dataset_options=options or None,
                                   settings=dataclasses.replace(s, task=entry.task, limit=s.limit if entry.task == "retrieval" else None),
                                   **{k: v for k, v in kw.items() if k not in options})

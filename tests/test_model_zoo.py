@@ -237,7 +237,8 @@ def test_issue24_list_models_names_families_entries_and_what_is_on_this_machine(
     import hnbench
 
     frame = hnbench.list_models()
-    assert set(MODELS.names()) | set(MODEL_ZOO.names()) == set(frame["name"])
+    named = set(frame.loc[frame["kind"].isin(["family", "zoo"]), "name"])  # (and the built-in, the architectures)
+    assert set(MODELS.names()) | set(MODEL_ZOO.names()) == named
     fam = frame.set_index("name")
     assert fam.loc["hf", "kind"] == "family" and "hf:" in fam.loc["hf", "model"]
     assert fam.loc["tiny-zoo-test", "on_machine"] is False  # not in the cache yet
@@ -248,14 +249,15 @@ def test_issue24_list_models_names_families_entries_and_what_is_on_this_machine(
     _hub_cache(hub, "hnbench-test/tiny", "tiny.safetensors", TINY_WEIGHTS)
     assert hnbench.list_models().set_index("name").loc["tiny-zoo-test", "on_machine"] is True
 
-    assert main(["models", "--family", "open_clip"]) == 0
+    assert main(["models", "--family", "open_clip", "--format", "md"]) == 0
     md = capsys.readouterr().out
     lines = md.splitlines()
     assert lines[0].startswith("| name") and all(line.startswith("|") for line in lines)
     assert "| tiny-zoo-test " in md and "| yes " in md and "lotlip-b16" not in md
     assert "dci\\_pick1" not in md and main(["models", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert {r["name"] for r in rows} == set(frame["name"]) and {r["kind"] for r in rows} == {"family", "zoo"}
+    assert {r["name"] for r in rows} == set(frame["name"])
+    assert {r["kind"] for r in rows} == {"family", "builtin", "zoo", "architecture"}
     assert main(["models", "--format", "csv", "--family", "hf"]) == 0
     csv_lines = capsys.readouterr().out.splitlines()
     assert csv_lines[0].startswith("kind,name,family,model,context") and any("dci_pick1," in x for x in csv_lines)

@@ -75,7 +75,8 @@ def _load(model: str, pretrained: str | None, *, model_config: str | Path | None
           device: str, precision: str, init_seed: int | None, **trusted: bool) -> Encoder:
     if pretrained is not None and is_adapter_dir(pretrained):
         encoder: Encoder = load_with_adapter(model, pretrained, model_config=model_config,
-                                             context_length=context_length, device=device, precision=precision)
+                                             context_length=context_length, device=device, precision=precision,
+                                             trust_remote_code=bool(trusted.get("trust_remote_code")))
         return encoder
     return family_of(model)(model, pretrained, model_config=model_config, context_length=context_length,
                             device=device, precision=precision, init_seed=init_seed, **trusted)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 import zipfile
@@ -11,7 +12,7 @@ from types import MappingProxyType
 
 import torch
 
-from hnbench.errors import CheckpointError
+from hnbench.errors import CheckpointError, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -38,16 +39,26 @@ POSITION_IDS_SUFFIX = "embeddings.position_ids"
 
 
 def load_torch(path: str | Path) -> object:
-    """``torch.load(weights_only=True)`` of a ``.pt`` file; a pickled object or an unreadable file is one line."""
+    """``torch.load(weights_only=True)`` of a ``.pt`` file; a pickled object or an unreadable (or empty) file is one
+    line."""
+    _check_not_empty(path)
     try:
         return torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         raise CheckpointError(
             f"{path}: refused to unpickle: the file holds objects other than tensors and plain "
-            f"containers ({str(e).splitlines()[0][:200]}). Convert it to safetensors from a trusted "
+            f"containers ({first_line(e, 200)}). Convert it to safetensors from a trusted "
             f"environment.") from e
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
-        raise CheckpointError(f"{path}: not a readable torch checkpoint ({str(e).splitlines()[0][:200]})") from e
+        raise CheckpointError(f"{path}: not a readable torch checkpoint ({first_line(e, 200)})") from e
+
+
+def _check_not_empty(path: str | Path) -> None:
+    """One line for a 0-byte file (an interrupted copy or download): no loader has anything to say about it."""
+    with contextlib.suppress(OSError):  # unreadable: the loader names it
+        if Path(path).is_file() and Path(path).stat().st_size == 0:
+            raise CheckpointError(f"{path}: the file is empty (0 bytes), not a checkpoint: an interrupted copy or "
+                                  "download? fetch it again")
 
 
 def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
@@ -56,6 +67,7 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
+    _check_not_empty(path)
     if path.suffix == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file

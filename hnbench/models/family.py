@@ -134,6 +134,12 @@ class ModelFamily:
         that names any is loaded only with ``trust_remote_code`` (:func:`check_trusted`). None by default."""
         return []
 
+    def catalogue(self, *, architectures: bool = True) -> list[dict[str, Any]]:
+        """The models this family names of its own, beside the zoo's releases, as rows of
+        :func:`hnbench.list_models` (``kind`` ``"builtin"``: weights shipped with hnbench; ``"architecture"``: its
+        library's architectures, listed only with ``architectures``); none by default."""
+        return []
+
     def prompts(self, encoder: Any) -> dict[str, str]:
         """The text prefix per retrieval direction (``"query"``, ``"candidate"``) the evaluation applies to a loaded
         encoder's captions; none by default (asked of any encoder, remembered ones included, without building it)."""

@@ -4,11 +4,20 @@ the ``hf`` extra.
 Any model ``AutoModel`` builds with ``get_image_features`` / ``get_text_features`` loads (CLIP, SigLIP, SigLIP 2,
 Meta CLIP 2, …). Its captions are tokenised by the policy :data:`TEXT_POLICIES` declares for its ``model_type``
 (padding, max length, case, attention mask), its images by the checkpoint's own image processor.
+
+This family runs no code but transformers' own: every ``from_pretrained`` passes ``trust_remote_code=False``
+(transformers would otherwise ask on stdin whether to run a folder's ``auto_map`` files, and a ``y`` fed to
+stdin would run them). A local folder whose config names code files is refused before anything loads, naming
+them (:meth:`HFFamily.remote_code`), unless ``--trust-remote-code`` is given: then it loads exactly as
+``remote:DIR`` does (:mod:`hnbench.models.remote`: its code files pinned by sha256 and recorded). A hub model
+whose config names code is known only once transformers has read it: refused in one line, pointing at
+``remote:ORG/NAME``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +27,8 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 
-from hnbench.errors import CheckpointError, ConfigError
+from hnbench.errors import CheckpointError, ConfigError, first_line
+from hnbench.io import read_json_untrusted
 from hnbench.models.base import ModelInfo, TokenizedTexts, state_dict_fingerprint
 from hnbench.models.checkpoint import (
     FINELIP_CROSS_NET,
@@ -28,7 +38,7 @@ from hnbench.models.checkpoint import (
     load_into,
     read_state_dict,
 )
-from hnbench.models.family import ModelFamily, TextPreprocessing
+from hnbench.models.family import ModelFamily, TextPreprocessing, family_of, remote_code_refusal
 
 
 @dataclass(frozen=True)
@@ -41,7 +51,9 @@ class TextPolicy:
     context: towers that pool the last position, SigLIP's). ``max_length``: the context the model was trained
     with (None: the text tower's positions). ``lowercase``: captions are lower-cased first (SigLIP's training
     text). ``attention_mask``: ``"eos"`` attends up to and including the first end token (CLIP: its pad token may
-    equal the end token), ``"tokenizer"`` is the mask the tokenizer returns, rebuilt from the padded ids."""
+    equal the end token), ``"tokenizer"`` is what the checkpoint's own tokenizer (so its processor) gives: its mask,
+    rebuilt from the padded ids, or none where it returns input ids only (:func:`returns_attention_mask`: SigLIP
+    as transformers' conversion saves it, whose tower attends to its pad tokens as it was trained)."""
 
     padding: Literal["longest", "max_length"]
     max_length: int | None = None
@@ -119,6 +131,14 @@ def eos_attention_mask(tokens: torch.Tensor, eos_token_id: int | None) -> torch.
     return torch.le(positions[None, :], first_eos[:, None]).long()
 
 
+def returns_attention_mask(tokenizer: Any) -> bool:
+    """Whether ``tokenizer`` (and so the processor built on it) returns an attention mask with the input ids:
+    transformers returns one unless the tokenizer's ``model_input_names`` leave it out, as SigLIP's converted
+    checkpoints do (``["input_ids"]``: the model then attends to every position, pads included)."""
+    names = getattr(tokenizer, "model_input_names", None)
+    return names is None or "attention_mask" in names
+
+
 def tokenizer_attention_mask(tokens: torch.Tensor, pad_token_id: int | None, eos_token_id: int | None) -> torch.Tensor:
     """The attention mask the tokenizer returned with ``tokens``, rebuilt from the ids: every non-pad position
     (a pad token that is also the end token: up to and including the first one, as the tokenizer marks it)."""
@@ -147,6 +167,8 @@ class HFEncoder:
         self.image_transform = _HFImageTransform(processor)
         self.info = info
         self.policy = policy or TEXT_POLICIES["clip"]
+        # the tokenizer's own mask, or none where it gives none (policy "tokenizer"; CLIP's end-token mask is its own)
+        self.text_mask = self.policy.attention_mask == "eos" or returns_attention_mask(tokenizer)
         self.dynamic_padding = self.policy.padding == "longest"
         self.naflex = str(getattr(model.config, "model_type", "")) == "siglip2"
         self.device = next(model.parameters()).device
@@ -157,10 +179,13 @@ class HFEncoder:
         eos = self.tokenizer.eos_token_id
         return None if eos is None else int(eos)
 
-    def text_attention_mask(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The text tower's attention mask for padded ``tokens``, by the policy."""
+    def text_attention_mask(self, tokens: torch.Tensor) -> torch.Tensor | None:
+        """The text tower's attention mask for padded ``tokens``, by the policy (None: the tokenizer gives none, so
+        the tower attends to every position, as the checkpoint's own processor + model do)."""
         if self.policy.attention_mask == "eos":
             return eos_attention_mask(tokens, self.eos_token_id)
+        if not self.text_mask:
+            return None
         pad = self.tokenizer.pad_token_id
         return tokenizer_attention_mask(tokens, None if pad is None else int(pad), self.eos_token_id)
 
@@ -213,10 +238,49 @@ def weights_file(pretrained: str | None) -> str | None:
 
 def load(model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
          context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
-         init_seed: int | None = 0) -> HFEncoder:
+         init_seed: int | None = 0, trust_remote_code: bool = False) -> HFEncoder:
     """The model registry's loader signature: ``pretrained`` is a weights file (a released GOAL / StructXLIP
     ``.pth``: HF ``CLIPModel`` keys, any text context) loaded into ``model``'s architecture, else the hub
-    revision; no config or seed applies."""
+    revision; no config or seed applies. A local folder whose config names code files is refused unless
+    ``trust_remote_code`` (then it is the ``remote:`` family's to load)."""
+    return HF.load(model, pretrained, model_config=model_config, context_length=context_length, device=device,
+                   precision=precision, init_seed=init_seed, trust_remote_code=trust_remote_code)
+
+
+def _auto_map_files(auto_map: Any) -> list[str]:
+    """The Python files an ``auto_map`` names (``module.Class`` → ``module.py``; ``repo--module.Class`` → the file
+    in that repo, written ``repo/module.py``)."""
+    values: list[Any] = list(auto_map.values()) if isinstance(auto_map, dict) else []
+    refs = [v for x in values for v in (x if isinstance(x, list) else [x]) if isinstance(v, str)]
+    out = []
+    for ref in refs:
+        repo, _, ref = ref.rpartition("--")
+        module = ref.rsplit(".", 1)[0].replace(".", "/") + ".py"
+        out.append(f"{repo}/{module}" if repo else module)
+    return sorted(set(out))
+
+
+def code_files(folder: Path) -> list[str]:
+    """The code files loading a local transformers folder would run (the remote-code family's, and what the hf:
+    family refuses): the ``auto_map`` entries of its ``config.json``, ``tokenizer_config.json`` and
+    ``preprocessor_config.json`` (read as untrusted files)."""
+    files: list[str] = []
+    for name in ("config.json", "tokenizer_config.json", "preprocessor_config.json"):
+        if (folder / name).is_file():
+            doc = read_json_untrusted(folder / name, f"the {name} of {folder}")
+            files += _auto_map_files(doc.get("auto_map") if isinstance(doc, dict) else None)
+    return sorted(set(files))
+
+
+def local_folder(model: str) -> Path | None:
+    """The local ``save_pretrained`` folder ``model`` names (``hf:DIR`` or a bare ``DIR``), None for a hub id."""
+    path = Path(model.removeprefix("hf:"))
+    return path if path.is_dir() else None
+
+
+def _load_plain(model: str, pretrained: str | None, *, context_length: int | None, device: str,
+                precision: str) -> HFEncoder:
+    """:func:`load_hf_clip` of (``model``, ``pretrained``): a weights file into the base, else the hub revision."""
     weights = weights_file(pretrained)
     return load_hf_clip(model, context_length=context_length, device=device,
                         revision=None if weights else pretrained, precision=precision, weights=weights)
@@ -240,21 +304,27 @@ def load_hf_clip(name: str, *, context_length: int | None = None, device: str = 
         raise ConfigError(f"--precision must be one of {', '.join(_DTYPES)}, got {precision!r}")
     sd = _released_state_dict(weights) if weights else None
     at: dict[str, Any] = {} if revision is None else {"revision": revision}  # None: the hub's default branch
+    # trust_remote_code=False in every call: transformers never runs (nor asks on stdin whether to run) a
+    # config's auto_map code here; a local folder that names some was refused before (HFFamily.remote_code)
     try:
-        config: Any = AutoConfig.from_pretrained(path, **at)
+        config: Any = AutoConfig.from_pretrained(path, trust_remote_code=False, **at)
         _check_image_text(name, config)
         # Any: transformers' decorated methods (to, get_*_features) are not typed usefully
         model: Any
         if sd is None:
-            model = AutoModel.from_pretrained(path, use_safetensors=None, **at)
+            model = AutoModel.from_pretrained(path, use_safetensors=None, trust_remote_code=False, **at)
         else:
             config.text_config.max_position_embeddings = int(sd[TEXT_POSITIONS].shape[0])
             with _no_init():  # every weight is overwritten by the strict load below
-                model = cast(Any, AutoModel).from_config(config)
-        tokenizer = AutoTokenizer.from_pretrained(path, **at)
-        processor = cast(Any, AutoImageProcessor).from_pretrained(path, **at)
+                model = cast(Any, AutoModel).from_config(config, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False, **at)
+        processor = cast(Any, AutoImageProcessor).from_pretrained(path, trust_remote_code=False, **at)
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"could not load HF model {name}: {str(e).splitlines()[0]}") from e
+        if _REMOTE_CODE_REFUSED in str(e):  # a hub config that names code: transformers refused to run it
+            raise ConfigError(f"{name}: its config names remote code, which the hf: family never runs; if you trust "
+                              f"it, load it as remote:{path} --pretrained <the 40-hex commit> --trust-remote-code"
+                              ) from None
+        raise CheckpointError(f"could not load HF model {name}: {first_line(e)}") from e
     if sd is not None:
         _load_weights(model, sd, f"checkpoint {weights} into {name}")
     model = model.to(_DTYPES[precision])
@@ -268,15 +338,29 @@ def load_hf_clip(name: str, *, context_length: int | None = None, device: str = 
         tokenizer.model_max_length = max_pos  # the base's 77: would warn on every caption the table now fits
     embed_dim = (getattr(model.config, "projection_dim", None) or getattr(text_config, "projection_size", None)
                  or text_config.hidden_size)
+    weights_fp = state_dict_fingerprint(model.state_dict())
+    unmasked = policy.attention_mask == "tokenizer" and not returns_attention_mask(tokenizer)
     info = ModelInfo(arch=f"hf:{path}" if not name.startswith("hf:") else name,
                      pretrained=weights or revision or "main",
-                     fingerprint=state_dict_fingerprint(model.state_dict()), context_length=ctx,
+                     fingerprint=_unmasked_fingerprint(weights_fp) if unmasked else weights_fp, context_length=ctx,
                      n_params=sum(p.numel() for p in model.parameters()),
                      embed_dim=int(embed_dim), framework=HFEncoder.framework,
                      extra={"precision": precision, **({"base": name} if sd is not None else {}),
                             **({"model_type": str(model.config.model_type)}
-                               if model.config.model_type != "clip" else {})})
+                               if model.config.model_type != "clip" else {}),
+                            **({"text_attention_mask": "none (the tokenizer returns input ids only)",
+                                "weights_fingerprint": weights_fp} if unmasked else {})})
     return HFEncoder(model.to(device), tokenizer, processor, info, policy)
+
+
+def _unmasked_fingerprint(weights_fp: str) -> str:
+    """The fingerprint (the embedding cache's key) of a model whose text tower gets no attention mask: its weights'
+    and that, so text embeddings cached while hnbench still rebuilt a mask from the pad ids are never served."""
+    return hashlib.sha256(f"{weights_fp} text attention mask: none".encode()).hexdigest()[:len(weights_fp)]
+
+
+# What transformers says when trust_remote_code=False meets a config whose auto_map it would have to run.
+_REMOTE_CODE_REFUSED = "trust_remote_code=True"
 
 
 def _check_image_text(name: str, config: Any) -> None:
@@ -335,13 +419,34 @@ class HFFamily(ModelFamily):
 
     def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
              context_length: int | None = None, device: str = "cpu", precision: str = "fp32",
-             init_seed: int | None = 0) -> HFEncoder:
-        return load(model, pretrained, model_config=model_config, context_length=context_length, device=device,
-                    precision=precision, init_seed=init_seed)
+             init_seed: int | None = 0, trust_remote_code: bool = False) -> HFEncoder:
+        files = self.remote_code(model, pretrained)
+        if not files:
+            return _load_plain(model, pretrained, context_length=context_length, device=device, precision=precision)
+        if not trust_remote_code:  # also when called past load_model, which checks it first
+            raise ConfigError(remote_code_refusal(model, files))
+        # trusted: the remote-code family's loader (its code files pinned by sha256 and recorded)
+        remote = f"remote:{local_folder(model)}"
+        return cast(HFEncoder, family_of(remote)(  # a RemoteEncoder (an HFEncoder with the policy's text keywords)
+            remote, pretrained, model_config=model_config, context_length=context_length, device=device,
+            precision=precision, init_seed=init_seed, trust_remote_code=True))
+
+    def remote_code(self, model: str, pretrained: str | None) -> list[str]:
+        """The code files a local folder's ``config.json`` / ``tokenizer_config.json`` / ``preprocessor_config.json``
+        name in ``auto_map`` (read as untrusted files); none for a hub id, whose config is known only once fetched
+        (transformers, told ``trust_remote_code=False``, then refuses it: :func:`load_hf_clip`)."""
+        folder = local_folder(model)
+        return [] if folder is None else code_files(folder)
+
+    def check_training(self, model: str) -> None:
+        if self.remote_code(model, None):  # loaded as remote: is, so trained as remote: is (not at all)
+            family_of(f"remote:{local_folder(model)}").check_training(model)
 
     def weight_files(self, model: str, pretrained: str | None, model_config: str | Path | None) -> list[str] | None:
         if not Path(model).is_dir() or model.startswith("hf:"):
             return None  # a hub id: its files are the hub's
+        if self.remote_code(model, pretrained):
+            return None  # the remote-code family's model (never remembered: always built)
         weights = weights_file(pretrained)
         if weights and not Path(weights).is_file():
             return None  # the loader says it is missing

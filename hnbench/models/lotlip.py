@@ -173,8 +173,9 @@ def load_lotlip(model: str, pretrained: str | None = None, *, model_config: str 
     seed = None if sd is not None else init_seed
     with _seeded(seed):
         visual = _build_vision_tower(embed_dim, vision)
-        hf_config = AutoConfig.from_pretrained(text_cfg["hf_model_name"])
-        bert = cast(Any, AutoModel).from_config(hf_config, add_pooling_layer=True)
+        # the text tower a LoTLIP config names (a BERT): transformers' own classes, never a repo's code
+        hf_config = AutoConfig.from_pretrained(text_cfg["hf_model_name"], trust_remote_code=False)
+        bert = cast(Any, AutoModel).from_config(hf_config, add_pooling_layer=True, trust_remote_code=False)
         old = bert.get_input_embeddings()
         grown = nn.Embedding(old.num_embeddings + num_corner, old.embedding_dim)
         grown.weight.data.normal_(0.0, float(getattr(hf_config, "initializer_range", 0.02)))
@@ -191,7 +192,7 @@ def load_lotlip(model: str, pretrained: str | None = None, *, model_config: str 
     if dtype is not None:
         clip.to(dtype)
     tokenizer_name = str(text_cfg.get("hf_tokenizer_name", text_cfg["hf_model_name"]))
-    tokenizer = LoTLIPTokenizer(AutoTokenizer.from_pretrained(tokenizer_name), tokenizer_name, num_corner)
+    tokenizer = LoTLIPTokenizer(AutoTokenizer.from_pretrained(tokenizer_name, trust_remote_code=False), tokenizer_name, num_corner)
     if len(tokenizer.tokenizer) != grown.num_embeddings:
         raise ConfigError(f"lotlip: tokenizer {tokenizer_name} has {len(tokenizer.tokenizer)} tokens with its corner "
                           f"tokens but the text tower {grown.num_embeddings} rows")

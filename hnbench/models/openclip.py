@@ -265,6 +265,15 @@ def resolve_pretrained(arch: str, pretrained: str | None) -> tuple[str | None, s
     return None, pretrained
 
 
+def _context_of(arch: str) -> int | None:
+    """The text context of a registered open_clip architecture (its config's ``text_cfg``), None if it names none."""
+    import open_clip
+
+    cfg = open_clip.get_model_config(arch) or {}
+    ctx = (cfg.get("text_cfg") or {}).get("context_length")
+    return ctx if isinstance(ctx, int) else None
+
+
 def _check(arch: str, pretrained: str | None, model_config: str | Path | None
            ) -> tuple[str, str | None, str | None, str | None, bool]:
     """``(arch, schema, local file, tag, offline)`` of an open_clip model, checked before it is built (the
@@ -389,6 +398,33 @@ class OpenCLIPFamily(ModelFamily):
     def check(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None) -> None:
         """What :func:`load_openclip` checks before it builds anything (one line each), without building."""
         _check(model, pretrained, model_config)
+
+    def catalogue(self, *, architectures: bool = True) -> list[dict[str, Any]]:
+        """hnbench's own models with the weights its package ships (``hnbench-tiny`` on synthdense) and, with
+        ``architectures``, every other architecture open_clip knows (``open_clip.list_models()``) with its
+        context and the pretrained tags open_clip can fetch for it (``--pretrained TAG``)."""
+        import open_clip
+
+        register_builtin_configs()
+        rows = [{"kind": "builtin", "name": arch, "family": self.name, "model": arch, "context": _context_of(arch),
+                 "text_policy": "CLIP BPE (lower-cased by the tokenizer), padded to the context",
+                 "weights": f"built in: --pretrained {tag} ({file}, in hnbench's package)",
+                 "on_machine": (ASSET_DIR / file).is_file(), "reference": "",
+                 "description": f"hnbench's own tiny CLIP trained on {tag}: works offline, nothing to download "
+                                "(hnbench demo)"}
+                for (arch, tag), file in BUILTIN_WEIGHTS.items()]
+        listed = {r["name"] for r in rows}
+        for arch in open_clip.list_models() if architectures else ():
+            if arch in listed:
+                continue
+            tags = open_clip.list_pretrained_tags_by_model(arch)
+            rows.append({"kind": "architecture", "name": arch, "family": self.name, "model": arch,
+                         "context": _context_of(arch), "text_policy": "",
+                         "weights": f"open_clip tags: {', '.join(tags)}" if tags else "", "on_machine": None,
+                         "reference": "", "description": "open_clip architecture: " + (
+                             "--pretrained TAG (open_clip downloads it) or FILE" if tags else
+                             "no open_clip weights (random init, or --pretrained FILE)")})
+        return rows
 
     def weight_files(self, model: str, pretrained: str | None, model_config: str | Path | None) -> list[str] | None:
         if model.startswith("hf-hub:"):

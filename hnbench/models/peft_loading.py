@@ -13,9 +13,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from hnbench.errors import CheckpointError, ConfigError
+from hnbench.errors import CheckpointError, ConfigError, first_line
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
-from hnbench.models.family import RANDOM_INIT, family_of
+from hnbench.models.family import RANDOM_INIT, check_trusted, family_of
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +41,10 @@ def _read_base(adapter: Path) -> dict[str, Any]:
 
 def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_config: str | Path | None = None,
                       context_length: int | None = None, device: str = "cpu",
-                      precision: str = "fp32") -> TrainableEncoder:
-    """Base model (from ``hnbench_base.json`` unless given) + the adapter in ``adapter_dir``, merged."""
+                      precision: str = "fp32", trust_remote_code: bool = False) -> TrainableEncoder:
+    """Base model (from ``hnbench_base.json`` unless given) + the adapter in ``adapter_dir``, merged. A base whose
+    family runs release code is refused unless ``trust_remote_code`` (:func:`check_trusted`); peft itself reads
+    the adapter's config and weights and runs no code (its ``from_pretrained`` takes no ``trust_remote_code``)."""
     try:
         from peft import PeftModel  # optional: the train extra
     except ImportError as e:
@@ -56,9 +58,10 @@ def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_confi
         raise ConfigError(f"{adapter} was trained on {base['model']!r}, not {model!r}")
     family = family_of(arch)  # the base's family loads it: its weights (open_clip) or revision (hf) are "pretrained"
     pretrained = base.get("pretrained")
+    trusted = check_trusted(arch, pretrained, trust_remote_code)  # the base's code, if its family runs any
     encoder = require_trainable(family.load(arch, pretrained, model_config=model_config or base.get("model_config"),
                                             context_length=base.get("context_length") if context_length is None
-                                            else context_length, precision=precision, device="cpu"),
+                                            else context_length, precision=precision, device="cpu", **trusted),
                                 "a PEFT adapter")
     if base.get("stretch_context") and encoder.info.context_length != base["stretch_context"]:
         encoder = require_trainable(family.stretch(encoder, base["stretch_context"]), "a PEFT adapter")
@@ -68,7 +71,7 @@ def load_with_adapter(model: str | None, adapter_dir: str | Path, *, model_confi
     try:
         merged = PeftModel.from_pretrained(encoder.model, str(adapter)).merge_and_unload()
     except (OSError, ValueError, KeyError, RuntimeError) as e:
-        raise CheckpointError(f"could not attach adapter {adapter} to {arch}: {str(e).splitlines()[0]}") from e
+        raise CheckpointError(f"could not attach adapter {adapter} to {arch}: {first_line(e)}") from e
     encoder.model = merged.eval()
     encoder.info.pretrained = str(adapter)
     encoder.info.fingerprint = state_dict_fingerprint(merged.state_dict())

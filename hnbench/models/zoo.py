@@ -10,7 +10,9 @@ and text policy, a one-line description, its license where known, what is unveri
 :func:`resolve` turns a zoo name into what its family loads (a user's explicit ``--pretrained`` wins over the
 entry's weights); :func:`check` says, before anything loads, whether the weights can be had (one line naming
 what to download and from where, or, for a manual entry, to pass ``--pretrained FILE``); :func:`list_models`
-is ``hnbench models``. Nothing here imports torch or touches the network except :func:`fetch` of weights.
+is ``hnbench models`` (with hnbench's built-in model and open_clip's architectures beside the zoo). Nothing here
+touches the network except :func:`fetch` of weights; importing it imports no torch (listing open_clip's
+architectures does).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ if TYPE_CHECKING:
 
 E = TypeVar("E", bound="Encoder")
 
-__all__ = ["Resolved", "Weights", "ZooEntry", "check", "entry_of", "fetch", "list_models", "mark", "model_of", "on_machine",
-           "reference_numbers", "resolve"]
+__all__ = ["MODEL_KINDS", "Resolved", "Weights", "ZooEntry", "check", "entry_of", "fetch", "list_models", "mark",
+           "model_of", "on_machine", "reference_numbers", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -406,10 +408,17 @@ def reference_numbers(entry: ZooEntry) -> str:
     return f"R@1 t2i/i2t: {', '.join(parts)} ({len(mine)} rows; --reported)" if parts else ""
 
 
-def list_models(family: str | None = None) -> pd.DataFrame:
-    """Every model family (:data:`~hnbench.registry.MODELS`: its prefixes and help) and every zoo entry (name,
-    family, context, text policy, weights source, whether the weights are on this machine, reference numbers),
-    one row each; ``family`` keeps that family's rows. Never asks the network."""
+MODEL_KINDS = ("family", "builtin", "zoo", "architecture")  # the ``kind`` of a list_models row, in listing order
+
+
+def list_models(family: str | None = None, *, architectures: bool = True) -> pd.DataFrame:
+    """Every model family (:data:`~hnbench.registry.MODELS`: its prefixes and help), hnbench's built-in model
+    (``hnbench-tiny --pretrained synthdense``: weights shipped in the package, so it works offline), every zoo
+    entry (name, family, context, text policy, weights source, whether the weights are on this machine, reference
+    numbers) and, with ``architectures``, every other open_clip architecture (``open_clip.list_models()``: its
+    text context and its open_clip pretrained tags), one row each, ``kind`` saying which (:data:`MODEL_KINDS`);
+    ``family`` keeps that family's rows. The built-in model and the architectures are what a family adapter lists
+    of its own (:meth:`hnbench.models.family.ModelFamily.catalogue`). Never asks the network."""
     import pandas as pd
 
     from hnbench.registry import MODEL_ZOO, MODELS
@@ -421,12 +430,16 @@ def list_models(family: str | None = None) -> pd.DataFrame:
         rows.append({"kind": "family", "name": name, "family": name, "model": ", ".join(MODELS.prefixes(name)) or "(default)",
                      "context": None, "text_policy": "", "weights": "", "on_machine": None, "reference": "",
                      "description": MODELS.help(name)})
+    for name in MODELS.names():  # what each family lists of its own (the registry imports it: no import cycle)
+        catalogue = getattr(MODELS.get(name), "catalogue", None)  # a plain loader function lists nothing
+        rows += catalogue(architectures=architectures) if callable(catalogue) else []
     for name in MODEL_ZOO.names():
         e: ZooEntry = MODEL_ZOO.get(name)
         rows.append({"kind": "zoo", "name": e.name, "family": e.family, "model": e.model, "context": e.context_length,
                      "text_policy": e.text_policy, "weights": e.weights.describe(), "on_machine": on_machine(e),
                      "reference": reference_numbers(e), "description": e.description + (
                          f" (unverified: {e.unverified})" if e.unverified else "")})
+    rows.sort(key=lambda r: MODEL_KINDS.index(r["kind"]))  # stable: each kind in the order it was listed
     frame: pd.DataFrame = pd.DataFrame(rows)
     frame["context"] = frame["context"].astype("Int64")  # families have none
     if family is not None:
@@ -436,19 +449,23 @@ def list_models(family: str | None = None) -> pd.DataFrame:
 
 
 
-MODEL_FORMATS = ("md", "csv", "json")
+MODEL_FORMATS = ("text", "md", "csv", "json")
 _MD_COLUMNS = ("name", "family", "model", "context", "weights", "on_machine", "reference")
+TERMINAL_WIDTH = 100  # the default view of ``hnbench models`` fits a terminal this wide
 
 
 def render_models(frame: pd.DataFrame, fmt: str = "md") -> str:
-    """:func:`list_models`' frame as a Markdown table (every cell escaped, the main columns), CSV (every column,
-    cells safe for spreadsheets) or JSON (one object per row)."""
+    """:func:`list_models`' frame as a terminal view (``text``: sections by kind, fitting :data:`TERMINAL_WIDTH`
+    columns, long cells wrapped, open_clip's architectures as a list of names), a Markdown table (every cell
+    escaped, the main columns), CSV (every column, cells safe for spreadsheets) or JSON (one object per row)."""
     import json
 
     import pandas as pd
 
     from hnbench.io import csv_bytes, markdown_text
 
+    if fmt == "text":
+        return _terminal_view(frame)
     if fmt == "json":
         return json.dumps(frame.astype(object).where(frame.notna(), None).to_dict("records"), indent=2)
     if fmt == "csv":
@@ -464,6 +481,70 @@ def render_models(frame: pd.DataFrame, fmt: str = "md") -> str:
 
     rows = [[cell(v) for v in r] for r in frame.loc[:, list(_MD_COLUMNS)].itertuples(index=False)]
     return tabulate(rows, headers=list(_MD_COLUMNS), tablefmt="github", disable_numparse=True)
+
+
+def _fit(rows: list[list[str]], headers: list[str], wrap: int, indent: str = "") -> list[str]:
+    """``rows`` as a plain table whose column ``wrap`` is wrapped so that every line fits :data:`TERMINAL_WIDTH`."""
+    import textwrap
+
+    from tabulate import tabulate
+
+    # tabulate pads a column to its header's width + 2 (its MIN_PADDING) at least, then 2 spaces between columns
+    widths = [max([len(h) + 2, *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    room = max(TERMINAL_WIDTH - len(indent) - sum(w for i, w in enumerate(widths) if i != wrap)
+               - 2 * (len(headers) - 1), len(headers[wrap]) + 2)
+    cells = [[textwrap.fill(c, room, break_on_hyphens=False) if i == wrap else c for i, c in enumerate(r)]
+             for r in rows]
+    text = tabulate(cells, headers=headers, tablefmt="simple", disable_numparse=True)
+    return [indent + line.rstrip() for line in text.splitlines()]
+
+
+def _terminal_view(frame: pd.DataFrame) -> str:
+    """The default ``hnbench models`` view: families, built-in, zoo entries (name, family, context, on this machine,
+    weights) and open_clip's architecture names, each a section, in :data:`TERMINAL_WIDTH` columns; an
+    architectures-only frame (``--architectures``) is their table with the pretrained tags."""
+    import textwrap
+
+    import pandas as pd
+
+    def text(v: Any) -> str:
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+            return ""
+        return "".join(c if c.isprintable() else " " for c in str(v))  # no control characters reach the terminal
+
+    kinds = {k: frame[frame["kind"] == k] for k in MODEL_KINDS}
+    lines: list[str] = []
+    if kinds["family"].empty and kinds["zoo"].empty:  # --architectures: the open_clip catalogue with its tags
+        arch = frame[frame["kind"].isin(["builtin", "architecture"])]
+        lines += textwrap.wrap(f"open_clip architectures ({len(arch)}): --model ARCH --pretrained TAG (open_clip "
+                               "downloads it), a local FILE, or none (random init)", TERMINAL_WIDTH)
+        lines += _fit([[text(r.name), text(r.context), text(r.weights).removeprefix("open_clip tags: ")]
+                       for r in arch.itertuples(index=False)], ["architecture", "ctx", "pretrained tags"], wrap=2)
+        return "\n".join(lines)
+    if not kinds["family"].empty:
+        lines += ["Model families: --model PREFIX... picks the family (a bare name is open_clip's)"]
+        lines += _fit([[text(r.name), text(r.model), text(r.description)] for r in kinds["family"].itertuples(index=False)],
+                      ["family", "prefixes", "what it loads"], wrap=2, indent="  ")
+    if not kinds["builtin"].empty:
+        lines += ["", "Built in: --model NAME (weights shipped with hnbench: works offline, hnbench demo)"]
+        lines += _fit([[text(r.name), text(r.context), text(r.on_machine), text(r.weights)]
+                       for r in kinds["builtin"].itertuples(index=False)],
+                      ["name", "ctx", "here", "weights"], wrap=3, indent="  ")
+    if not kinds["zoo"].empty:
+        lines += ["", "Model zoo: --model NAME (weights fetched on first use; here: on this machine, blank: manual)"]
+        lines += _fit([[text(r.name), text(r.family), text(r.context), text(r.on_machine), text(r.weights)]
+                       for r in kinds["zoo"].itertuples(index=False)],
+                      ["name", "family", "ctx", "here", "weights"], wrap=4, indent="  ")
+    if not kinds["architecture"].empty:
+        names = ", ".join(text(n) for n in kinds["architecture"]["name"])
+        lines += ["", f"open_clip architectures ({len(kinds['architecture'])}): --model ARCH; their pretrained tags: "
+                      "hnbench models --architectures"]
+        lines += textwrap.wrap(names, TERMINAL_WIDTH, initial_indent="  ", subsequent_indent="  ",
+                               break_on_hyphens=False)
+    lines += ["", "Text policies, descriptions and reference numbers: --format md|csv|json"]
+    return "\n".join(lines)
 
 
 def zoo_table() -> str:

@@ -135,12 +135,14 @@ def make_segments(data: DataSpec, model: ModelSpec | None, settings: SegmentsSet
     """Write the sidecar ``hnbench segments`` makes (checked, then written atomically); returns its path.
 
     Everything given is checked before any model loads: the settings, the output (another run's is not
-    replaced), a model for real data (none is needed for synthdense or ``import_goal``)."""
+    replaced), a model for real data (none is needed for synthdense or ``import_goal``); a model whose family runs
+    release code is refused unless ``model.trust_remote_code`` before the data loads."""
     import torch
 
     from hnbench.data import load_spec
     from hnbench.io import check_output, record_output, sha256_file
     from hnbench.models import load_model
+    from hnbench.models.family import check_trusted
     from hnbench.sidecars.segments import (
         default_sidecar_path,
         import_goal,
@@ -156,6 +158,9 @@ def make_segments(data: DataSpec, model: ModelSpec | None, settings: SegmentsSet
                           "--pretrained synthdense), or --import-goal FILE")
     if settings.import_goal and not Path(settings.import_goal).is_file():
         raise ConfigError(f"--import-goal {settings.import_goal}: no such file")
+    if not geometric and not settings.import_goal and model is not None and model.model:
+        model.validate()
+        check_trusted(model.model, model.pretrained, model.trust_remote_code)  # remote code: before anything loads
     ds = load_spec(data)
     out = Path(settings.output) if settings.output else default_sidecar_path(ds)
     writer = "synthdense" if geometric else "goal-import" if settings.import_goal else "grid-clip"
@@ -179,7 +184,8 @@ def make_segments(data: DataSpec, model: ModelSpec | None, settings: SegmentsSet
     else:
         assert model is not None and model.model is not None
         encoder = load_model(model.model, model.pretrained, model_config=model.model_config,
-                             context_length=model.context_length, device=settings.device)
+                             context_length=model.context_length, device=settings.device,
+                             trust_remote_code=model.trust_remote_code)
         with torch.inference_mode():
             sidecar = grid_segments(ds, encoder, settings, parameters, progress=progress)
     parse_segments(sidecar.to_json(), str(out), ds)  # what is written reads back
