@@ -144,3 +144,21 @@ def test_warm_cli_run_imports_no_open_clip(micro_config, tmp_path):
                            capture_output=True, text=True, timeout=120) for i in range(2)]
     assert [o.returncode for o in outs] == [0, 0], outs[-1].stderr
     assert "open_clip loaded: True" in outs[0].stdout and "open_clip loaded: False" in outs[1].stdout
+
+
+def test_a_record_written_before_a_familys_encoding_changed_is_never_used(micro_config, tmp_path, factory_calls,
+                                                                           monkeypatch):
+    """A family bumps ``encoding_revision`` when the same files embed otherwise (SigLIP's mask): a record from before
+    is not recalled, the model is built again (the cached embeddings of the old encoding are never served)."""
+    from hnbench.models.openclip import OPEN_CLIP
+
+    def load():
+        return load_remembered("hnb-micro", None, root=tmp_path, model_config=str(micro_config), init_seed=0)
+
+    built = load()
+    assert isinstance(load(), RememberedEncoder) and len(factory_calls) == 1
+    monkeypatch.setattr(type(OPEN_CLIP), "encoding_revision", 2)
+    rebuilt = load()
+    assert not isinstance(rebuilt, RememberedEncoder) and len(factory_calls) == 2
+    assert isinstance(load(), RememberedEncoder) and rebuilt.info == built.info  # recalled under its new key
+    assert len(list((tmp_path / RECORD_DIR).glob("*.json"))) == 2

@@ -86,6 +86,10 @@ class ModelFamily:
     framework: str | None = None  # the ``info.framework`` its encoders report, if the family declares one
     export_names: tuple[str, ...] = ()  # the entries :meth:`export` writes into a training run's folder
     library_versions: tuple[str, ...] = LIBRARY_VERSIONS
+    # Bumped whenever this family's loading or encoding changes what the same files embed to (a tokenizer's
+    # mask, a pooling fix): part of the remembered-fingerprint key, so a record written before the change is
+    # never used after it (hnbench.models.remembered).
+    encoding_revision = 1
     # key prefix → why: modules its released checkpoints carry beside the towers that plain-cosine scoring never
     # uses (dropped with a WARNING naming them; any other unexpected key is refused, listed)
     training_only_keys: Mapping[str, str] = MappingProxyType({})

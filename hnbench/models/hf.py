@@ -416,6 +416,7 @@ class HFFamily(ModelFamily):
     framework = "transformers"
     export_names = ("hf_model",)
     training_only_keys = MappingProxyType(FINELIP_CROSS_NET)  # as before families declared their own
+    encoding_revision = 2  # 2: a tokenizer that returns no attention mask is encoded without one (SigLIP)
 
     def load(self, model: str, pretrained: str | None = None, *, model_config: str | Path | None = None,
              context_length: int | None = None, device: str = "cpu", precision: str = "fp32",

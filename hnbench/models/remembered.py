@@ -101,12 +101,14 @@ def _rng_digest() -> str:
 def _load_key(model: str, pretrained: str | None, model_config: str | Path | None, context_length: int | None,
               precision: str, files: Sequence[str], init_seed: int | None) -> str:
     config = _digest_file(str(model_config)) if model_config else None
+    family = family_of(model)
     # A random init depends on its seed (or, unseeded, the RNG state at build time): part of the key, not a file.
     random_init = list(files) == [_RNG]
     rng = (f"seed {init_seed}" if init_seed is not None else _rng_digest()) if random_init else None
     blob = {"model": model, "pretrained": pretrained, "model_config": config, "context_length": context_length,
             "precision": precision, "rng": rng, "files": list(files), "hnbench": __version__,
-            **{p: package_version(p) for p in family_of(model).library_versions}}
+            **({"encoding_revision": family.encoding_revision} if family.encoding_revision != 1 else {}),
+            **{p: package_version(p) for p in family.library_versions}}
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:24]
 
 
