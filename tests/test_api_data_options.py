@@ -79,3 +79,19 @@ def test_the_keywords_are_sorted_by_the_dataclasses_fields():
     assert settings == {"seed": 3, "skip_invalid": True}  # skip_invalid: a setting, passed on to the data
     assert options == {"allow_count_mismatch": True, "name": "x", "split_file": ["a"]}
     assert split_keywords({"seed": 3}, EvalSettings, None) == ({"seed": 3}, None)
+
+
+def test_name_given_to_hardness_labels_the_caption_set_and_unknown_keywords_name_dataset_options(manifest):
+    report = hnbench.hardness(manifest, "hnbench-tiny", name="my-set", n_batches=2, batch_size=4, progress=False)
+    assert report.dataset["name"] == "my-set" and report.dataset["spec"]["name"] == "my-set"
+    with pytest.raises(TypeError, match="dataset_options"):
+        hnbench.hardness(manifest, "hnbench-tiny", nmae="x")
+    with pytest.raises(ConfigError, match="not to a caption file"):
+        hnbench.hardness(str(manifest.with_suffix(".txt")), "hnbench-tiny", name="x")
+    with pytest.raises(ConfigError, match="loaded already"):
+        hnbench.hardness(["a red cube", "a blue cube"], "hnbench-tiny", name="x")
+
+
+def test_hardness_reads_a_data_set_given_as_a_path_object(manifest):
+    report = hnbench.hardness(manifest, "hnbench-tiny", n_batches=2, batch_size=4, progress=False)  # a PosixPath
+    assert report.dataset["n_captions"] == 12

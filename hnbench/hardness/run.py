@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 import shutil
 import time
@@ -28,7 +29,7 @@ from hnbench.models import check_model, load_model
 from hnbench.models.family import check_trusted
 from hnbench.registry import TEXT_ENCODERS
 from hnbench.settings import HardnessSettings, from_options, identity_fields
-from hnbench.specs import DataSpec
+from hnbench.specs import DataSpec, split_keywords
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def _slug(s: str) -> str:
 
 
 def hardness(
-    data: str | DataSpec | ImageTextDataset | CaptionSet | Sequence[str],
+    data: str | os.PathLike[str] | DataSpec | ImageTextDataset | CaptionSet | Sequence[str],
     model: Any,
     *,
     pretrained: str | None = None,
@@ -64,25 +65,34 @@ def hardness(
 ) -> HardnessReport:
     """Measure how hard a caption set's negatives are for an encoder; write the report to ``output_dir``.
 
-    ``data``: a registered dataset name or a path :func:`hnbench.data.load_dataset` reads (its other loader
+    ``data``: a registered dataset name or a path (``str`` or ``os.PathLike``) :func:`hnbench.data.load_dataset` reads (its other loader
     options in ``dataset_options``: the fields of :class:`~hnbench.specs.DataSpec`), a DataSpec, a plain
     caption file (``.txt``, one caption a line), a loaded dataset, a :class:`CaptionSet` or a list of
     captions. ``model``: anything :func:`hnbench.models.load_model` loads (its text tower embeds the
     captions, its image tower the images unless ``images=False``), ``minilm`` for a text-only
-    sentence encoder, or a loaded encoder. ``results``: evaluation result JSONs of this dataset to
+    sentence encoder, or a loaded encoder. The data options (``name``, ``split``, ...: :func:`hnbench.specs.data_keywords`)
+    are keywords too, sorted from the settings by :func:`hnbench.specs.split_keywords`. ``results``: evaluation result JSONs of this dataset to
     break down R@1 by hardness. ``settings`` and the keyword ``options`` are the fields of
     :class:`~hnbench.settings.HardnessSettings` (device, batch_size, n_batches, edges, threshold, seed, ...;
     the keywords replace those of ``settings``). Statistics and their exact definitions:
     :mod:`hnbench.hardness.stats`.
     """
+    data = os.fspath(data) if isinstance(data, os.PathLike) else data
+    options, dataset_options = split_keywords(options, HardnessSettings, dataset_options)  # name=, split=, ...
     s = from_options(HardnessSettings, settings, options)
     s.validate(output_dir)
+    caption_file = isinstance(data, str) and Path(data).suffix == ".txt"
+    if dataset_options and (caption_file or not isinstance(data, (str, DataSpec))):  # else dropped without a word
+        what = "a caption file" if caption_file else f"this {type(data).__name__} (loaded already)"
+        raise ConfigError(f"{', '.join(dataset_options)}: data options apply to a data set given by name or path, "
+                          f"not to {what}")
     if isinstance(model, str) and model not in TEXT_ENCODERS:
         check_trusted(model, pretrained, trust_remote_code)  # remote code: refused before anything loads
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     spec: DataSpec | None = None  # recorded in the report's dataset, as eval records it
-    if isinstance(data, str) and Path(data).suffix == ".txt":
+    if caption_file:
+        assert isinstance(data, str)
         data = load_captions(data, label_field=None if label_field == "auto" else label_field)
     elif isinstance(data, DataSpec):
         spec = data.override(data_root=data_root, protocol=protocol)
