@@ -182,6 +182,11 @@ class TrainConfig:
                                      help="train the logit scale", off="freeze the logit scale")
     data_fraction: float = option(1.0, above=0, maximum=1, group="optimisation",
                                   help="train on this seeded fraction of the images (paper: 0.2)")
+    last_batch: str = option("keep", group="optimisation", choices=("keep", "drop"),
+                             help="the images past an epoch's last full batch: keep (every image every epoch: a "
+                                  "smaller last batch, a lone left-over pair joins the one before; under torchrun "
+                                  "cut to a multiple of the processes) or drop (drop_last: every loss sees "
+                                  "--batch-size pairs)")
     group_by: str | None = option(None, group="optimisation",
                                   help="regex on image ids: batches made of whole groups, e.g. \"^(.*)-v\\d+$\" "
                                        "(synthdense families)")

@@ -146,6 +146,8 @@ def load_state(state_dir: Path, module: torch.nn.Module, optimizer: torch.optim.
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{state_dir / 'train_config.json'}: unreadable ({e}); it records the options the "
                               "run was started with, so the run cannot be resumed") from None
+    if isinstance(started_with, dict):  # a run started before last_batch existed trained drop_last's batches
+        started_with.setdefault("last_batch", "drop")
     check_resume_config(started_with, config)
     saved = load_torch(state_dir / "trainer_state.pt")  # weights only: a pickled object is refused in one line
     if not isinstance(saved, dict) or not {"step", "epoch", "batch_in_epoch", "optimizer", "rng"} <= set(saved):

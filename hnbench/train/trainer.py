@@ -53,6 +53,7 @@ from hnbench.train.batches import (
     PairItems,
     SegmentItems,
     SegmentPlan,
+    batch_note,
     group_positions,
     subset_fraction,
 )
@@ -215,8 +216,11 @@ class _Run:
         workers = min(default_num_workers(dist.device), n // c.batch_size) if c.num_workers is None else c.num_workers
         self.generator = torch.Generator().manual_seed(c.seed)
         groups = group_positions(self.ds.image_ids, c.group_by) if c.group_by else None
-        self.sampler = GlobalBatchSampler(n, c.batch_size, drop_last=n >= c.batch_size, generator=self.generator,
+        self.sampler = GlobalBatchSampler(n, c.batch_size, last_batch=c.last_batch, generator=self.generator,
                                           rank=dist.rank, world_size=dist.world_size, groups=groups)
+        if dist.is_main and (note := batch_note(n, c.batch_size, dist.world_size, c.last_batch)):
+            # pairs left untrained are a warning; a smaller last batch is what a reader of the log wants to know
+            (logger.warning if sum(self.sampler.sizes) < n else logger.info)("%s", note)
         self.plan: SegmentPlan | None = None
         self.filtered: list[str] | None = None
         items = PairItems(self.ds.images, self.encoder.image_transform)
@@ -284,7 +288,7 @@ class _Run:
                      batch: list[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """This rank's side inputs of global batch ``glob`` (captions ``caps``): (through the towers, for the terms)."""
         device, dist = self.dist.device, self.dist
-        b = self.config.batch_size // dist.world_size
+        b = len(glob) // dist.world_size
         local = glob if dist.world_size == 1 else glob[dist.rank * b:(dist.rank + 1) * b]
         if self.filtered is not None:
             local_caps = caps if dist.world_size == 1 else caps[dist.rank * b:(dist.rank + 1) * b]
@@ -380,7 +384,6 @@ class _Run:
     def _epoch(self, state: Any, bar: Any, start: float) -> bool:
         c, dist = self.config, self.dist
         device = dist.device
-        b = c.batch_size // dist.world_size
         group: list[MicroBatch] = []
         stop = False
         if isinstance(self.items, SegmentItems):
@@ -392,6 +395,7 @@ class _Run:
             if self.plan is not None:  # the long caption is the one the segment's spans index
                 caps = [self.plan.pick(int(i), state.epoch).caption for i in glob]
             extra, side = self._side_inputs(glob, caps, state.epoch, batch)
+            b = len(glob) // dist.world_size  # this rank's pairs (an epoch's last batch may be smaller)
             local = caps if dist.world_size == 1 else caps[dist.rank * b:(dist.rank + 1) * b]
             tokens = self.tokens[local].to(device)
             g_text = None
@@ -554,7 +558,7 @@ class _Run:
                     "dataset_fingerprint": self.ds.fingerprint(), "checkpoint": path.name,
                     "outputs": {k: str(Path(v).relative_to(self.out_dir)) for k, v in outputs.items()},
                     "world_size": self.dist.world_size, "stopped_early": stopped and state.step < self.total,
-                    "total_steps": self.total,
+                    "total_steps": self.total, "epoch_batches": self.sampler.record(),
                     "n_train_images": self.ds.n_images, "side_inputs": self.side_record}
             atomic_write_bytes(self.out_dir / "train_config.json", (json.dumps(meta, indent=2) + "\n").encode())
             logger.info("wrote %s after %d steps", path, state.step)
