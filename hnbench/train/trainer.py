@@ -420,6 +420,8 @@ class _Run:
                             autocast=self._autocast, backward=self._backward)
             self._average_extra_grads()
             loss = dist.mean(loss)  # rank losses are local shares: their mean is the global loss
+            if step == 0 and loss == 0.0:  # before the optimizer moves anything (its weight decay included)
+                raise ConfigError(self._silent_start())
             terms = {name: dist.mean(v) for name, v in self.objective.last_terms.items()}
             if self.scaler is not None:
                 self.scaler.unscale_(self.opt)
@@ -449,6 +451,17 @@ class _Run:
             if c.save_every and state.step % c.save_every == 0 and mid_epoch:
                 self._save(state, start)
         return stop
+
+    def _silent_start(self) -> str:
+        """The line for a run whose first step's loss is exactly 0: every positive of the batch at probability
+        exactly 1 in fp32, no gradient at all — nothing to learn from the start; the run stops untrained."""
+        c = self.config
+        why = (f"; with --gamma {c.gamma:g} the handicap γ·s·Ḡ of every negative whose caption is dissimilar "
+               "(Ḡ < 0) pushes it out of the softmax: a smaller --gamma (the paper's: 0.5)"
+               if c.loss == "hn" and c.gamma > 0 else "")
+        return ("the training loss is exactly 0.0 at the first step: every pair of the first batch is separated "
+                "beyond fp32 resolution (each positive at probability exactly 1), so no gradient reaches the model"
+                f"{why}; stopped before the first update, no checkpoint written")
 
     def _average_extra_grads(self) -> None:
         """The mean over ranks of the objective modules' gradients (what DDP does for the towers' own)."""
