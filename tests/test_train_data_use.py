@@ -263,6 +263,15 @@ def test_the_recipes_own_dataset_keeps_its_data_spec(micro_config, tmp_path, cap
     assert _meta(run)["config"]["dataset_options"] == {"caption_column": "caption"}
 
 
+def test_a_recipe_without_a_dataset_names_the_default_one():
+    from hnbench.train.config import replace_data_spec
+
+    recipe = {"protocol": "test", "dataset_options": {"n_families": {"test": 8}}}
+    assert replace_data_spec(recipe, "dataset", "synthdense", "r") is None and len(recipe) == 2
+    said = replace_data_spec(recipe, "dataset", "other.jsonl", "r")
+    assert said is not None and "protocol 'test', dataset_options n_families" in said and recipe == {}
+
+
 @pytest.mark.parametrize("clear", [["--protocol", ""], ["--set", "protocol=null"]])
 def test_an_empty_protocol_or_set_null_clears_a_recipes_protocol(micro_config, tmp_path, capsys, clear):
     data = _data(tmp_path, n=8)
@@ -307,6 +316,18 @@ def test_a_run_whose_loss_is_exactly_zero_from_the_first_step_stops_untrained(tm
     assert not (tmp_path / "silent").exists()  # nothing was trained, nothing of value written
     assert main([*argv, "--gamma", "0.5", "--epochs", "1", "--output", str(tmp_path / "run")]) == 0
     assert _log(tmp_path / "run")[0]["loss"] > 0 and (tmp_path / "run" / "checkpoint.safetensors").is_file()
+
+
+def test_a_first_step_weighted_to_zero_by_a_warm_up_schedule_trains_on(micro_config, tmp_path):
+    """FineLIP's margin-hinge swap: its only term is ramped from weight 0, so the first step's loss is exactly 0
+    while the term itself is not: nothing is saturated, and the run trains."""
+    data = _data(tmp_path, n=8)
+    run = tmp_path / "run"
+    train(_cfg(micro_config, data, run, objective="finelip", finelip_swap="margin-hinge", finelip_num_patches=20,
+               loss="hn", epochs=1), progress=False)
+    log = _log(run)
+    assert log[0]["loss"] == 0.0 and log[0]["terms"]["hinge"] > 0 and log[1]["loss"] > 0
+    assert (run / "checkpoint.safetensors").is_file()
 
 
 # --- Ctrl-C ----------------------------------------------------------------------------------------------------

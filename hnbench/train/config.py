@@ -331,7 +331,7 @@ def replace_data_spec(recipe: dict[str, Any], key: str, value: str, recipe_name:
     ``recipe``'s ``key``, remove the recipe's whole data spec of it (the data, its protocol, data root and loader
     options belong to the recipe's data) and return the line saying so; None where nothing was replaced."""
     fields_ = DATA_SPEC_FIELDS[key]
-    if value == recipe.get(key):
+    if value == recipe.get(key, getattr(TrainConfig, key)):  # a recipe without the key: the default's spec
         return None
     dropped = {f: recipe.pop(f) for f in fields_ if f in recipe}
     if not dropped:

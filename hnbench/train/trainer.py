@@ -12,7 +12,8 @@ hnbench's evaluator and the saturation diagnostics. Writes into the output direc
 * ``train_config.json`` (the exact recipe that ran), ``log.jsonl`` (one line per logged step),
   ``diagnostics.jsonl`` (step / epoch / eval records), ``eval/`` (result files), ``last/`` (resume state).
 
-``batch_size`` is the *global* micro-batch (the pairs one loss sees), split evenly over processes.
+``batch_size`` is the *global* micro-batch (the pairs one loss sees), split evenly over processes; an epoch's
+last batch holds the images left over (``last_batch``, :func:`~hnbench.train.batches.epoch_batch_sizes`).
 """
 
 from __future__ import annotations
@@ -420,9 +421,11 @@ class _Run:
                             autocast=self._autocast, backward=self._backward)
             self._average_extra_grads()
             loss = dist.mean(loss)  # rank losses are local shares: their mean is the global loss
-            if step == 0 and loss == 0.0:  # before the optimizer moves anything (its weight decay included)
-                raise ConfigError(self._silent_start())
             terms = {name: dist.mean(v) for name, v in self.objective.last_terms.items()}
+            # every term exactly 0 (not merely weighted 0 by a warm-up schedule): before the optimizer moves
+            # anything, its weight decay included
+            if step == 0 and loss == 0.0 and all(v == 0.0 for v in terms.values()):
+                raise ConfigError(self._silent_start())
             if self.scaler is not None:
                 self.scaler.unscale_(self.opt)
             if c.grad_clip:
@@ -453,15 +456,16 @@ class _Run:
         return stop
 
     def _silent_start(self) -> str:
-        """The line for a run whose first step's loss is exactly 0: every positive of the batch at probability
-        exactly 1 in fp32, no gradient at all — nothing to learn from the start; the run stops untrained."""
+        """The line for a run whose first step's loss is exactly 0, every term of it (a contrastive term: every
+        positive of the batch at probability exactly 1 in fp32): no gradient at all, nothing to learn from the
+        start, so the run stops untrained. A term its schedule weights 0 at first (FineLIP's ramp) is not 0."""
         c = self.config
         why = (f"; with --gamma {c.gamma:g} the handicap γ·s·Ḡ of every negative whose caption is dissimilar "
                "(Ḡ < 0) pushes it out of the softmax: a smaller --gamma (the paper's: 0.5)"
                if c.loss == "hn" and c.gamma > 0 else "")
-        return ("the training loss is exactly 0.0 at the first step: every pair of the first batch is separated "
-                "beyond fp32 resolution (each positive at probability exactly 1), so no gradient reaches the model"
-                f"{why}; stopped before the first update, no checkpoint written")
+        return ("the training loss is exactly 0.0 at the first step, every term of it: no gradient reaches the "
+                "model (a contrastive loss is 0 only when each positive of the batch has probability exactly 1 in "
+                f"fp32){why}; stopped before the first update, no checkpoint written")
 
     def _average_extra_grads(self) -> None:
         """The mean over ranks of the objective modules' gradients (what DDP does for the towers' own)."""
