@@ -149,7 +149,7 @@ def test_resume_with_a_smaller_last_batch_equals_an_uninterrupted_run(micro_conf
     assert _meta(tmp_path / "cut")["steps"] == 6
 
 
-def test_a_run_started_before_last_batch_existed_resumes_only_as_it_trained(micro_config, tmp_path, capsys):
+def test_a_run_started_before_last_batch_existed_resumes_only_as_it_trained(micro_config, tmp_path):
     """Its state records no last_batch: it trained drop_last's full batches, and continues only with them."""
     data = _data(tmp_path, n=10)
     run = tmp_path / "run"
