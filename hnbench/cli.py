@@ -8,6 +8,7 @@ import errno
 import json
 import logging
 import os
+import pathlib
 import sys
 import typing
 from collections.abc import Callable, Collection, Sequence
@@ -31,7 +32,7 @@ from hnbench.settings import (
 from hnbench.sidecars.options import SegmentsSettings
 from hnbench.specs import DataSpec, ModelSpec
 from hnbench.suites import SuiteSettings
-from hnbench.train.config import TrainConfig, load_recipe
+from hnbench.train.config import DATA_SPEC_FIELDS, TrainConfig, load_recipe, replace_data_spec
 from hnbench.train.report import epoch_table, read_run, train_report
 
 # The in-function imports below are of modules that import numpy, pandas or torch: the CLI parses its
@@ -505,15 +506,18 @@ def _parse_value(text: str) -> object:
 
 
 def _run_train(args: argparse.Namespace) -> int:
+    from hnbench.train.state import resume_hint
     from hnbench.train.trainer import train
 
     cfg = load_recipe(args.recipe) if args.recipe else {}
-    if args.dataset and args.dataset != cfg.get("dataset"):
-        cfg.pop("dataset_options", None)  # the recipe's options belong to the recipe's dataset
+    for key in DATA_SPEC_FIELDS:  # other data than the recipe's: its protocol and options go with its data
+        if args.recipe and getattr(args, key) and (note := replace_data_spec(cfg, key, getattr(args, key), args.recipe)):
+            logger.warning("%s", note)
+    optional = {name for name, (_, none_ok) in field_types(TrainConfig).items() if none_ok}
     for key in (f.name for f in fields(TrainConfig)):
         value = getattr(args, key, None)
         if value is not None and key != "resume":
-            cfg[key] = value
+            cfg[key] = None if value == "" and key in optional else value  # --protocol "": unset the recipe's
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
@@ -526,7 +530,12 @@ def _run_train(args: argparse.Namespace) -> int:
         cfg["dataset_options"] = {**cfg.get("dataset_options", {}), **data_flags}
     if args.resume is not None:
         cfg["resume"] = args.resume or cfg.get("output") or TrainConfig.output
-    ckpt = train(TrainConfig.from_dict(cfg), progress=not args.quiet)
+    config = TrainConfig.from_dict(cfg)
+    try:
+        ckpt = train(config, progress=not args.quiet)
+    except KeyboardInterrupt:  # the one line says how to go on: the exact --resume, or why there is none
+        print(f"hnbench: interrupted; {resume_hint(pathlib.Path(config.output))}", file=sys.stderr)
+        return 130
     print(f"wrote {ckpt}")
     return 0
 

@@ -228,7 +228,13 @@ def test_ctrl_c_exits_130_with_one_line_and_keeps_what_was_encoded(capsys, tmp_p
     monkeypatch.setitem(DATASETS._targets, "resumed-set", lambda **kw: loader(False, **kw))
     common = ["--model", "hnb-micro", "--model-config", str(micro_config), "--num-workers", "0",
               "--batch-size", "2", "--cache-dir", str(tmp_path / "cache")]
-    rc, _, err = _cli(capsys, "eval", *common, "--dataset", "interrupted-set", "--output", str(tmp_path / "out"))
+    # SIGINT as the keyboard delivers it, however pytest was started: a process started with SIGINT ignored (a
+    # background job, nohup, setsid … &) keeps it ignored, and the signal would never become a KeyboardInterrupt
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        rc, _, err = _cli(capsys, "eval", *common, "--dataset", "interrupted-set", "--output", str(tmp_path / "out"))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert rc == 130 and len(err) == 1 and "interrupted" in err[0] and "Traceback" not in err[0], err
     assert not (tmp_path / "out").exists()
     # The three finished batches (6 images) were flushed to the cache: the rerun encodes only the last 2.

@@ -140,7 +140,7 @@ def test_data_fraction_is_seeded(micro_config, data, tmp_path):
 
     train(_cfg(micro_config, data, tmp_path / "f", epochs=1, data_fraction=0.5), progress=False)
     meta = json.loads((tmp_path / "f" / "train_config.json").read_text())
-    assert meta["n_train_images"] == 6 and meta["steps"] == 1  # 6 images, batches of 4, last one dropped
+    assert meta["n_train_images"] == 6 and meta["steps"] == 2  # 6 images at batch 4: a last batch of 2
     ds = load_dataset(str(data))
     a, b, c = (subset_fraction(ds, 0.5, seed) for seed in (0, 0, 1))
     assert a.image_ids == b.image_ids != c.image_ids and a.n_images == 6
@@ -257,7 +257,7 @@ def test_grouped_batches_keep_families_together_and_match_plain_sampler_otherwis
     ids = [f"train-f{i // 5:03d}-v{i % 5}" for i in range(20)]
     groups = group_positions(ids, r"^(.*)-v\d+$")
     assert groups == [list(range(5 * k, 5 * k + 5)) for k in range(4)]
-    sampler = GlobalBatchSampler(20, 10, drop_last=True, generator=torch.Generator().manual_seed(0), groups=groups)
+    sampler = GlobalBatchSampler(20, 10, last_batch="drop", generator=torch.Generator().manual_seed(0), groups=groups)
     batches = list(sampler)
     assert len(sampler) == len(batches) == 2 and sorted(sum(batches, [])) == list(range(20))
     assert all({i // 5 for i in b} and all(sum(1 for i in b if i // 5 == f) in (0, 5) for f in range(4))
@@ -265,12 +265,12 @@ def test_grouped_batches_keep_families_together_and_match_plain_sampler_otherwis
     # without groups: exactly what DataLoader(shuffle=True, generator=g) draws, epoch after epoch
     g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
     ours = torch.utils.data.DataLoader(list(range(20)), generator=g1, batch_sampler=GlobalBatchSampler(
-        20, 6, drop_last=False, generator=g1))
+        20, 6, last_batch="keep", generator=g1))
     theirs = torch.utils.data.DataLoader(list(range(20)), batch_size=6, shuffle=True, generator=g2)
     for _ in range(2):
         assert [b.tolist() for b in ours] == [b.tolist() for b in theirs]
     with pytest.raises(ConfigError, match="divisible"):
-        GlobalBatchSampler(20, 5, drop_last=True, generator=torch.Generator(), world_size=2)
+        GlobalBatchSampler(20, 5, last_batch="drop", generator=torch.Generator(), world_size=2)
 
 
 def test_low_precision_logits_silence_infonce_earlier():

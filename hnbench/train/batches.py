@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, RandomSampler, Sampler
+from torch.utils.data import RandomSampler, Sampler
 
 from hnbench.errors import ConfigError
 
-__all__ = ["EdgeItems", "GlobalBatchSampler", "PairItems", "PlannedSegment", "SegmentItems", "SegmentPlan",
-           "group_positions", "subset_fraction"]
+__all__ = ["LAST_BATCH", "EdgeItems", "GlobalBatchSampler", "PairItems", "PlannedSegment", "SegmentItems", "SegmentPlan",
+           "batch_note", "epoch_batch_sizes", "group_positions", "subset_fraction"]
 
 
 class PairItems(torch.utils.data.Dataset[tuple[torch.Tensor, int]]):
@@ -130,60 +130,111 @@ class EdgeItems(PairItems):
         return self.transform(self.source.open(i)), i, self.transform(edge), torch.stack(crops), valid
 
 
+LAST_BATCH = ("keep", "drop")  # what an epoch does with the pairs past its last full batch (TrainConfig.last_batch)
+
+
+def epoch_batch_sizes(n: int, batch_size: int, world_size: int = 1, last_batch: str = "keep") -> list[int]:
+    """The sizes of one epoch's global batches over ``n`` images (the same every epoch; the order is reshuffled).
+
+    ``keep`` uses every image: the last batch is smaller (the ``n mod batch_size`` left over), a lone left-over
+    pair joins the batch before it (a batch of one pair has no negatives: its contrastive loss is a constant 0),
+    and under ``world_size`` processes the last batch is cut to a multiple of them (every rank holds the same
+    number of pairs in every step; the fewer than ``world_size`` cut pairs differ from epoch to epoch). ``drop``
+    is ``drop_last``: every batch holds ``batch_size`` pairs and the rest of each epoch's order is not trained.
+    Fewer images than one batch are one batch of them all (one process; several are refused).
+    """
+    if last_batch not in LAST_BATCH:
+        raise ConfigError(f"last_batch must be one of {LAST_BATCH}, got {last_batch!r}")
+    full, rest = divmod(n, batch_size)
+    if full == 0:
+        return [n]
+    sizes = [batch_size] * full
+    if last_batch == "drop":
+        return sizes
+    rest -= rest % world_size
+    if rest == 1:  # one process: the lone pair joins the batch before it
+        sizes[-1] += 1
+    elif rest:
+        sizes.append(rest)
+    return sizes
+
+
+def batch_note(n: int, batch_size: int, world_size: int = 1, last_batch: str = "keep") -> str | None:
+    """One line saying what an epoch does with the images that do not fill a last batch (None where they all do)."""
+    sizes = epoch_batch_sizes(n, batch_size, world_size, last_batch)
+    skipped = n - sum(sizes)
+    if n % batch_size == 0 or len(sizes) == 1 and sizes[0] == n < batch_size:
+        return None
+    head = f"{n} training images at --batch-size {batch_size}: "
+    if last_batch == "drop":
+        return (head + f"each epoch trains {_batches(len(sizes))} and skips the last {skipped} images of its "
+                "shuffled order (--last-batch drop; --last-batch keep trains them in a smaller last batch)")
+    if skipped:  # several processes: the last batch is a multiple of them
+        last = f"a last batch of {sizes[-1]}" if sizes[-1] != batch_size else "no smaller last batch"
+        return (head + f"each epoch trains {_batches(len(sizes))}, {last}; {skipped} images of each epoch's shuffled "
+                f"order are skipped so that each of the {world_size} processes trains the same number of pairs")
+    if sizes[-1] == batch_size + 1:
+        return (head + f"the one image left over joins each epoch's last batch ({batch_size + 1} pairs: a batch of "
+                "one pair has no negatives); every image is trained every epoch")
+    return (head + f"each epoch's last batch has {sizes[-1]} pairs; every image is trained every epoch "
+            "(--last-batch drop: only full batches)")
+
+
+def _batches(k: int) -> str:
+    return f"{k} batch{'' if k == 1 else 'es'}"
+
+
 class GlobalBatchSampler(Sampler[list[int]]):
-    """Shuffled global batches of ``batch_size`` positions (``RandomSampler`` + ``BatchSampler`` on
-    ``generator``), yielding this rank's slice of each. With ``groups``, whole groups are shuffled and
+    """Shuffled global batches of the sizes :func:`epoch_batch_sizes` gives (the order ``RandomSampler`` draws
+    on ``generator``), yielding this rank's slice of each. With ``groups``, whole groups are shuffled and
     kept together (hard negatives in every batch).
 
-    With one rank this draws exactly what ``DataLoader(shuffle=True, generator=g)`` draws. Each
+    With one rank and full batches this draws exactly what ``DataLoader(shuffle=True, generator=g)`` draws. Each
     yielded global batch is also appended to :attr:`issued` (a FIFO the consumer pops from, in order,
     as the loader delivers batches: the loader may prefetch ahead). ``skip`` drops the first batches
     of the next pass (resuming mid-epoch) without touching their images.
     """
 
-    def __init__(self, n: int, batch_size: int, *, drop_last: bool, generator: torch.Generator,
+    def __init__(self, n: int, batch_size: int, *, generator: torch.Generator, last_batch: str = "keep",
                  rank: int = 0, world_size: int = 1, groups: list[list[int]] | None = None) -> None:
         if batch_size % world_size:
             raise ConfigError(f"batch_size {batch_size} (the global batch) must be divisible by the "
                               f"number of processes {world_size}")
         if world_size > 1 and n < batch_size:
             raise ConfigError(f"{n} training images are fewer than one global batch of {batch_size}")
-        drop_last = drop_last or world_size > 1
-        self.inner: Any = (BatchSampler(RandomSampler(range(n), generator=generator), batch_size, drop_last=drop_last)
-                           if groups is None else _GroupedBatches(groups, batch_size, drop_last, generator))
-        self.local = batch_size // world_size
+        self.n, self.generator, self.groups, self.last_batch = n, generator, groups, last_batch
+        self.sizes = epoch_batch_sizes(n, batch_size, world_size, last_batch)
         self.rank, self.world_size = rank, world_size
         self.skip = 0
         self.issued: collections.deque[list[int]] = collections.deque()
 
     def __len__(self) -> int:
-        return len(self.inner)
+        return len(self.sizes)
+
+    def record(self) -> dict[str, Any]:
+        """What every epoch trains (a run's ``train_config.json`` keeps it): its batches, the last one's size and
+        the images it leaves out."""
+        return {"last_batch": self.last_batch, "batches": len(self.sizes), "last_batch_size": self.sizes[-1],
+                "images": self.n, "images_skipped": self.n - sum(self.sizes)}
+
+    def _order(self) -> list[int]:
+        """This epoch's order of the image positions (one draw of the generator, as ``RandomSampler`` makes it)."""
+        if self.groups is None:
+            return list(RandomSampler(range(self.n), generator=self.generator))
+        order = torch.randperm(len(self.groups), generator=self.generator).tolist()
+        return [i for k in order for i in self.groups[k]]
 
     def __iter__(self) -> Iterator[list[int]]:
         skip, self.skip = self.skip, 0
         self.issued.clear()
-        for k, batch in enumerate(self.inner):
+        order, start = self._order(), 0
+        for k, size in enumerate(self.sizes):
+            batch, start = order[start:start + size], start + size
             if k < skip:
                 continue
             self.issued.append(batch)
-            yield batch if self.world_size == 1 else batch[self.rank * self.local:(self.rank + 1) * self.local]
-
-
-class _GroupedBatches:
-    """Shuffle whole groups (e.g. synthdense families), concatenate their members, cut into batches."""
-
-    def __init__(self, groups: list[list[int]], batch_size: int, drop_last: bool, generator: torch.Generator):
-        self.groups, self.batch_size, self.drop_last, self.generator = groups, batch_size, drop_last, generator
-        self.n = sum(len(g) for g in groups)
-
-    def __len__(self) -> int:
-        return self.n // self.batch_size if self.drop_last else -(-self.n // self.batch_size)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        order = torch.randperm(len(self.groups), generator=self.generator).tolist()
-        flat = [i for k in order for i in self.groups[k]]
-        for start in range(len(self)):
-            yield flat[start * self.batch_size:(start + 1) * self.batch_size]
+            local = size // self.world_size
+            yield batch if self.world_size == 1 else batch[self.rank * local:(self.rank + 1) * local]
 
 
 def group_positions(image_ids: list[str], pattern: str) -> list[list[int]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from dataclasses import dataclass, fields
@@ -182,6 +183,11 @@ class TrainConfig:
                                      help="train the logit scale", off="freeze the logit scale")
     data_fraction: float = option(1.0, above=0, maximum=1, group="optimisation",
                                   help="train on this seeded fraction of the images (paper: 0.2)")
+    last_batch: str = option("keep", group="optimisation", choices=("keep", "drop"),
+                             help="the images past an epoch's last full batch: keep (every image every epoch: a "
+                                  "smaller last batch, a lone left-over pair joins the one before; under torchrun "
+                                  "cut to a multiple of the processes) or drop (drop_last: every loss sees "
+                                  "--batch-size pairs)")
     group_by: str | None = option(None, group="optimisation",
                                   help="regex on image ids: batches made of whole groups, e.g. \"^(.*)-v\\d+$\" "
                                        "(synthdense families)")
@@ -259,6 +265,11 @@ class TrainConfig:
                                "write a checkpoint"),
             (self.batch_size >= 2, f"batch_size must be >= 2, got {self.batch_size}: with one pair per batch there "
                                    "are no in-batch negatives and the contrastive loss is constant"),
+            (not _finite(self.gamma, self.max_logit_scale) or self.gamma * self.max_logit_scale < GAMMA_SCALE_LIMIT,
+             f"gamma {self.gamma:g} is too large for max_logit_scale {self.max_logit_scale:g}: γ·s must stay below "
+             f"2^24 (here {self.gamma * self.max_logit_scale:.3g}), past which one fp32 rounding step of a caption "
+             "similarity Ḡ moves the HN logit s·(S + γ·Ḡ) by a whole unit, so rounding, not the images, decides "
+             "the loss (the paper's γ: 0.5)" if _finite(self.gamma, self.max_logit_scale) else ""),
         ]
         try:  # declared bounds and choices (compared exactly: the loss is dispatched on its exact name)
             check_declared(self, with_key=True)
@@ -298,6 +309,37 @@ class TrainConfig:
         if protocol == "train" and kind not in DataSpec.reads("protocol"):
             protocol = None
         return DataSpec.of(self.dataset, self.dataset_options, protocol=protocol, data_root=self.data_root)[0]
+
+
+# γ·s must stay below this (see TrainConfig.validate): Ḡ near 1 is stored in fp32 to 2^-24, so at γ·s = 2^24 one
+# rounding step of a caption similarity moves its logit s·γ·Ḡ by 1 — and the margins, saturation and the loss
+# follow rounding noise, while the image-text part s·S (|S| <= 1) is all but lost beside it.
+GAMMA_SCALE_LIMIT = 2.0 ** 24
+
+
+def _finite(*values: Any) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+
+
+# A recipe's data specs: a --dataset / --eval-dataset naming other data replaces the recipe's whole spec.
+DATA_SPEC_FIELDS = {"dataset": ("dataset", "protocol", "data_root", "dataset_options"),
+                    "eval_dataset": ("eval_dataset", "eval_protocol", "eval_data_root", "eval_dataset_options")}
+
+
+def replace_data_spec(recipe: dict[str, Any], key: str, value: str, recipe_name: str) -> str | None:
+    """Where ``value`` (a ``--dataset`` / ``--eval-dataset`` given on the command line) names other data than
+    ``recipe``'s ``key``, remove the recipe's whole data spec of it (the data, its protocol, data root and loader
+    options belong to the recipe's data) and return the line saying so; None where nothing was replaced."""
+    fields_ = DATA_SPEC_FIELDS[key]
+    if value == recipe.get(key, getattr(TrainConfig, key)):  # a recipe without the key: the default's spec
+        return None
+    dropped = {f: recipe.pop(f) for f in fields_ if f in recipe}
+    if not dropped:
+        return None
+    said = ", ".join(f"{f} {', '.join(v) if isinstance(v, dict) else repr(v)}" for f, v in dropped.items())
+    flag = "--" + key.replace("_", "-")
+    return (f"{flag} {value} replaces recipe {recipe_name}'s {'evaluation ' if key != 'dataset' else ''}data "
+            f"({said}); give its protocol and options on the command line if it needs them")
 
 
 def options_of(cls: type[T], config: TrainConfig) -> T:

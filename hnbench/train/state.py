@@ -9,11 +9,15 @@ directory renamed into place) every ``save_every`` steps, at each epoch end and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import random
+import shlex
 import shutil
+import signal
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,10 +32,11 @@ from hnbench.io import atomic_write_bytes, follow_umask, human_bytes
 from hnbench.models.checkpoint import load_into, load_torch, read_state_dict
 from hnbench.settings import resume_free
 from hnbench.train.config import TrainConfig
+from hnbench.train.rundir import LOCK
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WRITE_ERRORS", "TrainState", "check_resume_config", "load_state", "resolve_resume", "save_state",
+__all__ = ["WRITE_ERRORS", "TrainState", "check_resume_config", "load_state", "resolve_resume", "resume_hint", "save_state",
            "write_failed"]
 
 STATE_DIR = "last"
@@ -94,11 +99,27 @@ def save_state(run_dir: Path, module: torch.nn.Module, optimizer: torch.optim.Op
                 else "no earlier state was saved")
         raise write_failed(f"the resumable state in {final}", e, free, kept) from e
     old = run_dir / f".{STATE_DIR}.old-{os.getpid()}"
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
+    with _signals_held():  # a Ctrl-C between the two renames would leave no state at all
+        if final.exists():
+            os.replace(final, old)
+        os.replace(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back (delivered when the block ends) where this thread can block them."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, OSError, ValueError):  # no pthread_sigmask on this platform
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 # What a failed write raises: the OS error, or torch's / safetensors' wrapping of it.
@@ -118,6 +139,19 @@ def _saved_step(state_dir: Path) -> str:
         return f"step {saved['step']}" if isinstance(saved, dict) else "an earlier step"
     except (CheckpointError, KeyError):
         return "an earlier step"
+
+
+def resume_hint(run_dir: Path) -> str:
+    """How to go on after a run in ``run_dir`` was interrupted (the Ctrl-C line): ``--resume`` from the state it
+    saved last, or, where it saved none, start again (``--overwrite`` where the folder was left non-empty)."""
+    state = run_dir / STATE_DIR
+    if (state / "trainer_state.pt").is_file():
+        return (f"its state at {_saved_step(state)} is saved in {state}: continue with --resume "
+                f"{shlex.quote(str(run_dir))} (and the same options)")
+    when = "a state is saved at each epoch end and every --save-every steps"
+    if run_dir.is_dir() and any(p.name != LOCK for p in run_dir.iterdir()):
+        return f"no resumable state was saved yet ({when}): start again with --overwrite"
+    return f"no resumable state was saved yet ({when}): start it again"
 
 
 def resolve_resume(path: str | Path) -> Path:
@@ -146,6 +180,8 @@ def load_state(state_dir: Path, module: torch.nn.Module, optimizer: torch.optim.
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{state_dir / 'train_config.json'}: unreadable ({e}); it records the options the "
                               "run was started with, so the run cannot be resumed") from None
+    if isinstance(started_with, dict):  # a run started before last_batch existed trained drop_last's batches
+        started_with.setdefault("last_batch", "drop")
     check_resume_config(started_with, config)
     saved = load_torch(state_dir / "trainer_state.pt")  # weights only: a pickled object is refused in one line
     if not isinstance(saved, dict) or not {"step", "epoch", "batch_in_epoch", "optimizer", "rng"} <= set(saved):

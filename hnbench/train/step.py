@@ -191,10 +191,10 @@ def _cached_step(model: torch.nn.Module, towers: Any, micro: list[MicroBatch], o
     leaves = {k: torch.cat([o[k] for o in outs]).detach().requires_grad_() for k in keys}
     leaves["scale"] = outs[0]["scale"].detach().requires_grad_()
     world = objective.context.world_size
-    b = micro[0].pixels.shape[0]
+    sizes = [mb.pixels.shape[0] for mb in micro]  # this rank's pairs of each (an epoch's last may be smaller)
     # gathered order is rank-major over each rank's concatenated micro-batches
-    ids = [mb.image_ids[r * b:(r + 1) * b] for r in range(world) for mb in micro]
-    caps = [mb.caption_texts[r * b:(r + 1) * b] for r in range(world) for mb in micro]
+    ids = [mb.image_ids[r * b:(r + 1) * b] for r in range(world) for mb, b in zip(micro, sizes)]
+    caps = [mb.caption_texts[r * b:(r + 1) * b] for r in range(world) for mb, b in zip(micro, sizes)]
     g_texts = [mb.g_text for mb in micro if mb.g_text is not None]  # all of them or none
     g_text = torch.cat(g_texts) if g_texts else None
     tokens = torch.cat([mb.tokens for mb in micro])
@@ -206,12 +206,13 @@ def _cached_step(model: torch.nn.Module, towers: Any, micro: list[MicroBatch], o
     scale_grad = grads["scale"]
     assert scale_grad is not None, "every loss depends on the logit scale"
     k_micro = len(micro)
+    starts = [sum(sizes[:m]) for m in range(k_micro)]
     for m, (mb, snap) in enumerate(zip(micro, snaps)):  # 3) re-encode with a graph, push the cached gradient
         with _sync(model, m == k_micro - 1):
             _rng_restore(snap, device)
             with autocast():
                 out = model(mb.pixels, mb.tokens, objective.token_mode)
-            sl = slice(m * b, (m + 1) * b)
+            sl = slice(starts[m], starts[m] + sizes[m])
             surrogate = out["scale"] * (scale_grad / k_micro)
             for key in keys:
                 grad = grads[key]

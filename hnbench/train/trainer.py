@@ -12,7 +12,8 @@ hnbench's evaluator and the saturation diagnostics. Writes into the output direc
 * ``train_config.json`` (the exact recipe that ran), ``log.jsonl`` (one line per logged step),
   ``diagnostics.jsonl`` (step / epoch / eval records), ``eval/`` (result files), ``last/`` (resume state).
 
-``batch_size`` is the *global* micro-batch (the pairs one loss sees), split evenly over processes.
+``batch_size`` is the *global* micro-batch (the pairs one loss sees), split evenly over processes; an epoch's
+last batch holds the images left over (``last_batch``, :func:`~hnbench.train.batches.epoch_batch_sizes`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from hnbench.train.batches import (
     PairItems,
     SegmentItems,
     SegmentPlan,
+    batch_note,
     group_positions,
     subset_fraction,
 )
@@ -215,8 +217,11 @@ class _Run:
         workers = min(default_num_workers(dist.device), n // c.batch_size) if c.num_workers is None else c.num_workers
         self.generator = torch.Generator().manual_seed(c.seed)
         groups = group_positions(self.ds.image_ids, c.group_by) if c.group_by else None
-        self.sampler = GlobalBatchSampler(n, c.batch_size, drop_last=n >= c.batch_size, generator=self.generator,
+        self.sampler = GlobalBatchSampler(n, c.batch_size, last_batch=c.last_batch, generator=self.generator,
                                           rank=dist.rank, world_size=dist.world_size, groups=groups)
+        if dist.is_main and (note := batch_note(n, c.batch_size, dist.world_size, c.last_batch)):
+            # pairs left untrained are a warning; a smaller last batch is what a reader of the log wants to know
+            (logger.warning if sum(self.sampler.sizes) < n else logger.info)("%s", note)
         self.plan: SegmentPlan | None = None
         self.filtered: list[str] | None = None
         items = PairItems(self.ds.images, self.encoder.image_transform)
@@ -284,7 +289,7 @@ class _Run:
                      batch: list[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """This rank's side inputs of global batch ``glob`` (captions ``caps``): (through the towers, for the terms)."""
         device, dist = self.dist.device, self.dist
-        b = self.config.batch_size // dist.world_size
+        b = len(glob) // dist.world_size
         local = glob if dist.world_size == 1 else glob[dist.rank * b:(dist.rank + 1) * b]
         if self.filtered is not None:
             local_caps = caps if dist.world_size == 1 else caps[dist.rank * b:(dist.rank + 1) * b]
@@ -380,7 +385,6 @@ class _Run:
     def _epoch(self, state: Any, bar: Any, start: float) -> bool:
         c, dist = self.config, self.dist
         device = dist.device
-        b = c.batch_size // dist.world_size
         group: list[MicroBatch] = []
         stop = False
         if isinstance(self.items, SegmentItems):
@@ -392,6 +396,7 @@ class _Run:
             if self.plan is not None:  # the long caption is the one the segment's spans index
                 caps = [self.plan.pick(int(i), state.epoch).caption for i in glob]
             extra, side = self._side_inputs(glob, caps, state.epoch, batch)
+            b = len(glob) // dist.world_size  # this rank's pairs (an epoch's last batch may be smaller)
             local = caps if dist.world_size == 1 else caps[dist.rank * b:(dist.rank + 1) * b]
             tokens = self.tokens[local].to(device)
             g_text = None
@@ -417,6 +422,10 @@ class _Run:
             self._average_extra_grads()
             loss = dist.mean(loss)  # rank losses are local shares: their mean is the global loss
             terms = {name: dist.mean(v) for name, v in self.objective.last_terms.items()}
+            # every term exactly 0 (not merely weighted 0 by a warm-up schedule): before the optimizer moves
+            # anything, its weight decay included
+            if step == 0 and loss == 0.0 and all(v == 0.0 for v in terms.values()):
+                raise ConfigError(self._silent_start())
             if self.scaler is not None:
                 self.scaler.unscale_(self.opt)
             if c.grad_clip:
@@ -445,6 +454,18 @@ class _Run:
             if c.save_every and state.step % c.save_every == 0 and mid_epoch:
                 self._save(state, start)
         return stop
+
+    def _silent_start(self) -> str:
+        """The line for a run whose first step's loss is exactly 0, every term of it (a contrastive term: every
+        positive of the batch at probability exactly 1 in fp32): no gradient at all, nothing to learn from the
+        start, so the run stops untrained. A term its schedule weights 0 at first (FineLIP's ramp) is not 0."""
+        c = self.config
+        why = (f"; with --gamma {c.gamma:g} the handicap γ·s·Ḡ of every negative whose caption is dissimilar "
+               "(Ḡ < 0) pushes it out of the softmax: a smaller --gamma (the paper's: 0.5)"
+               if c.loss == "hn" and c.gamma > 0 else "")
+        return ("the training loss is exactly 0.0 at the first step, every term of it: no gradient reaches the "
+                "model (a contrastive loss is 0 only when each positive of the batch has probability exactly 1 in "
+                f"fp32){why}; stopped before the first update, no checkpoint written")
 
     def _average_extra_grads(self) -> None:
         """The mean over ranks of the objective modules' gradients (what DDP does for the towers' own)."""
@@ -554,7 +575,7 @@ class _Run:
                     "dataset_fingerprint": self.ds.fingerprint(), "checkpoint": path.name,
                     "outputs": {k: str(Path(v).relative_to(self.out_dir)) for k, v in outputs.items()},
                     "world_size": self.dist.world_size, "stopped_early": stopped and state.step < self.total,
-                    "total_steps": self.total,
+                    "total_steps": self.total, "epoch_batches": self.sampler.record(),
                     "n_train_images": self.ds.n_images, "side_inputs": self.side_record}
             atomic_write_bytes(self.out_dir / "train_config.json", (json.dumps(meta, indent=2) + "\n").encode())
             logger.info("wrote %s after %d steps", path, state.step)
