@@ -477,6 +477,10 @@ def _run_eval(args: argparse.Namespace, model: ModelSpec, data: DataSpec) -> int
           f"{ds['name']}/{ds['protocol'] or 'default'}: {ds['n_images']} images, "
           + (f"{ds['n_captions']} captions, " if "n_captions" in ds else f"{ds.get('n_classes')} classes, ")  # zeroshot
           + f"{result.tokens['n_truncated']} truncated")
+    name_from = (ds.get("meta") or {}).get("name_from")  # a manifest or image folder named without --name
+    if name_from in ("file", "folder"):
+        what = f"file {os.path.basename(str(ds.get('source') or ''))}" if name_from == "file" else "folder"
+        print(f"data set named {ds['name']!r} after its {what}; --name NAME names it otherwise")
     if result.scorer.get("name", "cosine") != "cosine":  # a pairwise scorer (--scorer): said above its numbers
         top = result.scorer.get("rerank_top")
         print(f"scored by {result.scorer['name']}" + (f", re-ranking the dual encoder's top {top}" if top else
