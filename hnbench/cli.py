@@ -31,6 +31,7 @@ from hnbench.settings import (
 from hnbench.sidecars.options import SegmentsSettings
 from hnbench.specs import DataSpec, ModelSpec
 from hnbench.suites import SuiteSettings
+from hnbench.textdiff import MAX_CAPTION_CHARS, MAX_WORDS
 from hnbench.train.config import TrainConfig, load_recipe
 from hnbench.train.report import epoch_table, read_run, train_report
 
@@ -576,7 +577,9 @@ def _run_compare(args: argparse.Namespace) -> int:
 
 def _add_browse_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("browse", help="a static HTML page of a result's failures: worst queries with thumbnails "
-                                      "and word diffs, recall by hardness, disagreements with another model")
+                                      "and word diffs, recall by hardness, disagreements with another model "
+                                      f"(captions shown up to {MAX_CAPTION_CHARS:,} characters, diffed up to "
+                                      f"{MAX_WORDS:,} words)")
     p.add_argument("result", metavar="RESULT.json")
     _add_settings_args(p, BrowseSettings, required={"output"})
     _group(p, "data").description = ("the result's data, as recorded in it; a flag given replaces that field "

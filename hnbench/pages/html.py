@@ -1,4 +1,8 @@
-"""The browse page as one self-contained HTML file: no server, no CDN, no framework."""
+"""The browse page as one self-contained HTML file: no server, no CDN, no framework.
+
+A caption is shown up to :data:`MAX_CAPTION_CHARS` characters, a longer one cut with a note of how much is
+left out (and never diffed), so a row's size is bounded whatever the data holds and a page stays linear in
+its rows: one caption of 5 MB, retrieved for every query, would otherwise be copied into each row."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from hnbench.io import script_json, value_text
 from hnbench.metrics import CI_RULE
 from hnbench.pages.page import Page, Row
 from hnbench.pages.theme import CSS, SORT_JS
-from hnbench.textdiff import diff_words
+from hnbench.textdiff import MAX_CAPTION_CHARS, diff_words
 from hnbench.textdiff import render as render_diff
 
 _CSS = """
@@ -75,8 +79,19 @@ def _mark(text: str) -> str:
     return f"<mark>{text}</mark>"
 
 
+def _shown(text: str) -> str:
+    """A caption as plain HTML; one over :data:`MAX_CAPTION_CHARS` cut there, with how many characters are left out."""
+    if len(text) <= MAX_CAPTION_CHARS:
+        return E(text)
+    return (E(text[:MAX_CAPTION_CHARS]) + f' <small class="cut">… {len(text) - MAX_CAPTION_CHARS:,} more characters '
+            "not shown</small>")
+
+
 def _diffed(a: str, b: str) -> tuple[str, str]:
-    """Both captions as HTML with the words that differ in ``<mark>`` (the one rule of :mod:`hnbench.textdiff`)."""
+    """Both captions as HTML with the words that differ in ``<mark>`` (the one rule of :mod:`hnbench.textdiff`);
+    where either is over :data:`MAX_CAPTION_CHARS`, both are shown plain and the long one cut (:func:`_shown`)."""
+    if len(a) > MAX_CAPTION_CHARS or len(b) > MAX_CAPTION_CHARS:
+        return _shown(a), _shown(b)
     sa, sb = diff_words(a, b)
     return render_diff(sa, E, _mark), render_diff(sb, E, _mark)
 
@@ -159,7 +174,8 @@ def render(page: Page) -> str:
               "worst first (highest rank, then largest margin = best wrong score − true score). "
               "<mark>Highlighted</mark> words differ between the query's caption and the retrieved item's caption; "
               "shared words are plain (t2i: the caption of the best wrong image; i2t: each retrieved caption against "
-              f"the image's true caption). {E(textdiff.RULE)} Green: a correct item; under each retrieved image its "
+              f"the image's true caption). {E(textdiff.RULE)} A caption over {MAX_CAPTION_CHARS:,} characters is cut "
+              "(its length is said) and shown plain. Green: a correct item; under each retrieved image its "
               "score and id. Click a thumbnail to enlarge it, a caption to show it whole, a column to sort.")
     if compare:
         legend += (f" 'right at 1 for': the query is right at K=1 for only one model (baseline = {E(page.models[0]['label'])}, "
