@@ -10,6 +10,7 @@ import html
 from typing import Any
 
 from hnbench import textdiff
+from hnbench.comparison import BASELINE, BASELINE_ONLY, MODEL, MODEL_ONLY
 from hnbench.io import script_json, value_text
 from hnbench.metrics import CI_RULE
 from hnbench.pages.page import Page, Row
@@ -96,6 +97,11 @@ def _diffed(a: str, b: str) -> tuple[str, str]:
     return render_diff(sa, E, _mark), render_diff(sb, E, _mark)
 
 
+def _named(m: dict[str, Any], roles: bool) -> str:
+    """A result's label, with its role (model or baseline) where the page compares two."""
+    return E(m["label"]) + (f" <small>({E(m['role'])})</small>" if roles and m.get("role") else "")
+
+
 def _img(image_id: str) -> str:
     return f'<img data-t="{E(image_id)}" alt="{E(image_id)}" title="{E(image_id)}" decoding="async">'
 
@@ -128,7 +134,7 @@ def _row(r: Row, compare: bool, hardness: bool) -> str:
     cells = [f"<td>{r.direction}</td>", f'<td data-v="{r.rank}">{r.rank}</td>',
              f'<td data-v="{r.margin:.6f}">{r.margin:+.3f}</td>' if r.margin > float("-inf") else '<td data-v="-9">–</td>']
     if compare:
-        cells += [f'<td data-v="{r.other_rank}">{r.other_rank}</td>', f"<td>{E(r.status)}</td>"]
+        cells += [f'<td data-v="{r.baseline_rank}">{r.baseline_rank}</td>', f"<td>{E(r.status)}</td>"]
     if hardness:
         cells.append(f'<td data-v="{r.hardness:.6f}">{r.hardness:.3f}</td>' if r.hardness is not None
                      else '<td data-v="-9">–</td>')
@@ -147,7 +153,8 @@ def _summary(page: Page) -> str:
             met, ci = m["metrics"].get(d, {}), (m["ci95"] or {}).get(d) or {}
             cells = "".join(f"<td>{met[k]:.2f}" + (f" [{ci[k][0]:.2f}, {ci[k][1]:.2f}]" if k in ci else "") + "</td>"
                             if k in met else "<td>–</td>" for k in ks)
-            rows.append(f"<tr><td>{E(m['label'])}</td><td>{d}</td>{cells}<td>{met.get('n_queries', '–')}</td></tr>")
+            rows.append(f"<tr><td>{_named(m, len(page.models) > 1)}</td><td>{d}</td>{cells}"
+                        f"<td>{met.get('n_queries', '–')}</td></tr>")
     return f'<table id="summary">{head}{"".join(rows)}</table>'
 
 
@@ -159,7 +166,7 @@ def _hardness(page: Page) -> str:
     for rec in page.hardness:
         body = "".join(f"<tr><td>{E(a.label)}</td><td>{a.n}</td><td>{value_text(a.r_at_1, 1)}</td><td>{b.n}</td>"
                        f"<td>{value_text(b.r_at_1, 1)}</td></tr>" for a, b in zip(rec["t2i"], rec["i2t"]))
-        out.append(f"<h3>{E(rec['label'])}</h3><table class=\"hardness\"><tr><th>bucket</th><th>t2i n</th>"
+        out.append(f"<h3>{_named(rec, len(page.hardness) > 1)}</h3><table class=\"hardness\"><tr><th>bucket</th><th>t2i n</th>"
                    f"<th>t2i R@1</th><th>i2t n</th><th>i2t R@1</th></tr>{body}</table>")
     return "".join(out)
 
@@ -167,7 +174,7 @@ def _hardness(page: Page) -> str:
 def render(page: Page) -> str:
     """The whole page; ``T`` maps image ids to embedded JPEG thumbnails, filled into ``<img data-t>``."""
     compare, hardness = len(page.models) > 1, bool(page.hardness)
-    heads = ["direction", "rank", "margin"] + (["other rank", "right at 1 for"] if compare else []) \
+    heads = ["direction", "rank", "margin"] + ([f"{BASELINE} rank", "right at 1 for"] if compare else []) \
         + (["hardness"] if hardness else []) + ["query", "true item", "retrieved (top)"]
     shown = {d: sum(r.direction == d for r in page.rows) for d in ("t2i", "i2t")}
     legend = (f"{len(page.rows)} query rows ({', '.join(f'{d}: {shown[d]} of {n}' for d, n in page.counts.items())}), "
@@ -178,10 +185,13 @@ def render(page: Page) -> str:
               "(its length is said) and shown plain. Green: a correct item; under each retrieved image its "
               "score and id. Click a thumbnail to enlarge it, a caption to show it whole, a column to sort.")
     if compare:
-        legend += (f" 'right at 1 for': the query is right at K=1 for only one model (baseline = {E(page.models[0]['label'])}, "
-                   f"other = {E(page.models[1]['label'])}); every such query is listed.")
-    status = ('<select id="status"><option value="">all queries</option><option value="baseline only">right only for '
-              'the baseline</option><option value="other only">right only for the other</option></select>') if compare else ""
+        legend += (f" 'rank' is the {MODEL}'s ({E(page.models[0]['label'])}), '{BASELINE} rank' the {BASELINE}'s "
+                   f"({E(page.models[1]['label'])}, the result compared against, as hnbench compare's first); "
+                   f"'right at 1 for': the query is right at K=1 for one of them only ('{MODEL_ONLY}' / "
+                   f"'{BASELINE_ONLY}'); every such query is listed.")
+    status = (f'<select id="status"><option value="">all queries</option><option value="{MODEL_ONLY}">right only '
+              f'for the {MODEL}</option><option value="{BASELINE_ONLY}">right only for the {BASELINE}</option>'
+              "</select>") if compare else ""
     controls = ('<div class="controls"><input id="filter" placeholder="filter text" size="30"> '
                 '<select id="dir"><option value="">both directions</option><option value="t2i">t2i</option>'
                 f'<option value="i2t">i2t</option></select> {status} <span id="shown"></span> shown</div>')
