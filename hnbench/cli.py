@@ -32,6 +32,7 @@ from hnbench.settings import (
 from hnbench.sidecars.options import SegmentsSettings
 from hnbench.specs import DataSpec, ModelSpec
 from hnbench.suites import SuiteSettings
+from hnbench.textdiff import MAX_CAPTION_CHARS, MAX_WORDS
 from hnbench.train.config import DATA_SPEC_FIELDS, TrainConfig, load_recipe, replace_data_spec
 from hnbench.train.report import epoch_table, read_run, train_report
 
@@ -478,6 +479,10 @@ def _run_eval(args: argparse.Namespace, model: ModelSpec, data: DataSpec) -> int
           f"{ds['name']}/{ds['protocol'] or 'default'}: {ds['n_images']} images, "
           + (f"{ds['n_captions']} captions, " if "n_captions" in ds else f"{ds.get('n_classes')} classes, ")  # zeroshot
           + f"{result.tokens['n_truncated']} truncated")
+    name_from = (ds.get("meta") or {}).get("name_from")  # a manifest or image folder named without --name
+    if name_from in ("file", "folder"):
+        what = f"file {os.path.basename(str(ds.get('source') or ''))}" if name_from == "file" else "folder"
+        print(f"data set named {ds['name']!r} after its {what}; --name NAME names it otherwise")
     if result.scorer.get("name", "cosine") != "cosine":  # a pairwise scorer (--scorer): said above its numbers
         top = result.scorer.get("rerank_top")
         print(f"scored by {result.scorer['name']}" + (f", re-ranking the dual encoder's top {top}" if top else
@@ -581,7 +586,9 @@ def _run_compare(args: argparse.Namespace) -> int:
 
 def _add_browse_parser(sub: _Subparsers) -> None:
     p = sub.add_parser("browse", help="a static HTML page of a result's failures: worst queries with thumbnails "
-                                      "and word diffs, recall by hardness, disagreements with another model")
+                                      "and word diffs, recall by hardness, disagreements with another model "
+                                      f"(captions shown up to {MAX_CAPTION_CHARS:,} characters, diffed up to "
+                                      f"{MAX_WORDS:,} words)")
     p.add_argument("result", metavar="RESULT.json")
     _add_settings_args(p, BrowseSettings, required={"output"})
     _group(p, "data").description = ("the result's data, as recorded in it; a flag given replaces that field "

@@ -17,6 +17,11 @@ Output schema (version 1), ``compare.json``::
 ``significant`` (the report's ``*``) is ``p_holm < alpha``: what the table's last p column says (with one
 model against the baseline ``p_holm = p_mcnemar``). ``excludes_zero`` (the unadjusted bootstrap interval)
 is kept for reference; it does not mark anything (rows written before ``significant`` lack it).
+
+The roles are hnbench's one convention (:data:`BASELINE`, :data:`MODEL`), shared with ``hnbench browse``: the
+*baseline* is the result the others are compared against (compare's first argument, browse's ``--compare``),
+a *model* one compared with it (compare's others, the result browse shows); ``baseline only`` / ``model
+only`` count the queries only that one gets right.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ SCHEMA_VERSION = 1
 KIND = "hnbench.compare"
 DIRECTIONS = ("t2i", "i2t")
 ALPHA = 0.05  # the level of the intervals (95%) and of the report's significance mark
+BASELINE, MODEL = "baseline", "model"  # the roles of two compared results (see the module's docstring)
+BASELINE_ONLY, MODEL_ONLY = f"{BASELINE} only", f"{MODEL} only"  # queries right (at K) for that one only
 METHODS = {
     "interval": "paired percentile bootstrap: queries resampled with replacement, jointly for both models",
     "test": "exact McNemar (two-sided binomial sign test on the discordant queries)",
@@ -157,7 +164,7 @@ class Comparison:
                    "p (McNemar)": _p(r["p_mcnemar"])}
             if several:
                 row["p (Holm)"] = _p(r["p_holm"])
-            row.update({"baseline only": r["n_baseline_only"], "model only": r["n_model_only"],
+            row.update({BASELINE_ONLY: r["n_baseline_only"], MODEL_ONLY: r["n_model_only"],
                         "queries": r["n_queries"]})
             table.append(row)
         ds = self.dataset
@@ -168,7 +175,7 @@ class Comparison:
                  "per-query results; no encoding.", "",
                  f"Δ = model R@K − baseline R@K in points. 95% paired CI: {METHODS['interval']} "
                  f"({st['n_boot']} draws, seed {st['seed']}). "
-                 f"p (McNemar): {METHODS['test']}. 'baseline only' / 'model only': queries only that one gets "
+                 f"p (McNemar): {METHODS['test']}. '{BASELINE_ONLY}' / '{MODEL_ONLY}': queries only that one gets "
                  "right at K." + (f" p (Holm): Holm-corrected {METHODS['family']}." if several else ""), "",
                  f"`*` after Δ: significant, {p_col} < {st['alpha']:g}"
                  + (" (the Holm-corrected p; an unmarked Δ whose interval excludes zero is not significant "

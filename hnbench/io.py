@@ -369,10 +369,26 @@ def read_untrusted(path: str | Path, what: str, *, limit: int = MAX_JSON_BYTES,
                 if stat.S_ISSOCK(st.st_mode) else "not a file")
         raise error(f"{path}: {what} is {kind}, not a regular file; refused")
     with os.fdopen(fd, "rb") as f:
-        data = f.read(limit + 1)  # the file may grow while it is read
+        data = _read_bounded(f, st.st_size, limit)
     if len(data) > limit:
         raise error(f"{path}: {what} grew past the {limit:,} bytes hnbench reads; refused")
     return data
+
+
+def _read_bounded(f: io.BufferedReader, size: int, limit: int) -> bytes:
+    """What ``f`` holds, at most ``limit + 1`` bytes: one read of its ``size`` (its stat, which may be stale: a
+    file that grew, a /proc file of size 0) and then blocks of 1 MiB until the end or past ``limit``.
+
+    Never ``read(limit + 1)``: that allocates the whole limit (4 GiB for a table) up front, a ``MemoryError``
+    under any memory limit (``ulimit -v``, a container) however small the file."""
+    data = f.read(min(size, limit) + 1)
+    if len(data) <= size:
+        return data
+    parts, n = [data], len(data)
+    while n <= limit and (block := f.read(min(1 << 20, limit + 1 - n))):
+        parts.append(block)
+        n += len(block)
+    return b"".join(parts)
 
 
 def read_json_untrusted(path: str | Path, what: str, *, error: type[HnbenchError] = DataError) -> Any:

@@ -5,8 +5,10 @@ Rules (also in ``leaderboards/README.md``):
 - One table per (benchmark, protocol, data fingerprint, search mode): rows of different protocols, data
   or search modes are never ranked together nor supersede each other (:func:`_data_keys`: the content
   fingerprint; an older, name-bound one joins a newer result's ``legacy_fingerprint``). Two data sets of
-  one name get two tables, titled with their image count and short fingerprint. Results without
-  ``settings.search`` predate approximate search and count as exact.
+  one name get two tables, titled with their image count and short fingerprint. A set that is not registered
+  is known by its content alone: its results under several names are one table (titled ``a / b``, a note
+  listing the names) and one Borda column; a registered benchmark's tables stay keyed by its name. Results
+  without ``settings.search`` predate approximate search and count as exact.
 - Each task (:data:`hnbench.registry.TASKS`: retrieval, zero-shot classification, …) has its own section
   with its own columns, ranked by its main score (:class:`hnbench.tasks.Task`): a classification accuracy
   is never ranked beside a recall. A board of retrieval results alone has no task headings (as before
@@ -213,10 +215,34 @@ def collect(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, list[tuple[str, 
 
 
 def _data_keys(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add the ``data`` column the tables are keyed by: a measured row's data fingerprint, so results of
-    two data sets never share a table."""
-    keyed: pd.DataFrame = frame.assign(data=frame["data_fingerprint"].fillna(""))
+    """Add the ``data`` column the tables are keyed by (a measured row's content fingerprint, so results of two
+    data sets never share a table) and ``names`` (the name each row's result gave its data).
+
+    A set that is not registered (a manifest, an image folder, an HF dataset: :data:`BENCHMARK_ORDER` lacks its
+    name) is known by its content, not its name: its results under several names (``captions``, the file
+    stem, and ``--name realset``) are one table, under the label of all those names (:func:`_data_label`), and
+    count once in the Borda rank. A registered benchmark keeps its name (its tables: benchmark, protocol, data)."""
+    keyed: pd.DataFrame = frame.assign(data=frame["data_fingerprint"].fillna(""), names=frame["benchmark"])
+    local = ~keyed["benchmark"].isin(BENCHMARK_ORDER) & (keyed["data"] != "")
+    if local.any():
+        labels = keyed[local].groupby("data")["benchmark"].agg(_data_label)
+        keyed.loc[local, "benchmark"] = keyed.loc[local, "data"].map(labels)
     return keyed
+
+
+def _data_label(names: pd.Series) -> str:
+    """The label of one unregistered data set's tables: the names its results gave it, sorted, ``a / b``."""
+    return " / ".join(sorted(set(map(str, names))))
+
+
+def _names_note(t: pd.DataFrame) -> list[str]:
+    """The note under a table of one data set its results named differently (none for one name)."""
+    names = sorted(set(map(str, t["names"].dropna()))) if "names" in t else []
+    if len(names) < 2:
+        return []
+    fingerprint = next(iter(t.loc[t["kind"] == "measured", "data"]), "")
+    return [f"one data set (content fingerprint {fingerprint}) that results name {', '.join(names)}: one table, "
+            "ranked once; name it with --name when evaluating"]
 
 
 def _dedupe(frame: pd.DataFrame, link_base: Path) -> tuple[pd.DataFrame, dict[TableKey, list[str]]]:
@@ -292,13 +318,16 @@ def _table_order(key: TableKey) -> tuple[int, str, str, bool, str, str]:
     return (pos, bench, protocol, search != "exact", search, data)
 
 
-def _shared_names(keys: Sequence[TableKey]) -> set[TableKey]:
-    """The tables whose benchmark name, protocol and search mode another table on other data shares (two
-    data sets with one name): their titles and Borda columns add the data's short fingerprint."""
+def _shared_names(tables: dict[TableKey, pd.DataFrame]) -> set[TableKey]:
+    """The tables that share a name (one their results gave the data), protocol and search mode with a table on
+    other data (two data sets with one name): their titles and Borda columns add the data's short fingerprint."""
     seen: dict[tuple[str, str, str], set[str]] = {}
-    for bench, protocol, data, search in keys:
-        seen.setdefault((bench, protocol, search), set()).add(data)
-    return {k for k in keys if len(seen[(k[0], k[1], k[3])]) > 1}
+    names = {key: set(map(str, t["names"].dropna())) | {key[0]} if "names" in t else {key[0]}
+             for key, t in tables.items()}
+    for (_, protocol, data, search), given in names.items():
+        for name in given:
+            seen.setdefault((name, protocol, search), set()).add(data)
+    return {k for k, given in names.items() if any(len(seen[(n, k[1], k[3])]) > 1 for n in given)}
 
 
 class _Markup:
@@ -408,7 +437,7 @@ def _borda(tables: dict[TableKey, pd.DataFrame]) -> list[tuple[str, pd.DataFrame
     for key in sorted(tables, key=_table_order):
         for fam in families_of(key[0], key[1]):
             groups.setdefault((fam, key[3]), []).append(key)
-    shared = _shared_names(list(tables))
+    shared = _shared_names(tables)
     out: list[tuple[str, pd.DataFrame, list[str]]] = []
     for (fam, search), keys in groups.items():
         if len({k[0] for k in keys}) < 2:
@@ -471,7 +500,7 @@ def _task_blocks(frame: pd.DataFrame, task: Task, mk: _Markup, flat: list[pd.Dat
     blocks: list[Block] = []
     tables: dict[TableKey, pd.DataFrame] = {cast(TableKey, key): _rank(t, sort, task)
                                              for key, t in frame.groupby(TABLE_KEY, sort=False)}
-    shared = _shared_names(list(tables))
+    shared = _shared_names(tables)
     for key in sorted(tables, key=_table_order):
         t, (bench, protocol, data, search) = tables[key], key
         n_img: np.ndarray | list[Any] = t.loc[t["kind"] == "measured", "n_images"].dropna().unique() if "n_images" in t else []
@@ -481,7 +510,7 @@ def _task_blocks(frame: pd.DataFrame, task: Task, mk: _Markup, flat: list[pd.Dat
                                   + (f" · data {data[:8]}" if key in shared else "")
                                   + ("" if search == "exact" else f" · {search} search (not comparable "
                                                                   "with exact search)"))))
-        base, table_notes = None, list(notes.get(key, []))
+        base, table_notes = None, _names_note(t) + list(notes.get(key, []))
         sig: Tests = {}
         if baseline:
             hit = t[[m == baseline or fnmatchcase(m, baseline) for m in t["model"]]]
@@ -641,8 +670,8 @@ def leaderboard(results_dirs: Sequence[str | Path] = (), output: str | Path | No
     if len(frame):
         frame = _disambiguate(frame.reset_index(drop=True))
         keep = pd.Series(True, index=frame.index)
-        if benchmarks:
-            keep &= frame["benchmark"].isin(benchmarks)
+        if benchmarks:  # a benchmark's name, or one of the names results gave an unregistered set
+            keep &= frame["benchmark"].isin(benchmarks) | (frame["names"].isin(benchmarks) if "names" in frame else False)
         if protocols:
             keep &= frame["protocol"].isin(protocols)
         if model_glob:

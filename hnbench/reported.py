@@ -11,10 +11,16 @@ only ever lands in a table of the matching protocol.
 retrieval (columns ``R@1``, ``R@5``, ``R@10``), ``classification`` rows are zero-shot classification (columns
 ``top-1``, ``top-5``; :data:`ZERO_SHOT_SETS`: the benchmark is the labelled set's layout, the protocol the
 prompt templates). A file without the classification columns (the older schema) still reads.
+
+A file is checked before it is used (:func:`load_published`): its columns, each row's direction, and every
+metric cell empty (not reported) or a number from 0 to 100; ``nan``, ``inf`` or text in a metric cell, or a
+protocol no benchmark maps (:func:`reported_rows`), is one :class:`~hnbench.errors.DataError` line naming
+each bad cell by ``file:line``, never a traceback later in a board.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -22,6 +28,8 @@ from typing import Any
 import pandas as pd
 
 from hnbench.data.benchmarks import BENCHMARKS
+from hnbench.errors import DataError
+from hnbench.io import Problems, read_rows
 from hnbench.registry import BENCHMARK_SPECS, TASKS
 from hnbench.validate import DEFAULT_KS
 
@@ -29,6 +37,8 @@ PUBLISHED_CSV = Path(__file__).parent / "assets" / "published-results.csv"
 
 #: the metric columns of the file beyond the retrieval ones (absent from older files: read as empty)
 METRIC_COLUMNS = ("R@1", "R@5", "R@10", "top-1", "top-5")
+#: the columns every file has (the first schema's, but its metrics, which may be absent)
+REQUIRED_COLUMNS = ("source", "protocol", "method", "backbone", "training", "benchmark", "direction")
 
 #: zero-shot sets a reported classification row may name: the labelled set's layout
 #: (:func:`hnbench.data.classes.class_layout`) → its protocols, the prompt templates (``--templates``)
@@ -73,10 +83,65 @@ def context_length_of(backbone: str) -> int:
     return int(m.group(1)) if m else DEFAULT_CONTEXT_LENGTH
 
 
+def _metric_problem(cell: str) -> str | None:
+    """What is wrong with a metric cell's text (None: empty, or a number from 0 to 100)."""
+    if not cell.strip():
+        return None
+    try:
+        value = float(cell)
+    except ValueError:
+        value = math.nan
+    if math.isfinite(value) and 0 <= value <= 100:
+        return None
+    return f"{cell!r} is not a percentage from 0 to 100 (leave the cell empty where the source reports none)"
+
+
+def check_published(path: str | Path) -> None:
+    """Refuse a published-results file hnbench cannot rank from, in one :class:`~hnbench.errors.DataError`
+    line naming every bad cell by ``file:line`` (:class:`hnbench.io.Problems`): a missing column, an unknown
+    direction, a protocol its benchmark does not have (:func:`protocol_of`), a metric cell that is not empty or
+    a number from 0 to 100 (``nan``, ``inf``, text)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such published-results file")
+    if path.suffix != ".csv":
+        raise DataError(f"{path}: a published-results file is a CSV file named *.csv")
+    problems = Problems(str(path))
+    rows, lines = read_rows(path, problems)
+    problems.check()  # a malformed line: its own message, before the columns are looked at
+    columns = set(rows[0]) if rows else set()
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing or not rows:
+        raise DataError(f"{path}: not a published-results file (no rows)" if not missing else
+                        f"{path}: not a published-results file: no {', '.join(missing)} column"
+                        + "s" * (len(missing) > 1) + f" (a file has {', '.join(REQUIRED_COLUMNS)} and metric "
+                        f"columns among {', '.join(METRIC_COLUMNS)})")
+    groups = {g for name in TASKS.declared() for g in TASKS.get(name).groups}
+    for row, line in zip(rows, lines):
+        where = f"{path}:{line}"
+        if row["direction"] not in groups:
+            problems.add(where, f"direction {row['direction']!r} is not one of {', '.join(sorted(groups))}")
+        try:
+            protocol_of(row["benchmark"], row["protocol"])
+        except KeyError:
+            problems.add(where, f"protocol {row['protocol']!r} is not a protocol (nor a mapped protocol family) "
+                                f"of benchmark {row['benchmark']!r}")
+        for column in METRIC_COLUMNS:
+            problem = _metric_problem(str(row.get(column) or ""))
+            if problem:
+                problems.add(where, f"{column} {problem}")
+    problems.check()
+
+
 def load_published(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
-    """The published CSV as read (one row per source, method, benchmark and direction); the metric columns
-    an older file lacks (:data:`METRIC_COLUMNS`) are empty, and so is its ``scorer`` column (a dual encoder's)."""
+    """The published CSV as read (one row per source, method, benchmark and direction), checked first
+    (:func:`check_published`); the metric columns an older file lacks (:data:`METRIC_COLUMNS`) are empty, and
+    so is its ``scorer`` column (a dual encoder's)."""
+    check_published(path)
     raw = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"scorer": str})
+    for column in METRIC_COLUMNS:  # checked: numbers or blanks (a blank of spaces is not reported either)
+        if column in raw:
+            raw[column] = pd.to_numeric(raw[column], errors="coerce")
     missing: dict[str, Any] = {c: float("nan") for c in METRIC_COLUMNS if c not in raw}
     if "scorer" not in raw:  # a file before the scorer column: every row a dual encoder's
         missing["scorer"] = ""
@@ -120,7 +185,8 @@ def reported_rows(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
 
     Each row's task is its direction's (:func:`task_of`); the direction's metrics become the task's
     columns (retrieval: ``t2i R@K`` / ``i2t R@K``; zero-shot: ``top-1``, ``top-5``); the protocol cell
-    becomes the hnbench protocol name (:func:`protocol_of`; an unknown one raises ``KeyError``).
+    becomes the hnbench protocol name (:func:`protocol_of`; a file with a (benchmark, protocol) no spec maps
+    is refused by :func:`check_published`).
     """
     raw = load_published(path)
     rows: dict[tuple[str, ...], dict[str, Any]] = {}

@@ -373,8 +373,10 @@ class CompareSettings:
 class BrowseSettings:
     """``hnbench browse``'s page options (the data it reloads: :class:`hnbench.specs.DataSpec`)."""
 
-    compare: str | None = option(None, metavar="OTHER.json",
-                                 help="another result on the same data: queries where they disagree")
+    compare: str | None = option(None, metavar="BASELINE.json",
+                                 help="the baseline: another result on the same data to compare RESULT with (the "
+                                      "first result of hnbench compare); every query right at K=1 for only one of "
+                                      "them is listed, as 'model only' (RESULT) or 'baseline only'")
     hardness: str | None = option(None, metavar="HARDNESS.json", help="a hardness run of this dataset: recall by hardness")
     output: str | None = option(None, help="directory for index.html")
     limit: int = option(200, help="worst queries shown per direction (0: all)")

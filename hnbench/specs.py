@@ -65,8 +65,9 @@ class DataSpec:
                                         help="caption column of a manifest / HF dataset (hardness: also of a "
                                              "--captions CSV/JSONL)")
     name: str | None = option(None, group="data", reads=_COLUMNS,
-                              help="the data set's name in results and tables (default: the file or folder name); "
-                                   "a label only")
+                              help="the data set's name in results and tables (default: the file or folder name, "
+                                   "or the folder above a generic one such as captions.jsonl or metadata.csv); a "
+                                   "label only: leaderboards group an unregistered set's results by its content")
     split_file: tuple[str, ...] = option((), group="data", reads=("benchmark",), action="append", metavar="PATH",
                                          help="a protocol's split list (e.g. GOAL's DCI_test.json) or a folder "
                                               "holding it; its sha256 is checked against the published one (a "

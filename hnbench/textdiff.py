@@ -9,6 +9,11 @@ Only near-duplicates are diffed: two captions whose word similarity (:func:`simi
 ratio ``2·M / (|a| + |b|)``, M the words in equal blocks) is below :data:`NEAR_DUPLICATE` are
 unrelated — marking every word of a failure's unrelated caption tells a reader nothing — and
 :func:`diff_words` returns them plain. :data:`RULE` says so in words for the pages that show a diff.
+
+Only captions of at most :data:`MAX_WORDS` words each are aligned (:func:`diffable`): difflib's alignment
+grows with the product of the two lengths (far worse where words repeat), so one caption of a million words
+would stall a page or report for hours. A longer caption is shown plain; its similarity is None (not
+computed), and it is never a near-duplicate here. Splitting a caption into words stays linear in its length.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ _WORD = re.compile(r"(\w[\w'-]*)")
 Segments = list[tuple[str, bool]]  # (text, changed) pieces that concatenate back to the caption
 
 NEAR_DUPLICATE = 0.5  # the word similarity from which two captions are near-duplicates (and diffed)
+MAX_WORDS = 2000  # the longest caption, in words, the diff aligns (a long dense caption has a few hundred)
+MAX_CAPTION_CHARS = 20_000  # the characters of a caption the browse page shows (a longer one is cut, and said so)
 RULE = (f"Words that differ are highlighted only between near-duplicate captions (word similarity ≥ "
         f"{NEAR_DUPLICATE:g}: twice the words shared in order over the words of both); captions below that are "
-        "unrelated and shown plain.")
+        f"unrelated and shown plain, and so is a caption of more than {MAX_WORDS:,} words (not compared).")
 
 
 def _split(text: str) -> tuple[list[str], list[str]]:
@@ -38,15 +45,26 @@ def words(text: str) -> list[str]:
     return _split(text)[1]
 
 
+def diffable(a: str, b: str) -> bool:
+    """Whether both captions are short enough (:data:`MAX_WORDS`) to be aligned word by word."""
+    return len(words(a)) <= MAX_WORDS and len(words(b)) <= MAX_WORDS
+
+
 def opcodes(a: str, b: str) -> Sequence[tuple[str, int, int, int, int]]:
-    """difflib opcodes over the (lower-cased) words of ``a`` and ``b``."""
+    """difflib opcodes over the (lower-cased) words of ``a`` and ``b``; ``ValueError`` for a caption over
+    :data:`MAX_WORDS` words (:func:`diffable` says first)."""
     wa, wb = (_split(t)[1] for t in (a, b))
+    if len(wa) > MAX_WORDS or len(wb) > MAX_WORDS:
+        raise ValueError(f"a caption of {max(len(wa), len(wb)):,} words: the diff aligns at most {MAX_WORDS:,}")
     return difflib.SequenceMatcher(a=[w.lower() for w in wa], b=[w.lower() for w in wb],
                                    autojunk=False).get_opcodes()
 
 
-def similarity(a: str, b: str) -> float:
-    """Word similarity ``2·M / (|a| + |b|)`` in [0, 1] (M: words in equal blocks); 1.0 for two empty captions."""
+def similarity(a: str, b: str) -> float | None:
+    """Word similarity ``2·M / (|a| + |b|)`` in [0, 1] (M: words in equal blocks); 1.0 for two empty captions;
+    None where a caption is over :data:`MAX_WORDS` words (not computed)."""
+    if not diffable(a, b):
+        return None
     return _similarity(opcodes(a, b), len(words(a)) + len(words(b)))
 
 
@@ -56,17 +74,20 @@ def _similarity(codes: Sequence[tuple[str, int, int, int, int]], n_words: int) -
 
 
 def near_duplicates(a: str, b: str) -> bool:
-    """Whether two captions are similar enough (:data:`NEAR_DUPLICATE`) for their differing words to mean something."""
-    return similarity(a, b) >= NEAR_DUPLICATE
+    """Whether two captions are similar enough (:data:`NEAR_DUPLICATE`) for their differing words to mean
+    something (never for a caption over :data:`MAX_WORDS` words: not compared)."""
+    sim = similarity(a, b)
+    return sim is not None and sim >= NEAR_DUPLICATE
 
 
 def diff_words(a: str, b: str) -> tuple[Segments, Segments]:
     """Both captions as ``(text, changed)`` segments: changed words are those outside equal blocks, between
-    near-duplicates only (unrelated captions come back with nothing changed)."""
+    near-duplicates only (unrelated captions, and a caption over :data:`MAX_WORDS` words, come back with
+    nothing changed)."""
     (pa, wa), (pb, wb) = _split(a), _split(b)
     changed_a, changed_b = [False] * len(wa), [False] * len(wb)
-    codes = opcodes(a, b)
-    if _similarity(codes, len(wa) + len(wb)) >= NEAR_DUPLICATE:
+    codes = opcodes(a, b) if len(wa) <= MAX_WORDS and len(wb) <= MAX_WORDS else []
+    if codes and _similarity(codes, len(wa) + len(wb)) >= NEAR_DUPLICATE:
         for tag, i1, i2, j1, j2 in codes:
             if tag != "equal":
                 changed_a[i1:i2] = [True] * (i2 - i1)
@@ -75,15 +96,22 @@ def diff_words(a: str, b: str) -> tuple[Segments, Segments]:
 
 
 def _segments(pieces: list[str], changed: list[bool]) -> Segments:
+    """Plain runs merged into one segment (joined once: linear in the caption's length), each changed word
+    its own."""
     out: Segments = []
+    run: list[str] = []
     for k, piece in enumerate(pieces):
-        flag = bool(k % 2) and changed[k // 2]
         if not piece:
             continue
-        if out and out[-1][1] == flag and not flag:
-            out[-1] = (out[-1][0] + piece, flag)  # merge plain runs; changed words stay one per segment
+        if k % 2 and changed[k // 2]:
+            if run:
+                out.append(("".join(run), False))
+                run = []
+            out.append((piece, True))
         else:
-            out.append((piece, flag))
+            run.append(piece)
+    if run:
+        out.append(("".join(run), False))
     return out
 
 

@@ -120,13 +120,14 @@ def test_page_in_headless_chromium(evaluated, tmp_path):
     # t2i: the true image and the top images; i2t: the query image — every one filled from an embedded JPEG
     assert len(dom.images) == n["t2i"] * (1 + top) + n["i2t"]
     assert all(src.startswith("data:image/jpeg;base64,") for src in dom.images)
-    # every disagreement at K=1 is there, labelled with the model that is right
+    # every disagreement at K=1 is there, labelled with the result that is right: the page's (the model) or
+    # --compare's (the baseline, as compare's first result)
     frames = [read_per_query(read_result(evaluated[k])) for k in ("a", "b")]
     for d in ("t2i", "i2t"):
         a1, b1 = ((f[f.direction == d].sort_values("query_index")["rank"] == 1).to_numpy() for f in frames)
         statuses = [r["status"] for r in dom.rows if r["direction"] == d]
-        assert statuses.count("baseline only") == int((a1 & ~b1).sum())
-        assert statuses.count("other only") == int((~a1 & b1).sum())
+        assert statuses.count("model only") == int((a1 & ~b1).sum())
+        assert statuses.count("baseline only") == int((~a1 & b1).sum())
     html = page.read_text()
     assert "Recall by hardness" in html and "http://" not in html and "https://" not in html
     shot = tmp_path / "shot.png"

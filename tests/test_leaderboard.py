@@ -307,15 +307,15 @@ def test_committed_board_is_current(tmp_path, monkeypatch, name):
 @pytest.fixture(scope="module")
 def same_name_sets(tmp_path_factory, micro_config) -> Path:
     """Real results: one model at context 8 and 16 on a 10-image manifest.jsonl, and at 16 on another,
-    6-image manifest.jsonl (the same name, different data)."""
+    6-image manifest.jsonl, both named ``manifest`` (the same name, different data)."""
     root = tmp_path_factory.mktemp("same-name")
     for folder, n in (("one", 10), ("two", 6)):
         data = write_jsonl(root / folder / "manifest.jsonl",
                            [{"image": p, "caption": c} for p, c in make_pairs(root / folder, n=n, seed=n)])
         for ctx in ((8, 16) if folder == "one" else (16,)):
             assert main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset",
-                         str(data), "--output", str(root / "results"), "--num-workers", "0", "--context-length",
-                         str(ctx), "--no-cache", "--no-ci"]) == 0
+                         str(data), "--name", "manifest", "--output", str(root / "results"), "--num-workers", "0",
+                         "--context-length", str(ctx), "--no-cache", "--no-ci"]) == 0
     return root / "results"
 
 

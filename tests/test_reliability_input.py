@@ -345,7 +345,8 @@ def test_cli_logs_only_its_own_loggers_and_header_names_the_protocol(tmp_path, m
     assert "root:" not in loud.stderr and "INFO hnbench" in loud.stderr  # open_clip's INFO lines are not ours
     assert quiet.stderr.strip() == ""
     stem = next((tmp_path / "out").glob("*.json")).stem
-    assert "__manifest-default__" in stem and "on manifest/default:" in loud.stdout
+    name = f"{tmp_path.name}-data"  # data/manifest.jsonl: both generic, so the folders above name it
+    assert f"__{name}-default__" in stem and f"on {name}/default:" in loud.stdout
 
 
 @pytest.mark.slow

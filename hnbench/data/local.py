@@ -10,12 +10,19 @@
 - **Hugging Face dataset**: a hub id, a directory written by ``Dataset.save_to_disk``, or a
   directory / file of parquet shards, read with ``datasets``; ``image_column`` holds an ``Image``
   feature (or bytes / paths), ``caption_column`` a string or a list of strings.
+
+A set's name (in results and tables; ``--name`` sets it) defaults to the manifest's file stem or the image
+folder's name, unless that name says what the file is rather than which data it holds
+(:data:`GENERIC_NAMES`: ``captions.jsonl``, ``metadata.csv``, a folder ``test/``): then the folder(s) above
+name it (``realset/captions.jsonl`` is ``realset``, ``realset/test/`` is ``realset-test``). How the name
+was chosen is recorded (``meta["name_from"]``: ``--name``, ``file`` or ``folder``) and ``hnbench eval`` says it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +33,11 @@ from hnbench.io import Problems, read_rows
 logger = logging.getLogger(__name__)
 
 IMAGE_COLUMNS = ("image", "file_name", "filepath", "image_path", "path")
+#: file stems and folder names that say what a file is, not which data it holds: a set named by one would
+#: share its name with everyone else's (``captions.jsonl``, ``metadata.csv``, ``data/``, ``test/``)
+GENERIC_NAMES = frozenset({"annotations", "caption", "captions", "data", "dataset", "images", "manifest", "metadata",
+                           "test", "train", "val", "valid", "validation"})
+_MAX_FOLDERS = 2  # folders joined into a default name (realset/test/captions.jsonl: realset-test)
 CAPTION_COLUMNS = ("caption", "text", "description", "title", "captions")
 
 
@@ -40,6 +52,26 @@ def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], w
     flag = {"image": "--image-column", "label": "--label-column"}.get(what, "--caption-column")
     raise DataError(f"{where}: no {what} column (looked for {list(candidates)}); columns are {columns}. "
                     f"Name it with {flag}.")
+
+
+def default_name(path: Path, *, folder: bool = False) -> tuple[str, str]:
+    """``(name, where it comes from)`` of a set read from ``path`` without ``--name``: a manifest's file stem
+    (``"file"``) or an image folder's name (``folder``), unless generic (:data:`GENERIC_NAMES`); then the
+    nearest folder above that is not (``"folder"``), with the generic folders between (at most
+    :data:`_MAX_FOLDERS` folders): ``realset/captions.jsonl`` is ``realset``, ``realset/test/captions.jsonl`` and
+    the image folder ``realset/test/`` are ``realset-test``. With no folder above, the path's own name."""
+    own = path.name if folder else path.stem
+    if own.lower() not in GENERIC_NAMES:
+        return own, "folder" if folder else "file"
+    names: list[str] = []
+    for above in Path(os.path.abspath(path)).parents[:_MAX_FOLDERS]:
+        if not above.name:  # the root
+            break
+        names.insert(0, above.name)
+        if above.name.lower() not in GENERIC_NAMES:
+            break
+    names += [own] if folder and names else []
+    return ("-".join(names), "folder") if names else (own, "folder" if folder else "file")
 
 
 def _warn_duplicates(path: Path, rows: list[dict[str, Any]], lines: list[int]) -> None:
@@ -104,8 +136,10 @@ def load_manifest(
         image_id = str(row["id"]) if row.get("id") not in (None, "") else ref
         records.append((image_id, str(base / ref), texts))
         where.append(f"{path}:{n}")
-    return build_dataset(name or path.stem, records, make_source=FileImages, skip_invalid=skip_invalid,
-                         source=str(path), meta={"format": "manifest", "columns": [img_col, cap_col]},
+    name, name_from = (name, "--name") if name else default_name(path)
+    return build_dataset(name, records, make_source=FileImages, skip_invalid=skip_invalid,
+                         source=str(path), meta={"format": "manifest", "columns": [img_col, cap_col],
+                                                 "name_from": name_from},
                          where=where, problems=problems)
 
 
@@ -114,10 +148,12 @@ def load_imagefolder(directory: str | Path, **kwargs: Any) -> ImageTextDataset:
     directory = Path(directory)
     for meta in ("metadata.jsonl", "metadata.csv"):
         if (directory / meta).is_file():
-            if kwargs.get("name") is None:
-                kwargs["name"] = directory.name
+            given = kwargs.get("name") is not None
+            if not given:
+                kwargs["name"], name_from = default_name(directory, folder=True)
             ds = load_manifest(directory / meta, **kwargs)
             ds.meta["format"] = "imagefolder"
+            ds.meta["name_from"] = "--name" if given else name_from
             return ds
     raise DataError(f"{directory}: no metadata.jsonl or metadata.csv (image-folder format)")
 

@@ -76,7 +76,9 @@ def pair_block(k: int, p: Pair, *, label_a: str = "", label_b: str = "") -> str:
         lines += [f"   > {label_a}{ha}", "   >", f"   > {label_b}{hb}"]
         diff = word_diff(p.a_text or "", p.b_text or "")
         sim = textdiff.similarity(p.a_text or "", p.b_text or "")
-        lines.append(f"\n   differences: {markdown_text('; '.join(diff)) if diff else 'none (identical text)'}"
+        lines.append(f"\n   differences: not marked (a caption of more than {textdiff.MAX_WORDS:,} words: not "
+                     "compared)" if sim is None else
+                     f"\n   differences: {markdown_text('; '.join(diff)) if diff else 'none (identical text)'}"
                      if sim >= textdiff.NEAR_DUPLICATE else
                      f"\n   differences: not marked (unrelated captions: word similarity {sim:.2f} < "
                      f"{textdiff.NEAR_DUPLICATE:g})")

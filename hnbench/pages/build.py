@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from hnbench.comparison import check_comparable, model_label
+from hnbench.comparison import BASELINE, BASELINE_ONLY, MODEL, MODEL_ONLY, check_comparable, model_label
 from hnbench.data import ImageTextDataset, load_spec
 from hnbench.errors import ConfigError
 from hnbench.io import atomic_write_bytes, check_output, record_output
@@ -123,7 +123,9 @@ def _rows(frame: Any, ds: ImageTextDataset, direction: str, top: int, keep: np.n
 def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | None = None,
                hardness: str | None = None, limit: int = 200, top: int = 5, progress: bool = True,
                frame: Any = None, hardness_report: HardnessReport | None = None) -> Page:
-    """Select the worst queries (and with ``other`` every disagreement at K=1), collect texts and thumbnails.
+    """Select the worst queries (and with ``other``, the baseline, every disagreement at K=1), collect texts and
+    thumbnails. ``result`` is the page's *model*, ``other`` its *baseline* (:data:`hnbench.comparison.BASELINE`:
+    what ``hnbench compare`` takes first).
 
     ``frame`` / ``hardness_report``: the result's per-query frame and the hardness report when the caller
     has read them already (else they are read here)."""
@@ -156,7 +158,8 @@ def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | 
                                             edges=edges, n_wrong=0, result=str(res.path))
             except ValueError as e:
                 raise ConfigError(f"{hardness}: {e}") from e
-            records.append({"label": model_label(res.model), "t2i": rec.t2i, "i2t": rec.i2t})
+            records.append({"label": model_label(res.model), "role": MODEL if res is result else BASELINE,
+                            "t2i": rec.t2i, "i2t": rec.i2t})
     rows: list[Row] = []
     counts = {}
     for direction, hard in (("t2i", hard_t2i), ("i2t", hard_i2t)):
@@ -165,25 +168,25 @@ def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | 
         order = np.lexsort((f["query_index"].to_numpy(), -margin, -f["rank"].to_numpy()))  # worst first
         keep = order if limit == 0 else order[:limit]
         status = np.full(len(f), "", dtype=object)
-        other_rank = None
+        baseline_rank = None
         if other_frame is not None:
             g = other_frame[other_frame["direction"] == direction]
-            other_rank = g.set_index(g["query_id"].astype(str)).loc[f["query_id"].astype(str), "rank"].to_numpy()
-            a1, b1 = f["rank"].to_numpy() == 1, other_rank == 1
-            status[a1 & ~b1], status[~a1 & b1] = "baseline only", "other only"
+            baseline_rank = g.set_index(g["query_id"].astype(str)).loc[f["query_id"].astype(str), "rank"].to_numpy()
+            a1, b1 = f["rank"].to_numpy() == 1, baseline_rank == 1
+            status[a1 & ~b1], status[~a1 & b1] = MODEL_ONLY, BASELINE_ONLY
             shown = set(keep.tolist())
             keep = np.concatenate([keep, np.asarray([i for i in order if status[i] and i not in shown], np.int64)])
         counts[direction] = len(f)
         part = _rows(f, ds, direction, top, keep, hard)
         for row, i in zip(part, keep.tolist()):
             row.status = status[i]
-            row.other_rank = None if other_rank is None else int(other_rank[i])
+            row.baseline_rank = None if baseline_rank is None else int(baseline_rank[i])
         rows += part
     needed = sorted({x for r in rows for x in [r.query_image, r.gt_image, *(it["image"] for it in r.items)] if x})
     img_pos = {c: i for i, c in enumerate(ds.image_ids)}
     thumbs = {c: _thumb(ds, img_pos[c], THUMB_PX) for c in tqdm(needed, desc="thumbnails", disable=not progress)}
-    models = [{"label": model_label(r.model), "metrics": r.metrics, "ci95": r.ci95 or {}, "result": r.path}
-              for r in (result, other) if r is not None]
+    models = [{"label": model_label(r.model), "role": role, "metrics": r.metrics, "ci95": r.ci95 or {},
+               "result": r.path} for r, role in ((result, MODEL), (other, BASELINE)) if r is not None]
     d = result.dataset
     return Page(title=f"{models[0]['label']} on {d.get('name')} · {d.get('protocol') or 'default'}", models=models,
                 rows=rows, thumbs=thumbs, notes=notes, hardness=records, counts=counts)
@@ -194,6 +197,9 @@ def browse(result: str | Path, output_dir: str | Path, *, compare: str | Path | 
            split_file: Sequence[str] | None = None, limit: int = 200, top: int = 5, progress: bool = True,
            overwrite: bool = False, **data: Any) -> Path:
     """Write ``output_dir/index.html``: summary, recall by hardness, worst queries, disagreements.
+
+    ``compare`` is the baseline, as ``hnbench compare``'s first result: the page shows ``result`` (the model)
+    and marks the queries only one of the two gets right at K=1 (``model only`` / ``baseline only``).
 
     The result's data is reloaded from the spec it recorded; ``dataset``, ``data_root``, ``split_file`` and
     the other :class:`~hnbench.specs.DataSpec` fields in ``data`` replace its fields (e.g. where the data is

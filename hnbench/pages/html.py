@@ -1,4 +1,8 @@
-"""The browse page as one self-contained HTML file: no server, no CDN, no framework."""
+"""The browse page as one self-contained HTML file: no server, no CDN, no framework.
+
+A caption is shown up to :data:`MAX_CAPTION_CHARS` characters, a longer one cut with a note of how much is
+left out (and never diffed), so a row's size is bounded whatever the data holds and a page stays linear in
+its rows: one caption of 5 MB, retrieved for every query, would otherwise be copied into each row."""
 
 from __future__ import annotations
 
@@ -6,11 +10,12 @@ import html
 from typing import Any
 
 from hnbench import textdiff
+from hnbench.comparison import BASELINE, BASELINE_ONLY, MODEL, MODEL_ONLY
 from hnbench.io import script_json, value_text
 from hnbench.metrics import CI_RULE
 from hnbench.pages.page import Page, Row
 from hnbench.pages.theme import CSS, SORT_JS
-from hnbench.textdiff import diff_words
+from hnbench.textdiff import MAX_CAPTION_CHARS, diff_words
 from hnbench.textdiff import render as render_diff
 
 _CSS = """
@@ -75,10 +80,26 @@ def _mark(text: str) -> str:
     return f"<mark>{text}</mark>"
 
 
+def _shown(text: str) -> str:
+    """A caption as plain HTML; one over :data:`MAX_CAPTION_CHARS` cut there, with how many characters are left out."""
+    if len(text) <= MAX_CAPTION_CHARS:
+        return E(text)
+    return (E(text[:MAX_CAPTION_CHARS]) + f' <small class="cut">… {len(text) - MAX_CAPTION_CHARS:,} more characters '
+            "not shown</small>")
+
+
 def _diffed(a: str, b: str) -> tuple[str, str]:
-    """Both captions as HTML with the words that differ in ``<mark>`` (the one rule of :mod:`hnbench.textdiff`)."""
+    """Both captions as HTML with the words that differ in ``<mark>`` (the one rule of :mod:`hnbench.textdiff`);
+    where either is over :data:`MAX_CAPTION_CHARS`, both are shown plain and the long one cut (:func:`_shown`)."""
+    if len(a) > MAX_CAPTION_CHARS or len(b) > MAX_CAPTION_CHARS:
+        return _shown(a), _shown(b)
     sa, sb = diff_words(a, b)
     return render_diff(sa, E, _mark), render_diff(sb, E, _mark)
+
+
+def _named(m: dict[str, Any], roles: bool) -> str:
+    """A result's label, with its role (model or baseline) where the page compares two."""
+    return E(m["label"]) + (f" <small>({E(m['role'])})</small>" if roles and m.get("role") else "")
 
 
 def _img(image_id: str) -> str:
@@ -113,7 +134,7 @@ def _row(r: Row, compare: bool, hardness: bool) -> str:
     cells = [f"<td>{r.direction}</td>", f'<td data-v="{r.rank}">{r.rank}</td>',
              f'<td data-v="{r.margin:.6f}">{r.margin:+.3f}</td>' if r.margin > float("-inf") else '<td data-v="-9">–</td>']
     if compare:
-        cells += [f'<td data-v="{r.other_rank}">{r.other_rank}</td>', f"<td>{E(r.status)}</td>"]
+        cells += [f'<td data-v="{r.baseline_rank}">{r.baseline_rank}</td>', f"<td>{E(r.status)}</td>"]
     if hardness:
         cells.append(f'<td data-v="{r.hardness:.6f}">{r.hardness:.3f}</td>' if r.hardness is not None
                      else '<td data-v="-9">–</td>')
@@ -132,7 +153,8 @@ def _summary(page: Page) -> str:
             met, ci = m["metrics"].get(d, {}), (m["ci95"] or {}).get(d) or {}
             cells = "".join(f"<td>{met[k]:.2f}" + (f" [{ci[k][0]:.2f}, {ci[k][1]:.2f}]" if k in ci else "") + "</td>"
                             if k in met else "<td>–</td>" for k in ks)
-            rows.append(f"<tr><td>{E(m['label'])}</td><td>{d}</td>{cells}<td>{met.get('n_queries', '–')}</td></tr>")
+            rows.append(f"<tr><td>{_named(m, len(page.models) > 1)}</td><td>{d}</td>{cells}"
+                        f"<td>{met.get('n_queries', '–')}</td></tr>")
     return f'<table id="summary">{head}{"".join(rows)}</table>'
 
 
@@ -144,7 +166,7 @@ def _hardness(page: Page) -> str:
     for rec in page.hardness:
         body = "".join(f"<tr><td>{E(a.label)}</td><td>{a.n}</td><td>{value_text(a.r_at_1, 1)}</td><td>{b.n}</td>"
                        f"<td>{value_text(b.r_at_1, 1)}</td></tr>" for a, b in zip(rec["t2i"], rec["i2t"]))
-        out.append(f"<h3>{E(rec['label'])}</h3><table class=\"hardness\"><tr><th>bucket</th><th>t2i n</th>"
+        out.append(f"<h3>{_named(rec, len(page.hardness) > 1)}</h3><table class=\"hardness\"><tr><th>bucket</th><th>t2i n</th>"
                    f"<th>t2i R@1</th><th>i2t n</th><th>i2t R@1</th></tr>{body}</table>")
     return "".join(out)
 
@@ -152,20 +174,24 @@ def _hardness(page: Page) -> str:
 def render(page: Page) -> str:
     """The whole page; ``T`` maps image ids to embedded JPEG thumbnails, filled into ``<img data-t>``."""
     compare, hardness = len(page.models) > 1, bool(page.hardness)
-    heads = ["direction", "rank", "margin"] + (["other rank", "right at 1 for"] if compare else []) \
+    heads = ["direction", "rank", "margin"] + ([f"{BASELINE} rank", "right at 1 for"] if compare else []) \
         + (["hardness"] if hardness else []) + ["query", "true item", "retrieved (top)"]
     shown = {d: sum(r.direction == d for r in page.rows) for d in ("t2i", "i2t")}
     legend = (f"{len(page.rows)} query rows ({', '.join(f'{d}: {shown[d]} of {n}' for d, n in page.counts.items())}), "
               "worst first (highest rank, then largest margin = best wrong score − true score). "
               "<mark>Highlighted</mark> words differ between the query's caption and the retrieved item's caption; "
               "shared words are plain (t2i: the caption of the best wrong image; i2t: each retrieved caption against "
-              f"the image's true caption). {E(textdiff.RULE)} Green: a correct item; under each retrieved image its "
+              f"the image's true caption). {E(textdiff.RULE)} A caption over {MAX_CAPTION_CHARS:,} characters is cut "
+              "(its length is said) and shown plain. Green: a correct item; under each retrieved image its "
               "score and id. Click a thumbnail to enlarge it, a caption to show it whole, a column to sort.")
     if compare:
-        legend += (f" 'right at 1 for': the query is right at K=1 for only one model (baseline = {E(page.models[0]['label'])}, "
-                   f"other = {E(page.models[1]['label'])}); every such query is listed.")
-    status = ('<select id="status"><option value="">all queries</option><option value="baseline only">right only for '
-              'the baseline</option><option value="other only">right only for the other</option></select>') if compare else ""
+        legend += (f" 'rank' is the {MODEL}'s ({E(page.models[0]['label'])}), '{BASELINE} rank' the {BASELINE}'s "
+                   f"({E(page.models[1]['label'])}, the result compared against, as hnbench compare's first); "
+                   f"'right at 1 for': the query is right at K=1 for one of them only ('{MODEL_ONLY}' / "
+                   f"'{BASELINE_ONLY}'); every such query is listed.")
+    status = (f'<select id="status"><option value="">all queries</option><option value="{MODEL_ONLY}">right only '
+              f'for the {MODEL}</option><option value="{BASELINE_ONLY}">right only for the {BASELINE}</option>'
+              "</select>") if compare else ""
     controls = ('<div class="controls"><input id="filter" placeholder="filter text" size="30"> '
                 '<select id="dir"><option value="">both directions</option><option value="t2i">t2i</option>'
                 f'<option value="i2t">i2t</option></select> {status} <span id="shown"></span> shown</div>')

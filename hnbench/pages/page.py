@@ -20,8 +20,8 @@ class Row:
     items: list[dict[str, Any]]  # {id, score, positive, image (t2i), text}
     confuser_text: str  # caption of the best wrong item, diffed against query_text
     hardness: float | None = None
-    other_rank: int | None = None
-    status: str = ""  # "" or "baseline only" / "other only" (right at K=1 for one model only)
+    baseline_rank: int | None = None  # with a baseline (browse --compare): the query's rank there
+    status: str = ""  # "" or "model only" / "baseline only": right at K=1 for that result only
 
 
 @dataclass
@@ -29,7 +29,8 @@ class Page:
     """Everything the HTML renderer needs."""
 
     title: str
-    models: list[dict[str, Any]]  # {label, metrics, ci95, result}
+    models: list[dict[str, Any]]  # {label, role, metrics, ci95, result}: the page's result (role "model"), then
+    # the baseline it is compared with, if any (browse --compare; hnbench compare's convention)
     rows: list[Row]
     thumbs: dict[str, str]  # image id → data URI
     notes: list[str] = field(default_factory=list)
