@@ -19,7 +19,7 @@ from tabulate import tabulate
 
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
-from hnbench.io import human_bytes
+from hnbench.io import human_bytes, loads_json
 from hnbench.registry import MODELS, RECIPES, SUITES, TASKS, TEXT_ENCODERS
 from hnbench.settings import (
     BrowseSettings,
@@ -505,7 +505,7 @@ def _add_train_options(tr: argparse.ArgumentParser) -> None:
 
 def _parse_value(text: str) -> object:
     try:
-        return json.loads(text)
+        return loads_json(text)
     except json.JSONDecodeError:
         return text
 

@@ -101,12 +101,19 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 
 def loads_json(text: str) -> Any:
-    """``json.loads``, with a document nested past Python's recursion limit (``[[[[...`` 100,000 deep)
-    reported as the :class:`json.JSONDecodeError` it is: a hostile file is bad input, not a crash."""
+    """``json.loads``, with a document nested past Python's recursion limit (``[[[[...`` 100,000 deep) or an
+    integer past Python's digit limit (4,300 digits) reported as the :class:`json.JSONDecodeError` it is: a
+    hostile file is bad input, not a crash."""
     try:
         return json.loads(text)
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", text, 0) from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion ..."
+        digits = str(e).partition("value has ")[2].partition(" ")[0] or "too many"
+        raise json.JSONDecodeError(f"a number too long to read ({digits} digits; at most {getattr(sys, 'get_int_max_str_digits', lambda: 4300)()})",
+                                   text, 0) from None
 
 
 def allow_long_csv_fields() -> None:

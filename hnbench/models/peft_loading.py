@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.errors import CheckpointError, ConfigError, first_line
+from hnbench.io import loads_json
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
 from hnbench.models.family import RANDOM_INIT, check_trusted, family_of
 
@@ -33,7 +34,7 @@ def _read_base(adapter: Path) -> dict[str, Any]:
     if not f.is_file():
         return {}
     try:
-        base: dict[str, Any] = json.loads(f.read_text())
+        base: dict[str, Any] = loads_json(f.read_text())
         return base
     except (OSError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{f}: unreadable ({e})") from e

@@ -9,14 +9,13 @@ the trainer prints when a run ends.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hnbench.errors import ConfigError, HnbenchError
-from hnbench.io import read_rows
+from hnbench.io import read_json_untrusted, read_rows
 from hnbench.metrics import recall_ci
 from hnbench.plots import PALETTE
 from hnbench.results import read_per_query, read_result
@@ -57,7 +56,10 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
     if not (d / "log.jsonl").is_file() and not (d / "diagnostics.jsonl").is_file():
         raise ConfigError(f"{d}: not a training run directory (no log.jsonl / diagnostics.jsonl)")
     diag = _jsonl(d / "diagnostics.jsonl")
-    meta = json.loads((d / "train_config.json").read_text()) if (d / "train_config.json").is_file() else {}
+    meta = read_json_untrusted(d / "train_config.json", "training config", error=ConfigError) \
+        if (d / "train_config.json").is_file() else {}
+    if not isinstance(meta, dict) or not isinstance(meta.get("config", {}), dict):
+        raise ConfigError(f"{d / 'train_config.json'}: not a training config (an object with a config object)")
     cfg = meta.get("config", {})
     framework = f"{cfg['objective']}, " if cfg.get("objective", "clip") != "clip" else ""
     name = f"{d.name} ({framework}{cfg.get('loss', '?')}{', γ=' + str(cfg.get('gamma')) if cfg.get('loss') == 'hn' else ''})"
