@@ -12,6 +12,8 @@ Public API (imported lazily so ``import hnbench`` stays light)::
     hnbench.run_suite(name, models, data_root_map=..., output_dir=...) -> SuiteRun
     hnbench.list_models(family=None) -> DataFrame of model families, the built-in model, zoo entries and
         open_clip architectures
+    hnbench.export([result.json, folder, ...], format, output_dir, ...) -> Export: stored results as a model
+        card's model-index, Hub .eval_results, CLIP_benchmark JSON/CSV, MTEB results or open_clip's CSV
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ _LAZY = {
     "browse": "hnbench.pages:browse",
     "run_suite": "hnbench.suites:run_suite",
     "list_models": "hnbench.models.zoo:list_models",
+    "export": "hnbench.publish:export",
 }
 
 __all__ = ["__version__", *_LAZY]

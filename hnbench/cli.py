@@ -20,6 +20,7 @@ from tabulate import tabulate
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import human_bytes, loads_json
+from hnbench.publish.command import add_parser as _add_export_parser
 from hnbench.registry import MODELS, RECIPES, SUITES, TASKS, TEXT_ENCODERS
 from hnbench.settings import (
     BrowseSettings,
@@ -113,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_segments_parser(sub)
     _add_suite_parser(sub)
     _add_models_parser(sub)
+    _add_export_parser(sub, _add_settings_args)
     _add_global_flags(parser)
     return parser
 

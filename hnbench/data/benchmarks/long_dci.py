@@ -2,7 +2,9 @@
 
 from hnbench.data.benchmarks.dci import DCI_RESOURCES
 from hnbench.data.benchmarks.protocol import Protocol
-from hnbench.data.benchmarks.spec import GOAL_DCI_TEST, GOAL_DCI_TRAIN, BenchmarkSpec, Resource
+from hnbench.data.benchmarks.spec import GOAL_DCI_TEST, GOAL_DCI_TRAIN, BenchmarkSpec, HubIds, Resource
+
+CAPTIONS = Resource("dci_long.csv", hf_repo="mderakhshani/Long-DCI")
 
 SPEC = BenchmarkSpec(
     name="long-dci",
@@ -32,7 +34,8 @@ SPEC = BenchmarkSpec(
                  lists=(GOAL_DCI_TRAIN, GOAL_DCI_TEST)),
     ),
     default_protocol="tulip",
-    resources=(Resource("dci_long.csv", hf_repo="mderakhshani/Long-DCI"), *DCI_RESOURCES),
+    resources=(CAPTIONS, *DCI_RESOURCES),
+    hub=HubIds(dataset=CAPTIONS.hf_repo),
     data_dir="dci",
     notes="Sizes disagree: 7,805 (hub card: DCI's image count), 7,602 (TULIP's construction on the DCI release: "
           "7,805 annotations less 203 with a zero-length extra_caption, per hnbench's benchmark notes; not counted "

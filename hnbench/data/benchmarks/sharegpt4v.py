@@ -1,7 +1,7 @@
 """ShareGPT4V-1k / -10k: the first records of ShareGPT4V's ShareCaptioner file, on SA-1B photos."""
 
 from hnbench.data.benchmarks.protocol import Protocol
-from hnbench.data.benchmarks.spec import BenchmarkSpec, Resource
+from hnbench.data.benchmarks.spec import BenchmarkSpec, HubIds, Resource
 
 FULL_JSON = "share-captioner_coco_lcs_sam_1246k_1107.json"
 SAM10K_JSON = "share4v_sam_10k.json"  # LoTLIP's and FLAIR's re-saved head of FULL_JSON ("the top 10k samples")
@@ -50,6 +50,7 @@ SPEC = BenchmarkSpec(
     ),
     default_protocol="1k",
     resources=(CAPTIONS, SA1B),
+    hub=HubIds(dataset=CAPTIONS.hf_repo),  # the captions' repository (the images are SA-1B's)
     notes="Long-CLIP trains on records [1000:]: only the 1k set is held out from Long-CLIP-style training. Ground "
           "truth is by record index. The shipped pairs lists (hnbench/assets/pairs/) are pending: without one a set "
           "loads as 'unverified'.",

@@ -62,6 +62,17 @@ class Resource:
 
 
 @dataclass(frozen=True)
+class HubIds:
+    """A benchmark's ids on the Hugging Face Hub, where it has them (``hnbench export`` names it by them):
+    ``dataset``, the dataset repository of its data (a model card's ``dataset.type``); ``benchmark``, a
+    registered Hub *Benchmark* dataset with an ``eval.yaml`` (the ``.eval_results`` files' ``dataset.id``),
+    which none of hnbench's benchmarks is known to have yet."""
+
+    dataset: str | None = None
+    benchmark: str | None = None
+
+
+@dataclass(frozen=True)
 class BenchmarkSpec:
     """A benchmark: where it comes from, its terms, its files and its protocols."""
 
@@ -77,6 +88,7 @@ class BenchmarkSpec:
     resources: tuple[Resource, ...] = ()
     data_dir: str = ""  # folder name under <cache>/benchmarks/ used when no --data-root is given
     notes: str = ""
+    hub: HubIds = HubIds()  # its Hugging Face Hub ids, where known (``hnbench export``)
 
     def protocol(self, name: str | None) -> Protocol:
         """The protocol called ``name`` (or one of its aliases); the default when ``name`` is None."""

@@ -1,7 +1,9 @@
 """Urban-1K (released with Long-CLIP) — CC BY-NC 4.0. Test only."""
 
 from hnbench.data.benchmarks.protocol import Protocol
-from hnbench.data.benchmarks.spec import BenchmarkSpec, Resource
+from hnbench.data.benchmarks.spec import BenchmarkSpec, HubIds, Resource
+
+RELEASE = Resource("Urban1k.zip", hf_repo="BeichenZhang/Urban1k", extract=True)
 
 SPEC = BenchmarkSpec(
     name="urban1k",
@@ -29,5 +31,6 @@ SPEC = BenchmarkSpec(
                  "dataloaders/urban1k.py); 592.txt's query stays empty", keep_empty=True),
     ),
     default_protocol="test",
-    resources=(Resource("Urban1k.zip", hf_repo="BeichenZhang/Urban1k", extract=True),),
+    resources=(RELEASE,),
+    hub=HubIds(dataset=RELEASE.hf_repo),
 )

@@ -1,0 +1,108 @@
+"""``--format open-clip-csv``: ``openclip_retrieval_results.csv``, rows in open_clip's retrieval-results layout
+(its ``docs/openclip_retrieval_results.csv``: the same header, in its order).
+
+A row per model (``name`` = architecture, ``pretrained`` = weights tag), filled from its results on the sets
+that table has: Flickr30k and COCO, Karpathy's test splits (hnbench's ``karpathy-test`` protocols, those
+CLIP_benchmark scores). ``<Set> image retr. R@K`` is text→image (hnbench's t2i), ``text retr.`` image→text (i2t);
+values are fractions with 4 decimals, as open_clip writes them. ``params (M)`` is the model's parameter count in
+millions (up to 2 decimals); ``FLOPs (B)`` is a result's ``model.gflops`` where it records one, else empty (no
+result records FLOPs yet: the manifest says so). The WinoGAViL columns stay empty (hnbench has no WinoGAViL), and
+so does ``Average score``, open_clip's mean over all 19 metric columns. Any other benchmark or protocol, and a
+zero-shot result, has no column: listed as not exported.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from hnbench.io import csv_cell
+from hnbench.publish.options import ExportSettings
+from hnbench.publish.sources import Built, Skip, Source, Value, fraction, number, recall_ks
+
+__all__ = ["FILE", "HEADER", "SETS", "build"]
+
+FILE = "openclip_retrieval_results.csv"
+#: (hnbench benchmark, protocol) → open_clip's set name in the column headings
+SETS = {("flickr30k", "karpathy-test"): "Flickr", ("coco", "karpathy-test"): "MSCOCO"}
+KS = (1, 5, 10)
+_DIRECTIONS = {"t2i": "image", "i2t": "text"}
+WINOGAVIL = ["WinoGAViL avg jaccard score", "WinoGAViL jaccard score 10", "WinoGAViL jaccard score 10-12",
+             "WinoGAViL jaccard score 12", "WinoGAViL jaccard score 5", "WinoGAViL jaccard score 5-6",
+             "WinoGAViL jaccard score 6"]
+#: open_clip's docs/openclip_retrieval_results.csv header
+HEADER = ["name", "pretrained", "params (M)", "FLOPs (B)", "Average score",
+          *[f"{s} {d} retr. R@{k}" for s in ("Flickr", "MSCOCO") for d in ("image", "text") for k in KS], *WINOGAVIL]
+
+
+def _short(x: float) -> str:
+    """Up to 2 decimals, trailing zeros dropped, as open_clip writes ``params (M)`` and ``FLOPs (B)``."""
+    return f"{x:.2f}".rstrip("0").rstrip(".")
+
+
+def build(sources: list[Source], settings: ExportSettings) -> Built:
+    """One CSV of every model with a Flickr30k or COCO Karpathy-test retrieval result."""
+    built = Built()
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    owner: dict[tuple[str, str], tuple[str, str, str, str]] = {}
+    traces: dict[tuple[str, str], list[tuple[str, int, str]]] = {}
+    for s in sources:
+        d = s.data
+        if s.result.task != "retrieval":
+            built.skipped.append(Skip(s.path, "the whole result", f"open_clip's retrieval table holds retrieval "
+                                      f"results only, not {s.result.task}"))
+            continue
+        where = SETS.get((d.name, d.protocol))
+        if where is None:
+            why = (f"open_clip's {'Flickr' if d.name == 'flickr30k' else 'MSCOCO'} columns are Karpathy's test split "
+                   f"(protocol karpathy-test), not {d.protocol}") if d.name in ("flickr30k", "coco") else \
+                  f"open_clip's retrieval table has columns for Flickr30k and COCO (Karpathy test) only, not {d.name}"
+            built.skipped.append(Skip(s.path, "the whole result", why))
+            continue
+        row_key = (s.model.arch, s.model.tag)
+        if owner.setdefault(row_key, s.model.key) != s.model.key:
+            built.skipped.append(Skip(s.path, "the whole result", f"another model is also named {row_key[0]} "
+                                      f"({row_key[1]}): a row is a name and a weights tag; name one with --model-name"))
+            continue
+        row = rows.setdefault(row_key, {"name": s.model.arch, "pretrained": s.model.tag})
+        trace = traces.setdefault(row_key, [])
+        n_params = s.result.model.get("n_params")
+        if isinstance(n_params, int) and "params (M)" not in row:
+            row["params (M)"] = _short(n_params / 1e6)
+            trace.append(("params (M)", s.index, "model.n_params"))
+        gflops = number(s.result.model.get("gflops"))
+        if gflops is not None and "FLOPs (B)" not in row:
+            row["FLOPs (B)"] = _short(gflops)
+            trace.append(("FLOPs (B)", s.index, "model.gflops"))
+        for group, direction in _DIRECTIONS.items():
+            m = s.result.metrics.get(group) or {}
+            for k in recall_ks(m):
+                if k not in KS:
+                    built.skipped.append(Skip(s.path, f"{group} R@{k}", "open_clip's table has R@1, R@5 and R@10 "
+                                              "only"))
+                    continue
+                value = number(m.get(f"R@{k}"))
+                if value is None:
+                    built.skipped.append(Skip(s.path, f"{group} R@{k}", "not a number in the result (NaN: missing)"))
+                    continue
+                column = f"{where} {direction} retr. R@{k}"
+                row[column] = f"{fraction(value):.4f}"
+                trace.append((column, s.index, f"metrics.{group}.R@{k}"))
+    if not rows:
+        return built
+    if any("FLOPs (B)" not in row for row in rows.values()):
+        built.note("FLOPs (B) is empty where no result of the model records FLOPs (model.gflops): hnbench's results "
+                   "do not measure them yet (open_clip's docs/model_profile.csv lists gflops per architecture)")
+    built.note("Average score and the WinoGAViL columns are empty: hnbench has no WinoGAViL, and open_clip's "
+               "average is over all 19 metric columns")
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(HEADER)
+    for i, key in enumerate(sorted(rows), start=1):
+        row = rows[key]
+        writer.writerow([csv_cell(row.get(c, "")) for c in HEADER])
+        built.values += [Value(FILE, f"row {i} {column}", index, field, row[column])
+                         for column, index, field in traces[key]]
+    built.files[FILE] = buf.getvalue().encode()
+    return built
