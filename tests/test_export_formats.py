@@ -20,6 +20,7 @@ from test_zeroshot import _class_folder
 
 import hnbench
 from hnbench.cli import main
+from hnbench.errors import ConfigError
 from hnbench.publish.mteb import check_task_result
 from hnbench.results import read_result
 
@@ -453,6 +454,12 @@ def test_bad_input_is_one_line_and_writes_nothing(stored, tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err and words in err, (argv, err)
         assert not out.exists()
+    # the Python API: the same one-line errors (ConfigError), before anything is read or written
+    with pytest.raises(ConfigError, match="unknown export format 'mteb2'; did you mean 'mteb'"):
+        hnbench.export([stored["flickr"]], "mteb2", out)
+    with pytest.raises(ConfigError, match="--card updates one model's card; the results hold 2 models"):
+        hnbench.export([stored["flickr"], TAGGED], "hf-model-index", out, card=str(not_result))
+    assert not out.exists()
     # a folder holding someone else's file: refused, nothing in it changed
     out.mkdir()
     (out / "notes.txt").write_text("mine")
