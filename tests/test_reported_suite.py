@@ -205,10 +205,16 @@ def test_issue23_readme_suite_file_example_reads_as_a_suite(tmp_path):
 
     path = tmp_path / "my-suite.toml"
     path.write_text(_readme_suite_toml())
+    (tmp_path / "data").mkdir()  # the example's own data set, relative to the suite file
+    (tmp_path / "data" / "my-long-captions.jsonl").write_text('{"image": "a.png", "long_caption": "a cube"}\n')
     suite = get_suite(str(path))
     assert suite.name == "karpathy"
     assert [(e.benchmark, e.protocol, e.task) for e in suite.entries] == [
-        ("coco", "karpathy-test", "retrieval"), ("flickr30k", "karpathy-test", "retrieval"), ("imagenet", None, "zeroshot")]
+        ("coco", "karpathy-test", "retrieval"), ("flickr30k", "karpathy-test", "retrieval"), ("imagenet", None, "zeroshot"),
+        (None, None, "retrieval")]
+    mine = suite.entries[3]
+    assert mine.label == "my-long" and dict(mine.options) == {"name": "my-long", "caption_column": "long_caption"}
+    assert Path(mine.dataset).resolve() == (tmp_path / "data" / "my-long-captions.jsonl").resolve()
     # the same suite as JSON: a list of entries, named after the file
     (tmp_path / "same.json").write_text(json.dumps([{"benchmark": e.benchmark, "protocol": e.protocol,
                                                     "task": e.task} for e in suite.entries[:2]]))
