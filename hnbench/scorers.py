@@ -9,9 +9,9 @@ Exact search over the whole gallery (:func:`retrieve_pairwise`): the states of a
 (on the CPU: memory O((N + M) · tokens · d)); the scores are computed block by block — a block of queries against a
 block of candidates, each block's scores written into the query block's score row (``query_block`` × gallery, the
 only score matrix held), never an N × M token tensor nor an N × M score matrix — and ranked by
-:func:`hnbench.search.score_rows`, the rank, tie and top-k rule of the cosine search: ``rank = 1 + #non-positives
+:func:`hnbench.search.exact.score_rows`, the rank, tie and top-k rule of the cosine search: ``rank = 1 + #non-positives
 scoring >= the best positive``, equal scores by lower gallery index. The outputs are
-:class:`~hnbench.search.RetrievalOutput` s, so metrics, intervals, per-query files, ``compare`` and ``browse`` read
+:class:`~hnbench.search.exact.RetrievalOutput` s, so metrics, intervals, per-query files, ``compare`` and ``browse`` read
 them as they read the cosine path's.
 
 Re-ranking (:func:`rerank`, ``--rerank-top K``): the dual encoder's top K of each query are re-scored with the
@@ -38,8 +38,8 @@ from tqdm.auto import tqdm
 
 from hnbench.errors import ConfigError
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
-from hnbench.results import dual_encoder_scorer
-from hnbench.search import (
+from hnbench.results.record import dual_encoder_scorer
+from hnbench.search.exact import (
     RetrievalOutput,
     canonical_positives,
     empty_output,
@@ -240,10 +240,10 @@ def finelip_scorers(encoder: Any) -> dict[str, PairScorer]:
     return {FINELIP: scorer}
 
 
-# -- encoding states through hnbench.encode (its batching, workers, progress and error handling) -------------
+# -- encoding states through hnbench.evaluation.encode (its batching, workers, progress and error handling) -------------
 class _StateEncoder:
     """``encoder`` whose ``encode_images`` / ``encode_texts`` compute a scorer's states (kept here, on the CPU) and
-    return each row's index into them, so whatever order and batches :mod:`hnbench.encode` uses, the vectors it
+    return each row's index into them, so whatever order and batches :mod:`hnbench.evaluation.encode` uses, the vectors it
     returns say which state row is which item."""
 
     def __init__(self, encoder: Encoder, scorer: PairScorer):
@@ -305,11 +305,11 @@ class _StateEncoder:
 def encode_states(encoder: Encoder, scorer: PairScorer, *, images: Any = None, texts: Sequence[str] | None = None,
                   skip_bad: bool = False, text_batch_size: int | None = None, **options: Any) -> tuple[States, Any]:
     """The states of ``images`` (an :class:`~hnbench.data.base.ImageSource`) or of the captions ``texts`` (one of
-    the two), with what :func:`hnbench.encode.encode_images` / ``encode_texts`` return, which encode them (their
+    the two), with what :func:`hnbench.evaluation.encode.encode_images` / ``encode_texts`` return, which encode them (their
     batches, workers and errors; never cached): (states, ``ImageEmbeddings`` | ``TextEmbeddings``). The states of
     unreadable images (``skip_bad``) are left out, as the evaluation leaves out their rows. ``options``:
     ``batch_size``, ``num_workers``, ``amp``, ``progress``."""
-    from hnbench.encode import encode_images, encode_texts
+    from hnbench.evaluation.encode import encode_images, encode_texts
 
     proxy = _StateEncoder(encoder, scorer)
     if images is not None:
@@ -349,7 +349,7 @@ def retrieve_pairwise(scorer: PairScorer, queries: States, gallery: States, pos_
                       progress: bool = False, desc: str = "pairwise search") -> RetrievalOutput:
     """Exact retrieval of every query (``t2i``: caption states querying image states; else images querying
     captions) against the whole gallery with ``scorer``, in ``query_block`` × ``candidate_block`` score calls;
-    ranked by :func:`hnbench.search.score_rows` (the cosine search's rule). Positives in CSR form."""
+    ranked by :func:`hnbench.search.exact.score_rows` (the cosine search's rule). Positives in CSR form."""
     n, m = _n(queries), _n(gallery)
     if m < 1:
         raise ValueError("the gallery is empty")

@@ -15,11 +15,11 @@ from conftest import MICRO_CONFIG, make_pairs, write_jsonl
 from safetensors.torch import save_file
 
 from hnbench import registry
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.evaluate import evaluate
+from hnbench.evaluation.remembered import RECORD_DIR, RememberedEncoder, load_remembered
 from hnbench.models import load_model
 from hnbench.models.base import Encoder
 from hnbench.models.family import RANDOM_INIT, ModelFamily, family_of
-from hnbench.models.remembered import RECORD_DIR, RememberedEncoder, load_remembered
 from hnbench.registry import Registry
 
 README = Path(__file__).resolve().parent.parent / "README.md"

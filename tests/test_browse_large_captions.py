@@ -14,7 +14,7 @@ from hnbench.hardness.schema import Pair
 from hnbench.pages import browse
 from hnbench.pages.html import render
 from hnbench.pages.page import Page, Row
-from hnbench.textdiff import (
+from hnbench.pages.textdiff import (
     MAX_CAPTION_CHARS,
     MAX_WORDS,
     changed_words,

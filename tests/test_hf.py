@@ -29,7 +29,7 @@ def test_hf_clip_encoder_matches_direct_calls(hf_clip_dir):
 
 
 def test_hf_clip_end_to_end(hf_clip_dir, tmp_path):
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
 
     pairs = make_pairs(tmp_path, n=6)
     data = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from hnbench import encode
 from hnbench.data import load_spec
 from hnbench.data.base import ImageTextDataset
 from hnbench.errors import ConfigError
+from hnbench.evaluation import encode
 from hnbench.hardness.analyze import analyze
 from hnbench.hardness.captions import CaptionSet, from_dataset, load_captions, text_fingerprint
 from hnbench.hardness.outputs import compare, write_outputs

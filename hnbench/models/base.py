@@ -51,7 +51,7 @@ class Encoder(Protocol):
     """Encode images and texts into one L2-normalised embedding space.
 
     Every member is read by a caller (none by ``getattr``): ``dynamic_padding`` is True when ``tokenize`` pads a
-    batch only to its longest text (then :func:`hnbench.encode.encode_texts` groups captions of similar length);
+    batch only to its longest text (then :func:`hnbench.evaluation.encode.encode_texts` groups captions of similar length);
     ``transform_description`` is the cache's description of ``image_transform`` when the encoder knows it without
     building the transform (a remembered model), else None; ``has_images`` is False for a text-only encoder.
     """

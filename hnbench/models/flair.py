@@ -263,7 +263,7 @@ class FlairConditionedScorer:
 
     def _model(self) -> FlairCLIP:
         encoder = self._encoder
-        from hnbench.models.remembered import RememberedEncoder
+        from hnbench.evaluation.remembered import RememberedEncoder
 
         if isinstance(encoder, RememberedEncoder):  # remembered: the model is built on first use
             encoder = encoder.real()

@@ -439,7 +439,9 @@ class OpenCLIPFamily(ModelFamily):
         if local:
             return [str(Path(local).resolve())]
         if tag:
-            from hnbench.models.remembered import _tag_file  # a downloaded tag's file (open_clip + HF cache)
+            from hnbench.evaluation.remembered import (
+                _tag_file,  # a downloaded tag's file (open_clip + HF cache)
+            )
 
             found = _tag_file(model, tag)
             return [str(Path(found).resolve())] if found else None

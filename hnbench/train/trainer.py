@@ -36,9 +36,9 @@ from tqdm.auto import tqdm
 
 from hnbench.data import load_dataset
 from hnbench.distributed import DistContext, from_env
-from hnbench.encode import default_num_workers
 from hnbench.errors import ConfigError
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.encode import default_num_workers
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.io import append_line, atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint

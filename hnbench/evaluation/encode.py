@@ -5,7 +5,7 @@ forward leaves free, usually none: see :func:`default_num_workers`); the model r
 with autocast only on CUDA and only when asked. A decoding failure is raised naming the image, or —
 with ``skip_bad`` — recorded and the image left out later by the caller.
 
-With an :class:`~hnbench.cache.EmbeddingCache`, items whose content is cached are read back and only
+With an :class:`~hnbench.evaluation.cache.EmbeddingCache`, items whose content is cached are read back and only
 the rest go through the model, in the same batches a run without cache would use (so a cold cached
 run and an uncached run give bit-identical vectors, unless the data repeats an image or a caption:
 each content is encoded once); finished batches are written to the cache in shards as they
@@ -45,9 +45,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from hnbench.cache import KEY_DTYPE, EmbeddingCache, image_keys, text_keys
 from hnbench.data.base import ImageSource
 from hnbench.errors import CheckpointError, ImageLoadError, WorkerError
+from hnbench.evaluation.cache import KEY_DTYPE, EmbeddingCache, image_keys, text_keys
 from hnbench.models.base import Encoder
 from hnbench.models.family import family_of
 

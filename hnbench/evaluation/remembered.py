@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 from hnbench._version import __version__, package_version
-from hnbench.cache import FINGERPRINTS, model_spec
 from hnbench.errors import CheckpointError
+from hnbench.evaluation.cache import FINGERPRINTS, model_spec
 from hnbench.io import atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
@@ -47,7 +47,7 @@ __all__ = ["RememberedEncoder", "load_remembered"]
 
 logger = logging.getLogger(__name__)
 
-RECORD_DIR = FINGERPRINTS  # the cache root's folder of these records (declared in hnbench.cache)
+RECORD_DIR = FINGERPRINTS  # the cache root's folder of these records (declared in hnbench.evaluation.cache)
 _RNG = RANDOM_INIT  # stands in for the weights file of a random-init model
 
 
@@ -161,7 +161,7 @@ class RememberedEncoder:
     """An :class:`Encoder` whose info comes from a remembered record; the model is built on first use.
 
     ``transform_description`` is the cache's description of the image transform
-    (:func:`hnbench.cache.model_spec`), so the cache key is known without the transform.
+    (:func:`hnbench.evaluation.cache.model_spec`), so the cache key is known without the transform.
     """
 
     def __init__(self, info: ModelInfo, transform_description: str, build: Callable[[str], Encoder],
