@@ -35,7 +35,7 @@ _LAZY = {
     "leaderboard": "hnbench.results.leaderboard:leaderboard",
     "hardness": "hnbench.hardness:hardness",
     "compare": "hnbench.results.compare:compare",
-    "browse": "hnbench.pages:browse",
+    "browse": "hnbench.pages.build:browse",
     "run_suite": "hnbench.evaluation.suites:run_suite",
     "list_models": "hnbench.models.zoo:list_models",
 }

@@ -199,11 +199,11 @@ MODELS.register("remote", "hnbench.models.remote:REMOTE", prefixes=("remote:",),
 
 
 # --- how a pair is scored (--scorer): the dual encoder's cosine, or a query-conditioned scorer a family offers
-# (hnbench.models.family.ModelFamily.pair_scorers); name → the scorer's class (hnbench.scorers.PairScorer) -------
+# (hnbench.models.family.ModelFamily.pair_scorers); name → the scorer's class (hnbench.models.scorers.PairScorer) -------
 SCORERS: Registry[Any] = Registry("scorer", default="cosine")
-SCORERS.register("cosine", "hnbench.scorers:CosineScorer",
+SCORERS.register("cosine", "hnbench.models.scorers:CosineScorer",
                  help="dual encoder: cosine of independent image and caption embeddings, every model")
-SCORERS.register("finelip-finegrained", "hnbench.scorers:FineLIPScorer",
+SCORERS.register("finelip-finegrained", "hnbench.models.finelip:FineLIPScorer",
                  help="FineLIP: 0.8·cos + 0.2·its cross-net's late-interaction score; a FineLIP run's checkpoint "
                       "or a state dict with cross_net.* keys")
 SCORERS.register("flair-conditioned", "hnbench.models.flair:FlairConditionedScorer",

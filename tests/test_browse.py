@@ -14,7 +14,7 @@ from conftest import make_pairs, write_jsonl, write_v1_copy
 from PIL import Image
 
 from hnbench.cli import main
-from hnbench.pages import browse
+from hnbench.pages.build import browse
 from hnbench.pages.textdiff import changed_words, diff_words
 from hnbench.results.record import read_per_query, read_result
 

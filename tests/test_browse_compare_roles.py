@@ -12,7 +12,7 @@ import pytest
 from conftest import make_pairs, write_jsonl
 
 from hnbench.cli import main
-from hnbench.pages import browse
+from hnbench.pages.build import browse
 from hnbench.results.compare import compare, model_label
 from hnbench.results.record import read_result
 

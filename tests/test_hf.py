@@ -43,7 +43,7 @@ def test_feature_tensor_reads_tensors_and_model_outputs(hf_clip_dir):
 
     from hnbench.models import load_model
     from hnbench.models.hf import eos_attention_mask, feature_tensor
-    from hnbench.train.towers import CLIPTowers
+    from hnbench.models.towers import CLIPTowers
 
     x = torch.randn(2, 4)
     assert feature_tensor(x) is x and feature_tensor(BaseModelOutputWithPooling(pooler_output=x)) is x

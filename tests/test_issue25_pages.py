@@ -18,7 +18,8 @@ from test_browse import RED, _chromium, needs_browser
 from hnbench.cli import main
 from hnbench.hardness.markdown import highlight, pair_block, word_diff
 from hnbench.hardness.schema import Pair
-from hnbench.pages import browse, textdiff
+from hnbench.pages import textdiff
+from hnbench.pages.build import browse
 from hnbench.results.compare import model_label
 from hnbench.results.record import read_result
 

@@ -16,9 +16,10 @@ from hnbench.cli import main
 from hnbench.metrics import csr_from_assignment
 from hnbench.models import load_model
 from hnbench.models.checkpoint import save_state_dict
+from hnbench.models.finelip import ATRM, FINELIP, FineLIPScorer, finelip_scorers
+from hnbench.models.scorers import PairScorer
 from hnbench.results.record import read_per_query, read_result
-from hnbench.scorers import FINELIP, FineLIPScorer, PairScorer, finelip_scorers, rerank, retrieve_pairwise
-from hnbench.train.objectives.finelip import ATRM
+from hnbench.search.pairwise import rerank, retrieve_pairwise
 
 
 # -- fixtures: a tiny FineLIP "run" (checkpoint + cross-net beside it) and a small image–caption set ------------
@@ -327,7 +328,7 @@ def test_issue24_leaderboard_marks_pairwise_rows_in_every_format(tmp_path):
 
 
 def test_issue24_cosine_through_the_pairwise_path_ranks_as_the_cosine_search(micro_config):
-    from hnbench.scorers import CosineScorer
+    from hnbench.models.scorers import CosineScorer
     from hnbench.search.exact import retrieve
 
     enc = load_model("hnb-micro", model_config=str(micro_config))
@@ -354,7 +355,7 @@ class _PooledScorer:
     name, description = "flair-conditioned", "test: caption-conditioned attention pooling of the patch tokens"
 
     def __init__(self, encoder):
-        from hnbench.train.towers import CLIPTowers
+        from hnbench.models.towers import CLIPTowers
 
         self.towers = CLIPTowers(encoder.model, "open_clip", encoder=encoder)
 

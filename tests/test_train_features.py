@@ -64,7 +64,7 @@ def test_resume_refuses_changed_options(micro_config, data, tmp_path):
 
 def _towers(micro_config, seed=0):
     from hnbench.models import load_model
-    from hnbench.train.towers import CLIPTowers
+    from hnbench.models.towers import CLIPTowers
 
     torch.manual_seed(seed)
     enc = load_model("hnb-micro", model_config=str(micro_config))

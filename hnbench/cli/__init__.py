@@ -250,7 +250,8 @@ def _add_hardness_parser(sub: _Subparsers) -> None:
 
 def _run_hardness(args: argparse.Namespace) -> int:
     from hnbench.hardness.captions import load_captions
-    from hnbench.hardness.run import hardness, hardness_many, model_pairs
+    from hnbench.hardness.run import hardness, hardness_many
+    from hnbench.models import model_pairs
 
     settings = settings_from_args(HardnessSettings, args)
     settings.validate(args.output)  # the flags first; several models: every (model, weights) pair before any loads
@@ -598,7 +599,7 @@ def _add_browse_parser(sub: _Subparsers) -> None:
 
 
 def _run_browse(args: argparse.Namespace) -> int:
-    from hnbench.pages import browse
+    from hnbench.pages.build import browse
 
     data = {f.name: getattr(args, f.name) for f in fields(DataSpec) if getattr(args, f.name) is not None}
     assert args.output is not None  # a required flag

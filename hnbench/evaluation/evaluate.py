@@ -28,11 +28,12 @@ from hnbench.data import ImageTextDataset
 from hnbench.data.benchmarks.spec import recheck_counts
 from hnbench.errors import ConfigError
 from hnbench.evaluation.cache import EmbeddingCache, default_root
-from hnbench.evaluation.encode import encode_images, encode_texts
+from hnbench.evaluation.encode import encode_images, encode_states, encode_texts
 from hnbench.evaluation.remembered import load_remembered
 from hnbench.metrics import ci_methods, csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
 from hnbench.models.family import check_trusted, family_of
+from hnbench.models.scorers import COSINE, PairScorer, check_scorer, pick
 from hnbench.registry import TASKS
 from hnbench.results.record import (
     PER_QUERY_KEY,
@@ -40,21 +41,12 @@ from hnbench.results.record import (
     PER_QUERY_TOP,
     EvalResult,
     check_target,
-    write_result_pair,
-)
-from hnbench.scorers import (
-    COSINE,
-    PairScorer,
-    States,
-    check_scorer,
-    encode_states,
-    pick,
-    rerank,
-    retrieve_pairwise,
     scorer_record,
+    write_result_pair,
 )
 from hnbench.search.approximate import retrieve_approximate
 from hnbench.search.exact import RetrievalOutput, retrieve
+from hnbench.search.pairwise import States, rerank, retrieve_pairwise
 from hnbench.settings import EvalSettings, from_options
 from hnbench.specs import DataSpec, ModelSpec, check_data, split_keywords
 from hnbench.validate import DEFAULT_KS, warn_trivial_ks
@@ -348,7 +340,7 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
                       scorer: PairScorer | None = None) -> EvalResult:
     """Encode (through the cache) what is not there yet, search both ways, score, and write the result.
 
-    ``scorer``: a pairwise scorer (:mod:`hnbench.scorers`): its states are encoded (never cached) and every pair
+    ``scorer``: a pairwise scorer (:mod:`hnbench.models.scorers`): its states are encoded (never cached) and every pair
     scored; with ``--rerank-top`` the dual encoder's embeddings (cached) pick each query's candidates first."""
     cosine = scorer is None or s.rerank_top is not None  # the dual encoder's embeddings are needed
     states: dict[str, States] = {}

@@ -64,27 +64,6 @@ def _stat(path: str) -> dict[str, int]:
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
 
 
-def _tag_file(arch: str, tag: str) -> str | None:
-    """The local file open_clip loads for a pretrained tag, when already downloaded (no network)."""
-    import open_clip.pretrained as op
-
-    cfg = op.get_pretrained_cfg(arch, tag)
-    if cfg.get("file"):
-        file: str = cfg["file"]
-        return file
-    if not cfg.get("hf_hub"):
-        return None  # a URL download: its path depends on open_clip internals; not remembered
-    from huggingface_hub import try_to_load_from_cache
-
-    model_id, filename = os.path.split(cfg["hf_hub"])
-    filename = filename or op.HF_WEIGHTS_NAME
-    for name in [*op._get_safe_alternatives(filename), filename]:  # open_clip's own preference order
-        found = try_to_load_from_cache(model_id, name)
-        if isinstance(found, str):
-            return found
-    return None
-
-
 def weight_files(model: str, pretrained: str | None, model_config: str | Path | None) -> list[str] | None:
     """The local files that define the weights ``load_model`` would build (``[_RNG]`` for random init),
     or None when they cannot be pinned down locally: the family's adapter says

@@ -334,7 +334,7 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
     Bad input raises :class:`~hnbench.errors.ConfigError` before anything loads; a failing (model, entry) is
     logged, recorded in :attr:`SuiteRun.failures` and the rest go on.
     """
-    from hnbench.hardness.run import model_pairs
+    from hnbench.models import model_pairs
 
     s: EvalSettings = from_options(EvalSettings, settings, options)
     suite_settings = SuiteSettings(data_root_map=None if data_root_map is None else os.fspath(data_root_map),

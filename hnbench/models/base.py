@@ -81,6 +81,16 @@ class Encoder(Protocol):
 
 
 @runtime_checkable
+class DeferredEncoder(Encoder, Protocol):
+    """An :class:`Encoder` that stands in for a model not built yet (a remembered fingerprint,
+    :class:`hnbench.evaluation.remembered.RememberedEncoder`): :meth:`real` builds and returns it."""
+
+    def real(self) -> Encoder:
+        """The encoder itself, built on first use."""
+        ...
+
+
+@runtime_checkable
 class TrainableEncoder(Encoder, Protocol):
     """An :class:`Encoder` whose weights are one CLIP module the fine-tuner and the PEFT loader may change.
 

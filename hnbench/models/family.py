@@ -12,7 +12,7 @@ name prefixes it claims). It answers:
   case, context length, prompts per direction), recorded with the model; :attr:`ModelFamily.trims_text_batches`
   (its encoders run each text batch only up to its longest caption, equal to the padded forward: open_clip's
   causal towers), for which :func:`hnbench.evaluation.encode.encode_texts` groups captions by length;
-- **pairwise scorers**: :meth:`ModelFamily.pair_scorers` (query-conditioned scorers, :mod:`hnbench.scorers`; none for a
+- **pairwise scorers**: :meth:`ModelFamily.pair_scorers` (query-conditioned scorers, :mod:`hnbench.models.scorers`; none for a
   dual encoder) and :meth:`ModelFamily.pair_scorer_names` (what it offers, asked before anything loads);
 - **training-only keys**: :attr:`ModelFamily.training_only_keys` (modules its releases carry that scoring never
   uses: dropped with a warning; any other unexpected key is refused) and :meth:`ModelFamily.claims` (its releases'
@@ -150,7 +150,7 @@ class ModelFamily:
         return {}
 
     def pair_scorers(self, encoder: Any) -> dict[str, Any]:
-        """The query-conditioned scorers (:class:`hnbench.scorers.PairScorer`, by name) a loaded encoder of this family
+        """The query-conditioned scorers (:class:`hnbench.models.scorers.PairScorer`, by name) a loaded encoder of this family
         offers beside its cosine (``--scorer NAME``); ``{}`` by default: a dual encoder."""
         return {}
 

@@ -36,7 +36,7 @@ Backends
            on the GPU (not calibrated: no GPU has run it yet).
 
 The rank/tie/top-k rule over one block of score rows is :func:`score_rows`, whatever computes the scores: the
-torch backend's inner products, or a pairwise scorer's (:mod:`hnbench.scorers`).
+torch backend's inner products, or a pairwise scorer's (:mod:`hnbench.search.pairwise`).
 
 Devices: ``cuda:i`` searches on GPU i; plain ``cuda`` on every visible GPU — faiss splits the
 gallery over them (``index_cpu_to_gpus_list`` with ``shard=True``), torch splits the query rows
@@ -309,7 +309,7 @@ def score_rows(block: ScoreBlock, m: int, dev: torch.device, ptr: np.ndarray, id
                k: int, chunk: int, out: RetrievalOutput, pbar: tqdm[Any]) -> None:
     """Exact results for the (ascending) query indices ``rows`` against ``m`` candidates, written into ``out`` in
     place; ``block(r, buf)`` returns the (len(r), m) score block of queries ``r`` (written into ``buf``, fp32 on
-    ``dev``; the inner product for :func:`retrieve`, a pairwise scorer's for :mod:`hnbench.scorers`). One rank,
+    ``dev``; the inner product for :func:`retrieve`, a pairwise scorer's for :mod:`hnbench.search.pairwise`). One rank,
     tie and top-k rule for every score (``ptr``/``idx``: canonical CSR positives, :func:`canonical_positives`)."""
     # One score block reused by every chunk: a fresh (chunk, M) allocation per chunk costs as much
     # as the matmul itself on CPU (page faults on ~256 MB each time).
