@@ -1,7 +1,7 @@
 """The per-query costs ``--backend auto`` calibrates on (faiss list, full-row count, torch path), at any
 gallery size, in interleaved rounds: do faiss and torch keep their order beyond the calibrated sizes?
 
-Uses :func:`hnbench.search._measure_costs`, the function the one-off calibration calls (synthetic unit
+Uses :func:`hnbench.search.exact._measure_costs`, the function the one-off calibration calls (synthetic unit
 vectors, d = 512, each query near its own gallery item), so the numbers compare with the stored
 ``search-calibration.json``.
 
@@ -14,7 +14,7 @@ import argparse
 import os
 import time
 
-from hnbench.search import _measure_costs
+from hnbench.search.exact import _measure_costs
 
 
 def main() -> None:

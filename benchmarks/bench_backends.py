@@ -3,7 +3,7 @@
 Raw faiss is the floor: a plain top-k search with no ranks, ties or best-wrong. The hnbench backends
 return exact ranks with pessimistic ties for every query. Data as in bench_search.py (query i =
 gallery i + noise); ``--noise`` sets how deep the positives rank (4: R@10 ~ 0.99, 10: ~0.2).
-``--old-search FILE`` also times another version of hnbench/search.py (e.g. the main checkout's) for
+``--old-search FILE`` also times another version of hnbench/search/exact.py (e.g. the main checkout's) for
 a before/after row. The first ``auto`` call on a new machine calibrates (~30 s, once; not timed
 here: a warm-up call runs first).
 
@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_search import make_data  # noqa: E402
 
-from hnbench.search import retrieve  # noqa: E402
+from hnbench.search.exact import retrieve  # noqa: E402
 
 
 def raw_faiss(q: np.ndarray, g: np.ndarray, k: int) -> None:
@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=512)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--old-search", type=Path, help="another hnbench/search.py to time as 'faiss (old)'")
+    ap.add_argument("--old-search", type=Path, help="another hnbench/search/exact.py to time as 'faiss (old)'")
     args = ap.parse_args()
     runs = {"raw faiss": lambda q, g, p, i: raw_faiss(q, g, args.k)}
     for name in ("auto", "torch", "faiss"):

@@ -4,7 +4,7 @@
    the model's ``encode_image``/``encode_text`` over the same batches are timed.
 2. *harness encode*: ``encode_images`` + ``encode_texts`` without cache (decoding in DataLoader
    workers, tokenizing, copying back) — target: forward / harness >= 90%.
-3. *cold evaluate*: the whole ``hnbench.evaluate`` with an empty cache directory (encode, write shards,
+3. *cold evaluate*: the whole ``hnbench.evaluation.evaluate`` with an empty cache directory (encode, write shards,
    search, metrics, result files).
 4. *warm evaluate*: the same call again: hash the images and captions, read the shards, search —
    target: warm / cold <= 5%. Zero items may be encoded.
@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 
 from hnbench.data import load_dataset
-from hnbench.encode import _autocast, encode_images, encode_texts
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.encode import _autocast, encode_images, encode_texts
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.models import load_model
 
 

@@ -1,4 +1,4 @@
-"""Harness overhead: pure model forward and a minimal loop vs the whole ``hnbench.evaluate``, side by side.
+"""Harness overhead: pure model forward and a minimal loop vs the whole ``hnbench.evaluation.evaluate``, side by side.
 
 0. *minimal loop*: what one writes by hand (open_clip encoders): decode + preprocess each batch of
    images in the main process, tokenize each batch of captions with open_clip's tokenizer, encode,
@@ -37,11 +37,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hnbench import search_calibration
 from hnbench.data import load_dataset
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.models import load_model
-from hnbench.search import AUTO_MIN_WORK, _measure_costs, retrieve
+from hnbench.search import calibration as search_calibration
+from hnbench.search.exact import AUTO_MIN_WORK, _measure_costs, retrieve
 
 
 def forward_seconds(encoder, dataset, batch_size: int) -> float:
@@ -158,7 +158,7 @@ def main() -> None:
     if args.limit:
         ds = ds.drop_images(range(args.limit, ds.n_images), reason="--limit")
     encoder = load_model(args.model, pretrained)
-    from hnbench.encode import default_num_workers
+    from hnbench.evaluation.encode import default_num_workers
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, evaluate's "
           f"default workers {default_num_workers(encoder.device)}; {args.model} "

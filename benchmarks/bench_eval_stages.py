@@ -1,8 +1,8 @@
 """Where a cold ``evaluate`` spends its time, stage by stage, against the same stage of a minimal loop.
 
 Interleaved, once per repeat: the image stage (decode + transform + forward) of a hand-written loop and
-of :func:`hnbench.encode.encode_images` with 0 and 2 DataLoader workers; the same for captions
-(tokenize + forward); and the whole :func:`hnbench.evaluate.evaluate` (cache off, result files to a
+of :func:`hnbench.evaluation.encode.encode_images` with 0 and 2 DataLoader workers; the same for captions
+(tokenize + forward); and the whole :func:`hnbench.evaluation.evaluate.evaluate` (cache off, result files to a
 temporary folder) with 0 and 2 workers. Prints the minimum and median of each.
 
 Usage: python benchmarks/bench_eval_stages.py --protocol test --repeats 5
@@ -19,8 +19,8 @@ from collections.abc import Callable
 import torch
 
 from hnbench.data import load_dataset
-from hnbench.encode import encode_images, encode_texts
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.encode import encode_images, encode_texts
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.models import load_model
 
 

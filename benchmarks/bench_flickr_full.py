@@ -12,12 +12,12 @@ a. *minimal*: bench_eval.py's minimal loop (``minimal_encode``: decode, transfor
    the similarity and R@1/5/10 both ways in blocks of captions (``blocked_recall``): bench_eval's
    ``minimal_recall`` builds one N×M matrix, 20 GB in fp32 at 31,783 × 158,915, so here it is blocked
    (each block's t2i ranks, and a running top-10 per image for i2t; the same numbers).
-b. *evaluate*: ``hnbench.evaluate`` with the embedding cache off (cold): everything a result needs (exact
+b. *evaluate*: ``hnbench.evaluation.evaluate`` with the embedding cache off (cold): everything a result needs (exact
    ranks with ties both ways, MRR, bootstrap CIs, token statistics, per-query parquet, result JSON).
 c. *warm* (``--warm``): ``evaluate`` with the cache on, a fresh cache filled by one untimed run, then timed.
 
 ``--random-embeddings`` times only what follows the encoders (the part that grows with N×M), on seeded random
-unit vectors of the same sizes: (a) ``blocked_recall`` vs (b) ``hnbench.evaluate.score_embeddings`` (exact
+unit vectors of the same sizes: (a) ``blocked_recall`` vs (b) ``hnbench.evaluation.evaluate.score_embeddings`` (exact
 search both ways, metrics, bootstrap CIs) and the per-query table written as parquet (into memory).
 
 Each child loads the model and the data and warms up on 64 items before its clock starts; the clock covers
@@ -53,12 +53,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_eval import cpu_seconds, minimal_encode, recalls  # noqa: E402
 
-from hnbench import search_calibration  # noqa: E402
 from hnbench.data.benchmarks import load  # noqa: E402
 from hnbench.data.synthdense import generate_flickr30k  # noqa: E402
-from hnbench.evaluate import evaluate, per_query_frame, score_embeddings  # noqa: E402
+from hnbench.evaluation.evaluate import evaluate, per_query_frame, score_embeddings  # noqa: E402
 from hnbench.models import load_model  # noqa: E402
-from hnbench.search import AUTO_MIN_WORK, _measure_costs  # noqa: E402
+from hnbench.search import calibration as search_calibration  # noqa: E402
+from hnbench.search.exact import AUTO_MIN_WORK, _measure_costs  # noqa: E402
 
 FULL = 31783
 BLOCK_BYTES = 256 * 2**20  # the minimal loop's score block, as hnbench's torch search budgets its chunks

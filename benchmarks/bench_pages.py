@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
 from hnbench.cli import main as hnbench
-from hnbench.pages import browse
+from hnbench.pages.build import browse
 
 PROBE = "<script>document.body.dataset.t = String(performance.now());</script>"
 

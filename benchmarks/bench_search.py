@@ -1,4 +1,4 @@
-"""Time hnbench.search.retrieve with the torch and faiss backends side by side.
+"""Time hnbench.search.exact.retrieve with the torch and faiss backends side by side.
 
 Synthetic one-positive-per-query setup (N = M = size): gallery vectors are random unit vectors,
 query i is gallery i plus Gaussian noise (re-normalised), its only positive is gallery i.
@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch
 
-from hnbench.search import available_backends, retrieve
+from hnbench.search.exact import available_backends, retrieve
 
 
 class _FallbackCounter(logging.Handler):
@@ -59,8 +59,8 @@ def main() -> None:
     args = ap.parse_args()
 
     counter = _FallbackCounter()
-    logging.getLogger("hnbench.search").addHandler(counter)
-    logging.getLogger("hnbench.search").setLevel(logging.INFO)
+    logging.getLogger("hnbench.search.exact").addHandler(counter)
+    logging.getLogger("hnbench.search.exact").setLevel(logging.INFO)
     print(f"torch {torch.__version__} threads={torch.get_num_threads()} device={args.device} "
           f"available={available_backends()} dim={args.dim} k={args.k} repeats={args.repeats} noise={args.noise}")
     header = f"{'size':>7} {'backend':>9} {'seconds':>9} {'queries/s':>10} {'faiss/torch':>11} " \

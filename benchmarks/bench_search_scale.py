@@ -27,9 +27,9 @@ import time
 import numpy as np
 import torch
 
-from hnbench import search_calibration
-from hnbench.search import available_backends, retrieve
-from hnbench.search_approximate import retrieve_approximate
+from hnbench.search import calibration as search_calibration
+from hnbench.search.approximate import retrieve_approximate
+from hnbench.search.exact import available_backends, retrieve
 
 
 def unit_rows(x: np.ndarray, block: int = 65536) -> np.ndarray:
@@ -80,7 +80,7 @@ def main() -> None:
     backends = [b for b in backends if b in [*available_backends(), "auto"]
                 or (b == "raw-faiss" and "faiss" in available_backends())]
     if "auto" in backends and not on_cuda:  # the one-off calibration (stored in the cache), not timed
-        from hnbench.search import _measure_costs
+        from hnbench.search.exact import _measure_costs
 
         search_calibration.costs(args.sizes[0], _measure_costs)
     gpus = torch.cuda.device_count() if on_cuda else 0

@@ -1,4 +1,4 @@
-"""Hardness text encoding (MiniLM through ``hnbench.encode.encode_texts``) vs sentence-transformers'
+"""Hardness text encoding (MiniLM through ``hnbench.evaluation.encode.encode_texts``) vs sentence-transformers'
 own ``encode`` on the same captions, interleaved; also hnbench without length sorting (before).
 
 DOCCI is not available offline, so the captions are synthdense's (664–1,027 characters; a narrower
@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from hnbench.data import load_dataset
-from hnbench.encode import encode_texts
+from hnbench.evaluation.encode import encode_texts
 from hnbench.models.sentence import load_text_encoder
 
 

@@ -3,9 +3,9 @@
 1. *text encoding*, the bundled ``hnbench-tiny`` (context 256) on synthdense captions (148–226 tokens): the
    same length-sorted batches run padded to the context (what every open_clip batch did before) and trimmed to
    their longest caption (:func:`hnbench.models.openclip.encode_text_trimmed`), (a) the forward alone on
-   pre-tokenized batches, (b) the whole ``hnbench.encode.encode_texts`` (tokenizing included, no cache, no
+   pre-tokenized batches, (b) the whole ``hnbench.evaluation.encode.encode_texts`` (tokenizing included, no cache, no
    workers). Goal: trimmed ≤ 0.8× padded (CPU time).
-2. *end to end* at context 248: ``hnbench.evaluate`` cold (cache off) against bench_eval.py's minimal loop
+2. *end to end* at context 248: ``hnbench.evaluation.evaluate`` cold (cache off) against bench_eval.py's minimal loop
    (imported from there, which pads every caption to the context), on a random-init model of hnbench-tiny's
    shape built at 77 positions and stretched the Long-CLIP way to 248 (``ModelFamily.stretch``); the same
    evaluate with the batches padded is shown too. Goal: evaluate ≤ 0.9× the minimal loop.
@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_eval import cpu_seconds, minimal_loop_seconds  # noqa: E402  (the minimal loop: imported, not copied)
 
 from hnbench.data import load_dataset  # noqa: E402
-from hnbench.encode import encode_texts  # noqa: E402
-from hnbench.evaluate import evaluate  # noqa: E402
+from hnbench.evaluation.encode import encode_texts  # noqa: E402
+from hnbench.evaluation.evaluate import evaluate  # noqa: E402
 from hnbench.models import load_model  # noqa: E402
 from hnbench.models.family import family_of  # noqa: E402
 from hnbench.models.openclip import CONFIG_DIR, OpenCLIPEncoder  # noqa: E402

@@ -151,7 +151,7 @@ class Smoke:
                  "try:\n import faiss\n i['faiss'] = faiss.__version__\n"
                  " i['faiss_gpus'] = faiss.get_num_gpus() if hasattr(faiss, 'StandardGpuResources') else None\n"
                  "except ImportError:\n i['faiss'] = None\n"
-                 "from hnbench.search import available_backends\ni['backends'] = available_backends()\n"
+                 "from hnbench.search.exact import available_backends\ni['backends'] = available_backends()\n"
                  "print('ENV' + json.dumps(i))\n")
         rc, out, secs = self.run("environment", [self.py, "-c", probe], 120)
         if self.failed("environment", rc, out, secs, 120):

@@ -66,8 +66,8 @@ def step_overhead(init: str, args: argparse.Namespace, steps: int) -> dict:
     per-pair ratios. Also the loss alone (forward + backward from fixed features), in blocks of 200."""
     from hnbench.data import load_dataset
     from hnbench.models import load_model
+    from hnbench.models.towers import CLIPTowers
     from hnbench.train.losses import hn_clip_loss, info_nce_loss
-    from hnbench.train.towers import CLIPTowers
 
     enc = load_model("hnbench-tiny", init)
     ds = load_dataset("synthdense", protocol="train", **_dataset_options(args))
@@ -120,8 +120,8 @@ def probe(init: str, args: argparse.Namespace, reps: int) -> list[dict]:
 
     from hnbench.data import load_dataset
     from hnbench.models import load_model
+    from hnbench.models.towers import CLIPTowers
     from hnbench.train.diagnostics import measure
-    from hnbench.train.towers import CLIPTowers
 
     enc = load_model("hnbench-tiny", init)
     ds = load_dataset("synthdense", protocol="train", **_dataset_options(args))

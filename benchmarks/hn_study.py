@@ -2,7 +2,7 @@
 
 Every arm fine-tunes the bundled ``hnbench-tiny``/``synthdense`` model (InfoNCE pre-trained on
 synthdense) on a seeded fraction of synthdense train, once per seed, and scores the final checkpoint
-on synthdense test through ``hnbench.evaluate`` (a stored result file + per-query parquet per run).
+on synthdense test through ``hnbench.evaluation.evaluate`` (a stored result file + per-query parquet per run).
 The arms are declared once in :data:`ARMS`; a run is (arm, seed) and lives in ``OUT/runs/<arm>__s<seed>/``
 (training directory, its ``checkpoint.safetensors``) and ``OUT/results/`` (its result file). The
 study is resumable: a run with a result file is skipped, a run with a resumable state continues.
@@ -142,8 +142,8 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, flo
 
 def pooled_mcnemar(discordant: Sequence[tuple[int, int]]) -> dict[str, Any]:
     """Exact McNemar over (seed, query) pairs pooled across seeds: b = Σ arm-right-baseline-wrong, c = Σ the
-    reverse, p from :func:`hnbench.significance.mcnemar_exact` (1.0 when there is no discordant pair)."""
-    from hnbench.significance import mcnemar_exact
+    reverse, p from :func:`hnbench.results.significance.mcnemar_exact` (1.0 when there is no discordant pair)."""
+    from hnbench.results.significance import mcnemar_exact
 
     b = sum(x for x, _ in discordant)
     c = sum(y for _, y in discordant)
@@ -212,7 +212,7 @@ def result_dir(out: Path, run: Run) -> Path:
 
 def execute(run: Run, sizes: StudySizes, out: Path, init: str, *, progress: bool) -> Path:
     """Train (or resume, or skip) one run and score its checkpoint; returns the result file."""
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
     from hnbench.train.trainer import train
 
     done = sorted(result_dir(out, run).glob("*.json"))
@@ -235,7 +235,7 @@ def execute(run: Run, sizes: StudySizes, out: Path, init: str, *, progress: bool
 
 def run_record(run: Run, out: Path, result_path: Path) -> dict[str, Any]:
     """One row per run: final R@1 both ways and the run's saturation shares over all of training."""
-    from hnbench.results import read_result
+    from hnbench.results.record import read_result
     from hnbench.train.report import read_run
 
     res = read_result(result_path)
@@ -261,14 +261,14 @@ def compare_runs(finished: dict[Run, Path], out: Path | None = None) -> dict[str
     """``hnbench compare`` of every HN run against its InfoNCE twin of the same seed (R@1, paired bootstrap,
     exact McNemar), as ``per_seed[arm][seed][direction]`` for :func:`paired_vs_baseline`; the comparisons'
     markdown/JSON go to ``OUT/compare/<arm>__s<seed>/``. Baselines appear with their own R@1."""
-    from hnbench.comparison import compare
+    from hnbench.results.compare import compare
 
     by_key = {(r.arm.name, r.seed): p for r, p in finished.items()}
     per_seed: dict[str, dict[int, dict[str, Any]]] = {}
     for run, path in finished.items():
         base = baseline_of(run.arm)
         if base is None:
-            from hnbench.results import read_result
+            from hnbench.results.record import read_result
 
             m = read_result(path).metrics
             per_seed.setdefault(run.arm.name, {})[run.seed] = {d: {"R@1": m[d]["R@1"]} for d in DIRECTIONS}
@@ -608,8 +608,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def score_start(init: str, sizes: StudySizes, out: Path, *, progress: bool) -> dict[str, float]:
     """R@1 both ways of the start model (no fine-tuning) on the same test split, a result file in ``OUT/results/start/``."""
-    from hnbench.evaluate import evaluate
-    from hnbench.results import read_result
+    from hnbench.evaluation.evaluate import evaluate
+    from hnbench.results.record import read_result
 
     found = sorted((out / "results" / "start").glob("*.json"))
     res = read_result(found[0]) if found else evaluate(

@@ -5,9 +5,9 @@ A *framework* is a training objective (``hnbench train --objective``) with a CPU
 global loss (``--loss infonce`` / ``--loss hn``) and each seed, the study fine-tunes the bundled
 ``hnbench-tiny``/``synthdense`` model with the framework's published recipe through hnbench's own
 trainer (:func:`hnbench.train.trainer.train`, what ``hnbench train --recipe R --loss L --seed S`` runs),
-scores the final checkpoint on synthdense test with :func:`hnbench.evaluate.evaluate` (what
+scores the final checkpoint on synthdense test with :func:`hnbench.evaluation.evaluate.evaluate` (what
 ``hnbench eval`` runs) into the results folder, and compares L_HN with InfoNCE on the same seeds with
-:func:`hnbench.comparison.compare` (``hnbench compare``: paired bootstrap interval, exact McNemar).
+:func:`hnbench.results.compare.compare` (``hnbench compare``: paired bootstrap interval, exact McNemar).
 
     python benchmarks/plug_and_play.py --output runs/plug-and-play                  # every framework, 3 seeds
     python benchmarks/plug_and_play.py --output runs/plug-and-play --frameworks goal,structxlip
@@ -158,7 +158,7 @@ def stored(results: Path) -> dict[str, Path]:
     ``…/<run name>/checkpoint.safetensors``; the start model's names no file. A result whose JSON does not
     read or does not match its per-query file is refused (:class:`~hnbench.errors.HnbenchError`)."""
     from hnbench.io import is_record
-    from hnbench.results import read_per_query, read_result
+    from hnbench.results.record import read_per_query, read_result
 
     found: dict[str, tuple[str, Path]] = {}
     for path in sorted(results.glob("*.json")) if results.is_dir() else []:
@@ -223,7 +223,7 @@ def execute(run: Run, s: StudySettings, log: Any) -> Path:
     """Train (or resume, or only score) one unfinished run; returns its result file."""
     from dataclasses import replace
 
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
     from hnbench.io import atomic_write_bytes
     from hnbench.train.trainer import train
 
@@ -251,7 +251,7 @@ def execute(run: Run, s: StudySettings, log: Any) -> Path:
 
 def score_start(s: StudySettings, frameworks: Sequence[str]) -> Path:
     """The recipes' start weights, not fine-tuned, on the same test split (one result file)."""
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
     from hnbench.train.config import load_recipe
 
     starts = {(r.get("model"), r.get("pretrained")) for r in (load_recipe(recipe_of(f)) for f in frameworks)}
@@ -272,7 +272,7 @@ def paired(found: dict[str, Path], out: Path | None) -> list[dict[str, Any]]:
     (R@1, paired bootstrap 95% interval, exact McNemar), then over the seeds: mean R@1 of each loss, the mean
     Δ with its 95% Student-t interval across seeds, and the exact McNemar of the discordant queries pooled
     over seeds."""
-    from hnbench.comparison import compare
+    from hnbench.results.compare import compare
 
     runs = {r: p for r, p in ((parse_name(n), p) for n, p in found.items()) if r is not None}
     order = [*FRAMEWORKS, *sorted({r.framework for r in runs} - set(FRAMEWORKS))]
@@ -434,7 +434,7 @@ def study(s: StudySettings) -> dict[str, Any]:
     rows = paired(found, Path(s.output) / "compare")
     start = None
     if START in found:
-        from hnbench.results import read_result
+        from hnbench.results.record import read_result
 
         m = read_result(found[START]).metrics
         start = {d: m[d]["R@1"] for d in DIRECTIONS}

@@ -26,19 +26,19 @@ from hnbench._version import __version__
 from hnbench.registry import Target
 
 _LAZY = {
-    "evaluate": "hnbench.evaluate:evaluate",
+    "evaluate": "hnbench.evaluation.evaluate:evaluate",
     "load_model": "hnbench.models:load_model",
     "load_dataset": "hnbench.data:load_dataset",
-    "read_result": "hnbench.results:read_result",
-    "EvalResult": "hnbench.results:EvalResult",
+    "read_result": "hnbench.results.record:read_result",
+    "EvalResult": "hnbench.results.record:EvalResult",
     "ImageTextDataset": "hnbench.data.base:ImageTextDataset",
     "train": "hnbench.train.trainer:train",
     "TrainConfig": "hnbench.train.config:TrainConfig",
-    "leaderboard": "hnbench.leaderboard:leaderboard",
+    "leaderboard": "hnbench.results.leaderboard:leaderboard",
     "hardness": "hnbench.hardness:hardness",
-    "compare": "hnbench.comparison:compare",
-    "browse": "hnbench.pages:browse",
-    "run_suite": "hnbench.suites:run_suite",
+    "compare": "hnbench.results.compare:compare",
+    "browse": "hnbench.pages.build:browse",
+    "run_suite": "hnbench.evaluation.suites:run_suite",
     "list_models": "hnbench.models.zoo:list_models",
     "export": "hnbench.publish:export",
 }
@@ -57,10 +57,10 @@ def __getattr__(name: str) -> Any:
 class _PublicAPI(types.ModuleType):
     """``hnbench`` itself: the public functions stay callable when a submodule of the same name is imported.
 
-    Importing ``hnbench.evaluate`` (or ``.leaderboard``, ``.hardness``, ``.train``) for the first time makes
+    Importing ``hnbench.evaluation.evaluate`` (or ``.leaderboard``, ``.hardness``, ``.train``) for the first time makes
     the import system set the attribute of that name on this package to the submodule, which would hide
-    the function ``hnbench.evaluate`` from then on. Such assignments are dropped here: the submodules stay
-    reachable as ``sys.modules[...]`` and through ``from hnbench.evaluate import ...``.
+    the function ``hnbench.evaluation.evaluate`` from then on. Such assignments are dropped here: the submodules stay
+    reachable as ``sys.modules[...]`` and through ``from hnbench.evaluation.evaluate import ...``.
     """
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -19,7 +19,7 @@ gather) use the default group.
 
     torchrun --nproc_per_node=N -m hnbench eval --model ... --dataset ... --output DIR [--device cuda]
 
-:func:`hnbench.evaluate.evaluate` switches to this mode by itself when ``WORLD_SIZE > 1`` and no process
+:func:`hnbench.evaluation.evaluate.evaluate` switches to this mode by itself when ``WORLD_SIZE > 1`` and no process
 group exists yet (``distributed=True`` asks for it inside a program that set one up; see :func:`wanted`):
 
 1. every rank loads the same dataset and model (checked: the dataset and model fingerprints must agree);

@@ -146,7 +146,7 @@ TASKS.register("monotonicity", "hnbench.tasks.monotonicity:TASK",
 # --- protocol families: name → the paper whose table its protocols reproduce -----------------------------
 #: protocol family → the paper (and table) whose numbers its protocols reproduce (each protocol declares its
 #: families, ``Protocol.families``; a family's protocol on a benchmark is the first that declares it,
-#: ``hnbench.reported``). Every family but ``train`` is also a suite (``hnbench suite NAME``, below).
+#: ``hnbench.results.reported``). Every family but ``train`` is also a suite (``hnbench suite NAME``, below).
 FAMILIES: dict[str, str] = {
     "zero-shot-splits": "the zero-shot long-caption table of Long-CLIP, TULIP, FineLIP, LoTLIP, DeBias-CLIP and "
                         "HN-CLIP: DOCCI test, DCI-full, Long-DCI (TULIP's), Urban-1K",
@@ -163,20 +163,20 @@ FAMILIES: dict[str, str] = {
     "train": "the fine-tuning sets (DOCCI train, GOAL's DCI train list): no suite",
 }
 
-# --- suites (hnbench suite NAME): name → a function (name=...) → hnbench.suites.Suite of (benchmark, protocol, task) --
+# --- suites (hnbench suite NAME): name → a function (name=...) → hnbench.evaluation.suites.Suite of (benchmark, protocol, task) --
 SUITES: Registry[Callable[..., Any]] = Registry("suite")
-SUITES.register("long-caption", "hnbench.suites:fixed", help="urban1k, docci, dci, long-dci, sharegpt4v 1k, iiw 612",
+SUITES.register("long-caption", "hnbench.evaluation.suites:fixed", help="urban1k, docci, dci, long-dci, sharegpt4v 1k, iiw 612",
                 entries=(("urban1k", "test", "retrieval"), ("docci", "test", "retrieval"), ("dci", "full", "retrieval"),
                          ("long-dci", "tulip", "retrieval"), ("sharegpt4v", "1k", "retrieval"), ("iiw", "612", "retrieval")))
-SUITES.register("short-caption", "hnbench.suites:fixed", help="coco val2017, flickr30k full",
+SUITES.register("short-caption", "hnbench.evaluation.suites:fixed", help="coco val2017, flickr30k full",
                 entries=(("coco", "val2017", "retrieval"), ("flickr30k", "full", "retrieval")))
-SUITES.register("forgetting", "hnbench.suites:fixed", help="ImageNet zero-shot top-1 (the map's imagenet folder)",
+SUITES.register("forgetting", "hnbench.evaluation.suites:fixed", help="ImageNet zero-shot top-1 (the map's imagenet folder)",
                 entries=(("imagenet", None, "zeroshot"),))
-SUITES.register("synthdense", "hnbench.suites:fixed", help="synthdense test (generated, offline)",
+SUITES.register("synthdense", "hnbench.evaluation.suites:fixed", help="synthdense test (generated, offline)",
                 entries=(("synthdense", "test", "retrieval"),))
 for _family, _paper in FAMILIES.items():  # a paper's table: every benchmark protocol of its family
     if _family != "train":
-        SUITES.register(_family, "hnbench.suites:family", family=_family, help=_paper)
+        SUITES.register(_family, "hnbench.evaluation.suites:family", family=_family, help=_paper)
 
 # --- model families, picked by name prefix (a local save_pretrained directory is HF's too) -----------
 # Each target is the family's adapter (hnbench.models.family.ModelFamily, callable as its loader); a plain loader
@@ -199,11 +199,11 @@ MODELS.register("remote", "hnbench.models.remote:REMOTE", prefixes=("remote:",),
 
 
 # --- how a pair is scored (--scorer): the dual encoder's cosine, or a query-conditioned scorer a family offers
-# (hnbench.models.family.ModelFamily.pair_scorers); name → the scorer's class (hnbench.scorers.PairScorer) -------
+# (hnbench.models.family.ModelFamily.pair_scorers); name → the scorer's class (hnbench.models.scorers.PairScorer) -------
 SCORERS: Registry[Any] = Registry("scorer", default="cosine")
-SCORERS.register("cosine", "hnbench.scorers:CosineScorer",
+SCORERS.register("cosine", "hnbench.models.scorers:CosineScorer",
                  help="dual encoder: cosine of independent image and caption embeddings, every model")
-SCORERS.register("finelip-finegrained", "hnbench.scorers:FineLIPScorer",
+SCORERS.register("finelip-finegrained", "hnbench.models.finelip:FineLIPScorer",
                  help="FineLIP: 0.8·cos + 0.2·its cross-net's late-interaction score; a FineLIP run's checkpoint "
                       "or a state dict with cross_net.* keys")
 SCORERS.register("flair-conditioned", "hnbench.models.flair:FlairConditionedScorer",

@@ -359,7 +359,7 @@ class HardnessSettings:
 
 @dataclass
 class CompareSettings:
-    """``hnbench compare``'s options (the arguments of :func:`hnbench.comparison.compare`)."""
+    """``hnbench compare``'s options (the arguments of :func:`hnbench.results.compare.compare`)."""
 
     ks: tuple[int, ...] = same_as(EvalSettings, "ks", group=None)
     output: str | None = option(None, help="directory for compare.md and compare.json (default: print Markdown)")

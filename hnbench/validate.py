@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 # Weight precisions an evaluation accepts (open_clip's names; the pixels are cast to match).
 PRECISIONS = ("fp32", "fp16", "bf16")
-BACKENDS = ("auto", "torch", "faiss", "faiss-gpu")  # exact search: auto picks per search (hnbench.search)
+BACKENDS = ("auto", "torch", "faiss", "faiss-gpu")  # exact search: auto picks per search (hnbench.search.exact)
 SEARCHES = ("exact", "approximate")
 DEFAULT_KS = (1, 5, 10)  # the recall cut-offs R@K of eval, compare and the published numbers (hnbench.metrics,
 # which imports nothing of hnbench, repeats it as its default)

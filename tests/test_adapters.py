@@ -15,11 +15,11 @@ from conftest import MICRO_CONFIG, make_pairs, write_jsonl
 from safetensors.torch import save_file
 
 from hnbench import registry
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.evaluate import evaluate
+from hnbench.evaluation.remembered import RECORD_DIR, RememberedEncoder, load_remembered
 from hnbench.models import load_model
 from hnbench.models.base import Encoder
 from hnbench.models.family import RANDOM_INIT, ModelFamily, family_of
-from hnbench.models.remembered import RECORD_DIR, RememberedEncoder, load_remembered
 from hnbench.registry import Registry
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -146,8 +146,8 @@ def test_issue24_the_readme_family_trains_with_lora_and_its_adapter_reloads(fold
 def test_issue24_open_clip_and_hf_adapters_re_express_the_trainer_split(micro_config, hf_clip_dir, tmp_path):
     """The adapters' tower split and LoRA targets are the trainer's own (identical results), and their export
     reloads to the same embeddings."""
+    from hnbench.models.towers import CLIPTowers
     from hnbench.train.adapters import default_targets
-    from hnbench.train.towers import CLIPTowers
 
     for enc in (load_model("hnb-micro", model_config=str(micro_config)), load_model(str(hf_clip_dir))):
         family = family_of(enc.info.arch if enc.framework == "open_clip" else str(hf_clip_dir))

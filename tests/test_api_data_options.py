@@ -1,4 +1,4 @@
-"""``hnbench.evaluate`` takes the data options as keywords (``name=``, ``allow_outside_paths=``, a task's
+"""``hnbench.evaluation.evaluate`` takes the data options as keywords (``name=``, ``allow_outside_paths=``, a task's
 ``class_names=``, ...) beside its settings: the dataclasses' fields decide which keyword goes where.
 
 Real runs of the micro open_clip model on a real 12-image manifest.

@@ -12,8 +12,8 @@ from conftest import assert_one_line_error, snapshot
 from hnbench.cli import main
 from hnbench.data.benchmarks import get_benchmark, load
 from hnbench.errors import DataError
-from hnbench.leaderboard import leaderboard
-from hnbench.reported import reported_rows
+from hnbench.results.leaderboard import leaderboard
+from hnbench.results.reported import reported_rows
 
 # captions_val2017.json's shape: images[] (id, file_name, ...), annotations[] (image_id, id, caption), interleaved;
 # image 139 has 6 captions (12 val2017 images do), 632 has 7 (one does), 285 has 5

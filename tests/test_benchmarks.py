@@ -33,6 +33,7 @@ from hnbench.data.benchmarks.dci import DCI_ARCHIVE
 from hnbench.data.benchmarks.spec import load_benchmark, sha256_file
 from hnbench.data.benchmarks.stats import caption_stats
 from hnbench.errors import ConfigError, DataError, ImageLoadError
+from hnbench.io import download as fetching
 from hnbench.registry import DATASETS
 
 
@@ -355,7 +356,7 @@ def test_truncated_jpeg_errors_or_is_skipped(micro_config, tmp_path, use_sized):
     base = build_urban1k(tmp_path, n=6)
     truncate(base / "image" / "4.jpg")
     use_sized("urban1k", test=6)
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
 
     kw = dict(data_root=str(tmp_path), model_config=str(micro_config), num_workers=0, progress=False, ci=False)
     with pytest.raises(ImageLoadError, match=r"image/4.jpg"):
@@ -459,7 +460,7 @@ def test_download_from_local_files_builds_the_loader_layout(tmp_path, use_sized)
     assert ds.n_images == 5 and ds.meta["download"]["resources"]["docci_images.tar.gz"]["sha256"]
     # SA-1B's archive: only the jpgs, flattened into DCI's photos/
     sa = _tar(tmp_path / "sa_000138.tar", {"sa_1.jpg": b"x", "sa_1.json": b"{}", "sub/sa_2.jpg": b"y"})
-    n = download.extract(sa, tmp_path / "photos", members="*.jpg")
+    n = fetching.extract(sa, tmp_path / "photos", members="*.jpg")
     assert n == 2 and sorted(p.name for p in (tmp_path / "photos").iterdir()) == ["sa_1.jpg", "sa_2.jpg"]
 
 
@@ -480,7 +481,7 @@ def test_download_urban1k_zip_and_checksum_mismatch(tmp_path, use_sized):
     with zipfile.ZipFile(bad, "w") as z:
         z.writestr("../outside.txt", "x")
     with pytest.raises(DataError, match="outside"):
-        download.extract(bad, tmp_path / "x")
+        fetching.extract(bad, tmp_path / "x")
 
 
 def test_superseded_dci_archive_is_accepted_with_a_warning_naming_it(tmp_path, caplog, use_sized):
@@ -508,7 +509,7 @@ def test_download_offline_is_one_clear_line(tmp_path, monkeypatch, capsys):
     def offline(*a, **k):
         raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
 
-    monkeypatch.setattr(download, "_urlopen", offline)
+    monkeypatch.setattr(fetching, "_urlopen", offline)
     assert main(["-q", "datasets", "download", "docci", "--to", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot download https://storage.googleapis.com/docci/" in err

@@ -14,9 +14,9 @@ from conftest import make_pairs, write_jsonl, write_v1_copy
 from PIL import Image
 
 from hnbench.cli import main
-from hnbench.pages import browse
-from hnbench.results import read_per_query, read_result
-from hnbench.textdiff import changed_words, diff_words
+from hnbench.pages.build import browse
+from hnbench.pages.textdiff import changed_words, diff_words
+from hnbench.results.record import read_per_query, read_result
 
 RED = "a small red circle above a large blue square, drawn with a thin line"
 GREEN = "a small green circle above a large blue triangle, drawn with a thin line"

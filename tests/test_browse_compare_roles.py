@@ -12,9 +12,9 @@ import pytest
 from conftest import make_pairs, write_jsonl
 
 from hnbench.cli import main
-from hnbench.comparison import compare, model_label
-from hnbench.pages import browse
-from hnbench.results import read_result
+from hnbench.pages.build import browse
+from hnbench.results.compare import compare, model_label
+from hnbench.results.record import read_result
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ from conftest import make_pairs, write_jsonl
 from hnbench.cli import main
 from hnbench.hardness.markdown import pair_block
 from hnbench.hardness.schema import Pair
-from hnbench.pages import browse
+from hnbench.pages.build import browse
 from hnbench.pages.html import render
 from hnbench.pages.page import Page, Row
-from hnbench.textdiff import (
+from hnbench.pages.textdiff import (
     MAX_CAPTION_CHARS,
     MAX_WORDS,
     changed_words,

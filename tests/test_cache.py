@@ -19,12 +19,12 @@ import pytest
 from conftest import make_pairs, write_jsonl
 from PIL import Image
 
-from hnbench import cache as cache_mod
-from hnbench.cache import CorruptShardError, EmbeddingCache, decode_shard, encode_shard
 from hnbench.cli import main
 from hnbench.data import FileImages, HFImages, ImageSource, load_dataset
-from hnbench.encode import encode_images, encode_texts
-from hnbench.evaluate import evaluate
+from hnbench.evaluation import cache as cache_mod
+from hnbench.evaluation.cache import CorruptShardError, EmbeddingCache, decode_shard, encode_shard
+from hnbench.evaluation.encode import encode_images, encode_texts
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.models import load_model
 
 
@@ -127,9 +127,9 @@ def test_run_failing_mid_encoding_resumes_without_redoing_finished_batches(micro
 
 KILLED_CHILD = textwrap.dedent("""
     import sys, time, torch
-    from hnbench.cache import EmbeddingCache
+    from hnbench.evaluation.cache import EmbeddingCache
     from hnbench.data import load_dataset
-    from hnbench.encode import encode_images
+    from hnbench.evaluation.encode import encode_images
     from hnbench.models import load_model
 
     torch.manual_seed(0)
@@ -196,7 +196,7 @@ def test_corrupt_shards_are_detected_quarantined_and_rebuilt(micro_encoder, mani
     data[len(data) // 2] ^= 0xFF  # one flipped byte inside the vectors
     image_shard.write_bytes(bytes(data))
     text_shard.write_bytes(text_shard.read_bytes()[:-40])  # truncated
-    with caplog.at_level(logging.WARNING, logger="hnbench.cache"):
+    with caplog.at_level(logging.WARNING, logger="hnbench.evaluation.cache"):
         second = _run(micro_encoder, manifest, tmp_path / "b", cache_dir=root)
     assert sum("corrupt" in r.message for r in caplog.records) == 2
     enc = second.settings["encoding"]
@@ -214,7 +214,7 @@ def test_unwritable_cache_warns_and_loses_nothing(micro_encoder, manifest, tmp_p
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(cache_mod, "atomic_write_bytes", disk_full)
-    with caplog.at_level(logging.WARNING, logger="hnbench.cache"):
+    with caplog.at_level(logging.WARNING, logger="hnbench.evaluation.cache"):
         r = _run(micro_encoder, manifest, tmp_path / "full", cache_dir=tmp_path / "emb")
     assert sum("cannot write the embedding cache" in m.message for m in caplog.records) == 2  # images, texts
     plain = _run(micro_encoder, manifest, tmp_path / "plain", use_cache=False)

@@ -15,10 +15,10 @@ from conftest import make_pairs, write_jsonl, write_v1_copy
 
 import hnbench
 from hnbench.cli import main
-from hnbench.comparison import compare
 from hnbench.errors import ConfigError
-from hnbench.results import PER_QUERY_SCHEMA_VERSION, ResultFormatError, read_per_query, read_result
-from hnbench.significance import holm, mcnemar_exact, paired_bootstrap, paired_test
+from hnbench.results.compare import compare
+from hnbench.results.record import PER_QUERY_SCHEMA_VERSION, ResultFormatError, read_per_query, read_result
+from hnbench.results.significance import holm, mcnemar_exact, paired_bootstrap, paired_test
 
 stats = pytest.importorskip("scipy.stats", reason="scipy is the independent reference (dev extra)")
 REPO = Path(__file__).resolve().parents[1]
@@ -180,7 +180,7 @@ def test_cli_prints_and_writes(results, tmp_path, capsys):
 
 def test_leaderboard_marks_deltas_whose_paired_interval_excludes_zero(tmp_path):
     """On the stored synthdense results (per-query schema 1): * exactly where compare's interval excludes zero."""
-    from hnbench.leaderboard import leaderboard
+    from hnbench.results.leaderboard import leaderboard
 
     stored = REPO / "leaderboards" / "results" / "synthdense"
     files = sorted(stored.glob("*.json"))

@@ -8,7 +8,7 @@ import pytest
 
 from hnbench.cli import main
 from hnbench.models.openclip import ASSET_DIR, BUILTIN_WEIGHTS
-from hnbench.results import read_result
+from hnbench.results.record import read_result
 
 
 @pytest.mark.slow

@@ -15,8 +15,8 @@ import pytest
 from conftest import make_pairs, write_jsonl
 
 from hnbench import distributed as dist
-from hnbench.cache import EmbeddingCache, decode_shard, list_models
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.cache import EmbeddingCache, decode_shard, list_models
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.models import load_model
 
 

@@ -13,7 +13,7 @@ from hnbench.data import synthdense as sd
 from hnbench.data.synthdense import SynthDenseConfig
 from hnbench.data.synthdense_loader import load_synthdense
 from hnbench.errors import ConfigError
-from hnbench.paths import cache_dir
+from hnbench.io import cache_dir
 from hnbench.sidecars.edges import require_edges
 from hnbench.sidecars.options import EdgeSettings
 from hnbench.sidecars.segments import synthdense_scenes

@@ -15,10 +15,10 @@ from PIL import Image
 from hnbench.cli import main
 from hnbench.data import load_dataset
 from hnbench.errors import ImageLoadError
-from hnbench.evaluate import evaluate, score_embeddings
+from hnbench.evaluation.evaluate import evaluate, score_embeddings
 from hnbench.metrics import ranks_from_scores
 from hnbench.models import load_model
-from hnbench.results import read_result
+from hnbench.results.record import read_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -82,7 +82,7 @@ def test_result_file_and_per_query_agree_with_brute_force(micro_encoder, tmp_pat
     assert d["dataset"]["n_captions"] == 12
     # brute force over the full score matrix
     ds = load_dataset(str(path))
-    from hnbench.encode import encode_images, encode_texts
+    from hnbench.evaluation.encode import encode_images, encode_texts
 
     v = encode_images(micro_encoder, ds.images, progress=False, num_workers=0).vectors
     t = encode_texts(micro_encoder, ds.captions, progress=False).vectors
@@ -160,7 +160,7 @@ def test_image_load_error_names_item(tmp_path):
 def test_fp32_encoding_turns_tf32_off_and_restores_it():
     import torch
 
-    from hnbench.encode import _strict_fp32
+    from hnbench.evaluation.encode import _strict_fp32
 
     before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     with _strict_fp32():
@@ -174,7 +174,7 @@ def test_issue21_a_new_result_changing_setting_renames_the_result_file(micro_enc
     set, and leaves it as it was at its default (recorded "if_set")."""
     import dataclasses
 
-    from hnbench.evaluate import run_evaluation
+    from hnbench.evaluation.evaluate import run_evaluation
     from hnbench.settings import EvalSettings, option
 
     data = load_dataset(str(write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c}

@@ -22,7 +22,7 @@ import hnbench
 from hnbench.cli import main
 from hnbench.errors import ConfigError
 from hnbench.publish.mteb import check_task_result
-from hnbench.results import read_result
+from hnbench.results.record import read_result
 
 COMMITTED = Path(__file__).resolve().parents[1] / "leaderboards" / "results" / "synthdense"
 TAGGED = COMMITTED / "hnbench-tiny-synthdense-4e3c0724__synthdense-test__075c8027-4a86861d.json"

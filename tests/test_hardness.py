@@ -122,7 +122,7 @@ def test_families_within_between_and_nearest_label():
 # --- fast paths against brute force -----------------------------------------------------------------
 def test_blocked_pass_matches_brute_force_and_search_backend():
     from hnbench.hardness.stats import same_group_csr
-    from hnbench.search import retrieve
+    from hnbench.search.exact import retrieve
 
     rng = np.random.default_rng(1)
     x = _unit(rng.standard_normal((157, 12)) + 0.8)
@@ -235,7 +235,7 @@ def micro_encoder(micro_config):
 
 
 def test_recall_by_hardness_on_an_evaluated_fixture(micro_encoder, tmp_path):
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
 
     pairs = make_pairs(tmp_path, n=12)
     manifest = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])

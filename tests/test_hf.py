@@ -29,7 +29,7 @@ def test_hf_clip_encoder_matches_direct_calls(hf_clip_dir):
 
 
 def test_hf_clip_end_to_end(hf_clip_dir, tmp_path):
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
 
     pairs = make_pairs(tmp_path, n=6)
     data = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])
@@ -43,7 +43,7 @@ def test_feature_tensor_reads_tensors_and_model_outputs(hf_clip_dir):
 
     from hnbench.models import load_model
     from hnbench.models.hf import eos_attention_mask, feature_tensor
-    from hnbench.train.towers import CLIPTowers
+    from hnbench.models.towers import CLIPTowers
 
     x = torch.randn(2, 4)
     assert feature_tensor(x) is x and feature_tensor(BaseModelOutputWithPooling(pooler_output=x)) is x

@@ -15,7 +15,7 @@ third-party dependencies, which are not hnbench modules and so never appear in t
 - ``hnbench/__init__.py`` resolves its public names lazily (``_LAZY``, on first attribute access), and the
   registry resolves its ``"module:attr"`` targets on first use: both are strings, not imports, and run
   no code at import time, so neither draws an edge, except that ``from hnbench import compare`` (a lazy
-  name) is an edge to the module the name resolves to (``hnbench.comparison``).
+  name) is an edge to the module the name resolves to (``hnbench.results.compare``).
 - Imports under ``if TYPE_CHECKING:`` count too: they do not run, but a type two modules need of each
   other belongs in a lower module (house style), and a type checker follows them like any import.
 """
@@ -116,7 +116,7 @@ def _edges_of(source: str, module: str, tmp_path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize(("source", "module", "expected"), [
-    ("import hnbench.cache", "hnbench.x", {"hnbench.cache"}),
+    ("import hnbench.evaluation.cache", "hnbench.x", {"hnbench.evaluation.cache"}),
     ("import hnbench.data.base as base", "hnbench.x", {"hnbench.data.base"}),
     ("from hnbench.data import base", "hnbench.x", {"hnbench.data.base"}),  # a submodule
     ("from hnbench.data import load_dataset", "hnbench.x", {"hnbench.data"}),  # a name of data/__init__.py
@@ -124,12 +124,12 @@ def _edges_of(source: str, module: str, tmp_path: Path) -> set[str]:
     ("from .stats import Distribution", "hnbench.hardness.x", {"hnbench.hardness.stats"}),
     ("from . import stats", "hnbench.hardness.x", {"hnbench.hardness.stats"}),
     ("from .. import io", "hnbench.hardness.x", {"hnbench.io"}),
-    ("def f():\n    if True:\n        from hnbench.cache import EmbeddingCache\n", "hnbench.x", {"hnbench.cache"}),
-    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hnbench.cache import EmbeddingCache\n",
-     "hnbench.x", {"hnbench.cache"}),
-    ("from hnbench import compare", "hnbench.x", {"hnbench.comparison"}),  # a lazy name of hnbench/__init__.py
+    ("def f():\n    if True:\n        from hnbench.evaluation.cache import EmbeddingCache\n", "hnbench.x", {"hnbench.evaluation.cache"}),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hnbench.evaluation.cache import EmbeddingCache\n",
+     "hnbench.x", {"hnbench.evaluation.cache"}),
+    ("from hnbench import compare", "hnbench.x", {"hnbench.results.compare"}),  # a lazy name of hnbench/__init__.py
     ("from hnbench import __version__", "hnbench.x", {"hnbench"}),
-    ("import numpy\nfrom hnbench import cache", "hnbench.cache", set()),  # third-party and self: no edge
+    ("import numpy\nfrom hnbench.evaluation import cache", "hnbench.evaluation.cache", set()),  # third-party and self: no edge
 ])
 def test_edges_follow_the_rules(source, module, expected, tmp_path):
     """Each kind of import draws the edge the module docstring promises."""

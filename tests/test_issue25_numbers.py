@@ -17,13 +17,13 @@ import pytest
 from conftest import make_pairs, write_jsonl
 
 from hnbench.cli import main
-from hnbench.comparison import compare
 from hnbench.hardness.analyze import analyze
 from hnbench.hardness.markdown import render_report
 from hnbench.hardness.stats import batch_buckets
 from hnbench.metrics import ci_methods, clopper_pearson, rank_summary, recall_at_k, recall_ci
 from hnbench.plots import buckets_figure
-from hnbench.results import EvalResult, read_per_query, read_result, write_result_pair
+from hnbench.results.compare import compare
+from hnbench.results.record import EvalResult, read_per_query, read_result, write_result_pair
 from hnbench.train.report import COLUMN_LEGEND, COLUMNS, r1_summary, read_run, render_table, report_figure
 from hnbench.train.trainer import TrainConfig, train
 

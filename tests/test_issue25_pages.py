@@ -15,13 +15,13 @@ from conftest import make_pairs, write_jsonl
 from PIL import Image
 from test_browse import RED, _chromium, needs_browser
 
-from hnbench import textdiff
 from hnbench.cli import main
-from hnbench.comparison import model_label
 from hnbench.hardness.markdown import highlight, pair_block, word_diff
 from hnbench.hardness.schema import Pair
-from hnbench.pages import browse
-from hnbench.results import read_result
+from hnbench.pages import textdiff
+from hnbench.pages.build import browse
+from hnbench.results.compare import model_label
+from hnbench.results.record import read_result
 
 UNRELATED = "a wooden bench in a sunny park beside an old oak tree, with two pigeons on the gravel path"
 

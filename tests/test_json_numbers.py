@@ -11,7 +11,7 @@ from conftest import make_pairs, write_jsonl
 from hnbench.cli import main
 from hnbench.errors import DataError, HnbenchError
 from hnbench.io import loads_json, read_json_untrusted
-from hnbench.results import read_result
+from hnbench.results.record import read_result
 
 HUGE = "9" * 5000
 

@@ -15,9 +15,9 @@ from conftest import make_pairs, write_jsonl
 
 from hnbench.cli import main
 from hnbench.errors import ConfigError
-from hnbench.leaderboard import collect, leaderboard, render
-from hnbench.reported import PROTOCOL_FAMILIES, load_published, reported_rows
-from hnbench.results import EvalResult, read_result, write_result
+from hnbench.results.leaderboard import collect, leaderboard, render
+from hnbench.results.record import EvalResult, read_result, write_result
+from hnbench.results.reported import PROTOCOL_FAMILIES, load_published, reported_rows
 
 REPO = Path(__file__).resolve().parents[1]
 

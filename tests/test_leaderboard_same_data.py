@@ -15,8 +15,8 @@ from test_leaderboard import _result, row, tables
 
 from hnbench.cli import main
 from hnbench.data import load_dataset
-from hnbench.leaderboard import leaderboard
-from hnbench.results import read_result, write_result
+from hnbench.results.leaderboard import leaderboard
+from hnbench.results.record import read_result, write_result
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from conftest import assert_one_line_error, make_pairs, snapshot, write_jsonl
 from hnbench.cli import main
 from hnbench.models import load_model, zoo
 from hnbench.registry import MODEL_ZOO, MODELS, model_family
-from hnbench.reported import load_published
+from hnbench.results.reported import load_published
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_WEIGHTS = ROOT / "hnbench" / "assets" / "hnbench-tiny-synthdense.safetensors"
@@ -173,7 +173,7 @@ def test_issue24_explicit_pretrained_overrides_the_zoo_weights(hub, tiny_entry):
 
 
 def test_issue24_zoo_name_in_the_embedding_cache_path_is_recorded_too(tmp_path, hub, tiny_entry):
-    from hnbench.models.remembered import load_remembered
+    from hnbench.evaluation.remembered import load_remembered
 
     _hub_cache(hub, "hnbench-test/tiny", "tiny.safetensors", TINY_WEIGHTS)
     for _ in range(2):  # built and remembered, then remembered

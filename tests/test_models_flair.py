@@ -224,8 +224,8 @@ def test_issue24_flair_conditioned_scorer_equals_reference_get_logits_in_blocks(
 
 
 def test_issue24_flair_scorer_on_a_remembered_encoder(release, tmp_path):
+    from hnbench.evaluation.remembered import RememberedEncoder, load_remembered
     from hnbench.models.family import family_of
-    from hnbench.models.remembered import RememberedEncoder, load_remembered
 
     cfg, _, ckpt = release
     built = load_remembered("flair:tiny", str(ckpt), root=tmp_path / "cache", model_config=cfg)
@@ -245,7 +245,7 @@ def test_issue24_flair_evaluate_scores_global_mode_on_tiny_synthdense(release, t
     from open_clip.tokenizer import SimpleTokenizer
 
     from hnbench.data.synthdense_loader import load_synthdense
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
 
     cfg, _, ckpt = release
     tiny = {"n_families": {"test": 4, "train": 0}}
@@ -268,7 +268,7 @@ def test_issue24_flair_conditioned_scorer_end_to_end_equals_the_reference_ranks(
     from hnbench.data import load_dataset
     from hnbench.metrics import csr_from_assignment
     from hnbench.models import load_model
-    from hnbench.results import read_result
+    from hnbench.results.record import read_result
 
     cfg, sd, ckpt = release
     data = tmp_path / "m.jsonl"

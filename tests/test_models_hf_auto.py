@@ -177,7 +177,7 @@ def test_issue24_clip_through_automodel_is_as_before(hf_clip_dir):
 
 def test_issue24_siglip2_naflex_scores_end_to_end(siglip2_dir, tmp_path):
     """NaFlex images (patches + mask + grid) batch through the data loader like any other."""
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
 
     pairs = make_pairs(tmp_path, n=6)
     data = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])

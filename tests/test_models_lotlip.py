@@ -127,7 +127,7 @@ def test_issue24_lotlip_release_layout_equals_reference_forward(release):
 
 
 def test_issue24_lotlip_scores_through_evaluate(release, tmp_path):
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
 
     cfg, _, _, _, _, ckpt, _ = release
     pairs = make_pairs(tmp_path, n=6)

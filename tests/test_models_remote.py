@@ -141,7 +141,7 @@ def test_issue24_remote_hub_model_needs_a_pinned_commit(tmp_path, data, capsys):
 
 
 def test_issue24_remote_jina_scores_with_per_direction_prompts(tmp_path, data):
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
     from hnbench.models import load_model
     from hnbench.models.remote import JINA_QUERY
 

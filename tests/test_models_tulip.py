@@ -128,7 +128,7 @@ def test_issue24_tulip_release_layout_equals_reference_forward(release):
 
 
 def test_issue24_tulip_scores_through_evaluate(release, tmp_path):
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
 
     cfg, arch, _, ckpt = release
     pairs = make_pairs(tmp_path, n=6)

@@ -11,10 +11,10 @@ import pytest
 from conftest import make_pairs, write_jsonl
 
 from hnbench.cli import main
-from hnbench.evaluate import evaluate
-from hnbench.leaderboard import leaderboard
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.models import load_model
-from hnbench.results import read_result
+from hnbench.results.leaderboard import leaderboard
+from hnbench.results.record import read_result
 from hnbench.tasks.monotonicity import himo_scores, pearson, prefix_lists
 
 

@@ -11,8 +11,9 @@ import torch.nn.functional as F
 from conftest import assert_one_line_error
 
 from hnbench.cli import main
+from hnbench.models.finelip import ATRM, TokenAggregation, clim_scores, finelip_k
 from hnbench.train.config import TrainConfig, load_recipe
-from hnbench.train.objectives.finelip import ATRM, TokenAggregation, build, clim_scores, finelip_k, vse_hinge
+from hnbench.train.objectives.finelip import build, vse_hinge
 from hnbench.train.step import Objective
 from hnbench.train.token_loss import filip_scores
 
@@ -86,7 +87,7 @@ def test_atrm_shapes_eot_kept_and_parameter_count():
 
 def _towers(micro_config):
     from hnbench.models import load_model
-    from hnbench.train.towers import CLIPTowers
+    from hnbench.models.towers import CLIPTowers
 
     torch.manual_seed(0)
     enc = load_model("hnb-micro", model_config=str(micro_config))

@@ -16,11 +16,11 @@ from test_train_distributed import _free_port, _train_worker
 
 from hnbench.cli import main
 from hnbench.data import load_dataset
+from hnbench.models.towers import TowerHeads
 from hnbench.train import trainer as trainer_module
 from hnbench.train.config import TrainConfig, load_recipe
 from hnbench.train.objectives.goal import build
 from hnbench.train.step import MicroBatch, Objective, run_step
-from hnbench.train.towers import TowerHeads
 
 GOAL_TERMS = {"global", "segment", "patch", "text"}
 GOAL = ("--objective", "goal")
@@ -92,7 +92,7 @@ def test_issue22_goal_compat_uses_patch_16_and_shifts_the_span_one_token():
 
 def _towers(micro_config):
     from hnbench.models import load_model
-    from hnbench.train.towers import CLIPTowers
+    from hnbench.models.towers import CLIPTowers
 
     torch.manual_seed(0)
     enc = load_model("hnb-micro", model_config=str(micro_config))

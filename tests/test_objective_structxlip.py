@@ -15,10 +15,10 @@ from test_objective_goal import _data, _nce, _refused, _sidecar, _towers, _unit
 from test_train_distributed import _free_port, _train_worker
 
 from hnbench.cli import main
+from hnbench.models.towers import TowerHeads
 from hnbench.train.config import TrainConfig, load_recipe
 from hnbench.train.objectives.structxlip import MAX_LOGIT_SCALE, build
 from hnbench.train.step import MicroBatch, Objective, run_step
-from hnbench.train.towers import TowerHeads
 
 TERMS = {"global", "structure", "rgb_structure", "local_structure"}
 SX = ("--objective", "structxlip")

@@ -21,7 +21,7 @@ from hnbench.train.trainer import train
 
 def _towers(micro_config):
     from hnbench.models import load_model
-    from hnbench.train.towers import CLIPTowers
+    from hnbench.models.towers import CLIPTowers
 
     torch.manual_seed(0)
     enc = load_model("hnb-micro", model_config=str(micro_config))

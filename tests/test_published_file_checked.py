@@ -9,7 +9,7 @@ import math
 import pytest
 
 from hnbench.errors import HnbenchError
-from hnbench.reported import PUBLISHED_CSV, check_published, load_published, reported_rows
+from hnbench.results.reported import PUBLISHED_CSV, check_published, load_published, reported_rows
 
 HEADER = "source,protocol,method,backbone,training,benchmark,direction,R@1,R@5,R@10,note\n"
 GOOD_T2I = "s,zero-shot-splits,CLIP,ViT-B/16,zero-shot,docci,t2i,57.1,,,\n"

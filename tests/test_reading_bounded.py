@@ -18,8 +18,8 @@ from hnbench.errors import DataError
 from hnbench.io import MAX_TABLE_BYTES, read_untrusted
 
 # what the commands import (torch, pandas, pyarrow and hnbench's modules), and the address space that takes
-_PROBE = ("import torch, pandas, pyarrow.parquet, hnbench.cli, hnbench.comparison, hnbench.leaderboard, "
-          "hnbench.pages\n"
+_PROBE = ("import torch, pandas, pyarrow.parquet, hnbench.cli, hnbench.results.compare, hnbench.results.leaderboard, "
+          "hnbench.pages.build\n"
           "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmPeak:')) * 1024)")
 
 

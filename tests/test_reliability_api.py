@@ -57,14 +57,14 @@ TWICE = textwrap.dedent("""
         used.add("__version__")
         assert hnbench.__version__
         # importing the submodules of the same names must not hide the functions
-        import hnbench.evaluate, hnbench.hardness, hnbench.leaderboard, hnbench.train  # noqa: E401,F401
+        import hnbench.evaluation.evaluate, hnbench.hardness, hnbench.results.leaderboard, hnbench.train  # noqa: E401,F401
     print(sorted(used))
 """)
 
 IMPORTED_FIRST = textwrap.dedent("""
-    import hnbench.evaluate, hnbench.hardness.run, hnbench.leaderboard, hnbench.train.trainer  # noqa: E401,F401
+    import hnbench.evaluation.evaluate, hnbench.hardness.run, hnbench.results.leaderboard, hnbench.train.trainer  # noqa: E401,F401
     import hnbench
-    from hnbench.evaluate import score_embeddings  # the submodules stay importable by name
+    from hnbench.evaluation.evaluate import score_embeddings  # the submodules stay importable by name
     assert callable(score_embeddings)
     for name in ("evaluate", "hardness", "leaderboard", "train"):
         assert callable(getattr(hnbench, name)), (name, getattr(hnbench, name))
@@ -93,4 +93,4 @@ def test_item7_every_public_name_works_twice_in_one_process(micro_config, tmp_pa
 def test_item7_public_functions_survive_importing_their_submodules_first(tmp_path):
     run = _python(IMPORTED_FIRST, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.split() == ["hnbench.evaluate", "hnbench.leaderboard"]
+    assert run.stdout.split() == ["hnbench.evaluation.evaluate", "hnbench.results.leaderboard"]

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import assert_one_line_error, make_pairs, snapshot, write_jsonl
 
-from hnbench import cache
 from hnbench.cli import main
+from hnbench.evaluation import cache
 
 
 @pytest.fixture

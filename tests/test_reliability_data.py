@@ -17,10 +17,10 @@ from PIL import Image
 
 from hnbench.cli import main
 from hnbench.data import load_dataset
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.evaluate import evaluate
+from hnbench.io import cache_dir
 from hnbench.models import load_model
-from hnbench.paths import cache_dir
-from hnbench.results import read_result
+from hnbench.results.record import read_result
 
 COLOURS = [(200, 30, 30), (30, 200, 30), (30, 30, 200), (220, 220, 40)]
 

@@ -21,7 +21,7 @@ from conftest import make_pairs, write_jsonl
 from hnbench.cli import main
 from hnbench.data import load_dataset
 from hnbench.errors import ConfigError, DataError
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.evaluate import evaluate
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,9 +12,9 @@ import torch
 from conftest import make_pairs, write_jsonl
 
 from hnbench.cli import build_parser, main
-from hnbench.encode import encode_images, encode_texts
 from hnbench.errors import ConfigError
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.encode import encode_images, encode_texts
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.models import load_model
 from hnbench.validate import PRECISIONS
 

@@ -16,14 +16,20 @@ from conftest import assert_one_line_error, make_pairs, snapshot, write_jsonl
 from safetensors.torch import save_file
 
 from hnbench import io as hnbench_io
-from hnbench import results
 from hnbench.cli import main
 from hnbench.errors import ConfigError, DataError
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.io import read_untrusted
-from hnbench.leaderboard import collect
 from hnbench.models import load_model
-from hnbench.results import EvalResult, ResultFormatError, read_per_query, read_result, write_result_pair
+from hnbench.results import record as results
+from hnbench.results.leaderboard import collect
+from hnbench.results.record import (
+    EvalResult,
+    ResultFormatError,
+    read_per_query,
+    read_result,
+    write_result_pair,
+)
 
 
 @pytest.fixture
@@ -64,7 +70,7 @@ def test_item1_results_of_different_data_or_settings_never_share_a_file(fixed_mo
 
     # a rerun of the same thing replaces its own file, and says so
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="hnbench.results"):
+    with caplog.at_level(logging.INFO, logger="hnbench.results.record"):
         assert run(manifests[0], "--k", "1")[0] == 0
     assert any("replaced" in r.getMessage() and "rerun" in r.getMessage() for r in caplog.records)
     assert sorted(snapshot(out)) == sorted(after)

@@ -18,8 +18,8 @@ from conftest import make_pairs, write_jsonl
 
 from hnbench.data import load_dataset
 from hnbench.data.base import FileImages
-from hnbench.encode import encode_images
 from hnbench.errors import WorkerError
+from hnbench.evaluation.encode import encode_images
 from hnbench.models import load_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,7 +99,7 @@ def test_encode_images_raises_worker_error_and_num_workers_0_works(manifest, mic
 def test_an_items_own_error_in_a_worker_is_not_blamed_on_shared_memory(micro_config):
     import torch
 
-    from hnbench.encode import encode_texts
+    from hnbench.evaluation.encode import encode_texts
 
     encoder = load_model("hnb-micro", model_config=str(micro_config))
     real = encoder.tokenize
@@ -119,7 +119,7 @@ def test_default_workers_leave_the_cpu_forward_its_cores():
     """Issue 14: on the CPU, default decoding workers use only the cores torch's own threads leave free."""
     import torch
 
-    from hnbench.encode import default_num_workers
+    from hnbench.evaluation.encode import default_num_workers
 
     cores = len(os.sched_getaffinity(0))
     saved = torch.get_num_threads()

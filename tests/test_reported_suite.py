@@ -19,9 +19,9 @@ from test_bench_coco import build_coco_val2017, build_karpathy_coco
 
 from hnbench.cli import main
 from hnbench.data.benchmarks import BENCHMARKS
-from hnbench.evaluate import evaluate
-from hnbench.leaderboard import leaderboard
-from hnbench.reported import (
+from hnbench.evaluation.evaluate import evaluate
+from hnbench.results.leaderboard import leaderboard
+from hnbench.results.reported import (
     METRIC_COLUMNS,
     PROTOCOL_FAMILIES,
     PUBLISHED_CSV,
@@ -201,14 +201,20 @@ def _readme_suite_toml() -> str:
 
 
 def test_issue23_readme_suite_file_example_reads_as_a_suite(tmp_path):
-    from hnbench.suites import get_suite
+    from hnbench.evaluation.suites import get_suite
 
     path = tmp_path / "my-suite.toml"
     path.write_text(_readme_suite_toml())
+    (tmp_path / "data").mkdir()  # the example's own data set, relative to the suite file
+    (tmp_path / "data" / "my-long-captions.jsonl").write_text('{"image": "a.png", "long_caption": "a cube"}\n')
     suite = get_suite(str(path))
     assert suite.name == "karpathy"
     assert [(e.benchmark, e.protocol, e.task) for e in suite.entries] == [
-        ("coco", "karpathy-test", "retrieval"), ("flickr30k", "karpathy-test", "retrieval"), ("imagenet", None, "zeroshot")]
+        ("coco", "karpathy-test", "retrieval"), ("flickr30k", "karpathy-test", "retrieval"), ("imagenet", None, "zeroshot"),
+        (None, None, "retrieval")]
+    mine = suite.entries[3]
+    assert mine.label == "my-long" and dict(mine.options) == {"name": "my-long", "caption_column": "long_caption"}
+    assert Path(mine.dataset).resolve() == (tmp_path / "data" / "my-long-captions.jsonl").resolve()
     # the same suite as JSON: a list of entries, named after the file
     (tmp_path / "same.json").write_text(json.dumps([{"benchmark": e.benchmark, "protocol": e.protocol,
                                                     "task": e.task} for e in suite.entries[:2]]))
@@ -260,7 +266,7 @@ def test_issue23_suite_file_problems_are_one_line_all_at_once(tmp_path, capsys):
 
 # --- issue 23 item 4: the --limit heading; protocol families named after their paper, each a suite ------------------
 def test_issue23_limit_is_said_once_under_the_title(tmp_path):
-    from hnbench.suites import Entry, Suite, render_table
+    from hnbench.evaluation.suites import Entry, Suite, render_table
 
     suite = Suite("t", (Entry("urban1k", "test"), Entry("imagenet", None, "zeroshot"), Entry("docci", "test")))
     table = render_table(suite, ["m (w)"], {}, {}, tmp_path, limit=50, seed=3)
@@ -273,8 +279,8 @@ def test_issue23_limit_is_said_once_under_the_title(tmp_path):
 
 
 def test_issue23_protocol_families_are_papers_tables_and_suites():
+    from hnbench.evaluation.suites import get_suite
     from hnbench.registry import FAMILIES, SUITES
-    from hnbench.suites import get_suite
 
     declared = {fam for spec in BENCHMARKS.values() for p in spec.protocols for fam in p.families}
     assert declared == set(FAMILIES) == set(PROTOCOL_FAMILIES)

@@ -13,9 +13,9 @@ import pytest
 from conftest import assert_one_line_error, make_pairs, write_jsonl
 
 from hnbench.cli import main
-from hnbench.evaluate import evaluate
-from hnbench.leaderboard import collect
-from hnbench.results import MAX_COUNT, ResultFormatError, read_result
+from hnbench.evaluation.evaluate import evaluate
+from hnbench.results.leaderboard import collect
+from hnbench.results.record import MAX_COUNT, ResultFormatError, read_result
 
 # (group, key inside it, value) edits of a real result; every one is a count no real run records
 EDITS = {

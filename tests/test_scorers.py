@@ -16,9 +16,10 @@ from hnbench.cli import main
 from hnbench.metrics import csr_from_assignment
 from hnbench.models import load_model
 from hnbench.models.checkpoint import save_state_dict
-from hnbench.results import read_per_query, read_result
-from hnbench.scorers import FINELIP, FineLIPScorer, PairScorer, finelip_scorers, rerank, retrieve_pairwise
-from hnbench.train.objectives.finelip import ATRM
+from hnbench.models.finelip import ATRM, FINELIP, FineLIPScorer, finelip_scorers
+from hnbench.models.scorers import PairScorer
+from hnbench.results.record import read_per_query, read_result
+from hnbench.search.pairwise import rerank, retrieve_pairwise
 
 
 # -- fixtures: a tiny FineLIP "run" (checkpoint + cross-net beside it) and a small image–caption set ------------
@@ -160,7 +161,7 @@ def test_issue24_rerank_top_k_keeps_the_dual_encoder_rank_outside_it(run_dir, mi
     caption_image = np.array([0, 1, 2, 3, 1, 5, 0, 4])
     ptr, idx = np.arange(9), caption_image
     iv, tv = images["global"].numpy(), texts["global"].numpy()
-    from hnbench.search import retrieve
+    from hnbench.search.exact import retrieve
 
     cos = retrieve(tv, iv, ptr, idx, k=6, backend="torch")
     full = scorer.score(texts, images).numpy()
@@ -202,7 +203,7 @@ def test_issue24_eval_scorer_finelip_end_to_end_equals_brute_force(run_dir, micr
     assert "scorer" not in results["cosine"].settings and results["cosine"].scorer["rerank_top"] is None
     # brute force: the states of every image and caption, the whole N×M score matrix at once
     from hnbench.data import load_dataset
-    from hnbench.encode import encode_images
+    from hnbench.evaluation.encode import encode_images
 
     ds = load_dataset(str(data))
     scorer, enc = _scorer(run_dir, micro_config)
@@ -216,7 +217,7 @@ def test_issue24_eval_scorer_finelip_end_to_end_equals_brute_force(run_dir, micr
     frame = read_per_query(r)  # the per-query file is the pairwise ranks (browse and compare read it)
     assert (frame.loc[frame["direction"] == "t2i", "rank"].to_numpy() ==
             _brute_force_ranks(s, np.arange(ds.n_captions + 1), ds.caption_image)[0]).all()
-    assert encode_images  # the states went through hnbench.encode (never cached): a rerun encodes them again
+    assert encode_images  # the states went through hnbench.evaluation.encode (never cached): a rerun encodes them again
     # (c) end to end: --rerank-top K >= the gallery gives the full scorer's numbers, recorded as a re-rank
     assert _eval(run_dir, micro_config, data, out, "--scorer", FINELIP, "--rerank-top", "100") == 0
     re = [read_result(f) for f in out.glob("*.json") if read_result(f).scorer.get("rerank_top")]
@@ -266,7 +267,7 @@ def test_issue24_scorer_refusals_are_one_line_before_encoding(tmp_path, micro_co
 def test_issue24_scorer_refused_on_a_loaded_dual_encoder_before_encoding(tmp_path, micro_config):
     from hnbench.data import load_dataset
     from hnbench.errors import ConfigError
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
 
     pairs = make_pairs(tmp_path, n=3)
     ds = load_dataset(str(write_jsonl(tmp_path / "p.jsonl", [{"image": p, "caption": c} for p, c in pairs])))
@@ -280,7 +281,7 @@ def test_issue24_scorer_refused_on_a_loaded_dual_encoder_before_encoding(tmp_pat
 
 # -- results and the leaderboard -------------------------------------------------------------------------------
 def test_issue24_results_without_scorer_read_as_cosine(tmp_path):
-    from hnbench.results import EvalResult, upgrade_record
+    from hnbench.results.record import EvalResult, upgrade_record
 
     r = EvalResult(model={"arch": "a", "pretrained": None, "fingerprint": "f"}, dataset={"name": "d"},
                    metrics={"t2i": {"R@1": 1.0}, "i2t": {"R@1": 2.0}})
@@ -294,7 +295,7 @@ def test_issue24_results_without_scorer_read_as_cosine(tmp_path):
 
 
 def _stored(tmp_path: Path, name: str, scorer: dict | None, r1: float) -> None:
-    from hnbench.results import EvalResult, write_result
+    from hnbench.results.record import EvalResult, write_result
 
     r = EvalResult(model={"arch": "hnb-micro", "pretrained": "run/checkpoint.safetensors", "fingerprint": "abcd1234",
                           "context_length": 32},
@@ -306,7 +307,7 @@ def _stored(tmp_path: Path, name: str, scorer: dict | None, r1: float) -> None:
 
 
 def test_issue24_leaderboard_marks_pairwise_rows_in_every_format(tmp_path):
-    from hnbench.leaderboard import leaderboard
+    from hnbench.results.leaderboard import leaderboard
 
     _stored(tmp_path / "results", "a", None, 30.0)
     _stored(tmp_path / "results", "b", {"name": FINELIP, "description": "FineLIP", "rerank_top": None}, 40.0)
@@ -327,8 +328,8 @@ def test_issue24_leaderboard_marks_pairwise_rows_in_every_format(tmp_path):
 
 
 def test_issue24_cosine_through_the_pairwise_path_ranks_as_the_cosine_search(micro_config):
-    from hnbench.scorers import CosineScorer
-    from hnbench.search import retrieve
+    from hnbench.models.scorers import CosineScorer
+    from hnbench.search.exact import retrieve
 
     enc = load_model("hnb-micro", model_config=str(micro_config))
     scorer = CosineScorer(enc)
@@ -354,7 +355,7 @@ class _PooledScorer:
     name, description = "flair-conditioned", "test: caption-conditioned attention pooling of the patch tokens"
 
     def __init__(self, encoder):
-        from hnbench.train.towers import CLIPTowers
+        from hnbench.models.towers import CLIPTowers
 
         self.towers = CLIPTowers(encoder.model, "open_clip", encoder=encoder)
 
@@ -400,7 +401,7 @@ def pairtest_family(micro_config):
 
 def test_issue24_a_family_registered_in_a_test_module_offers_its_scorer(pairtest_family, data, tmp_path):
     from hnbench.data import load_dataset
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
     from hnbench.models.family import ModelFamily, family_of
 
     assert family_of(pairtest_family).pair_scorer_names(pairtest_family, None) is None  # known once it loads

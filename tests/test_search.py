@@ -1,4 +1,4 @@
-"""hnbench.search against the brute-force reference in hnbench.metrics."""
+"""hnbench.search.exact against the brute-force reference in hnbench.metrics."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from hnbench import search, search_calibration
 from hnbench.metrics import csr_from_assignment, csr_from_lists, ranks_from_scores
-from hnbench.search import available_backends, resolve_backend, retrieve
+from hnbench.search import calibration as search_calibration
+from hnbench.search import exact as search
+from hnbench.search.exact import available_backends, resolve_backend, retrieve
 
 BACKENDS = ["torch", "faiss"]
 
@@ -175,12 +176,12 @@ def test_positives_ranked_below_the_candidate_list(backend, quant):
 def test_faiss_fallback_paths(caplog):
     img, cap, owner = caption_setup(60, 1, 32, seed=6, noise=0.3)
     ptr, idx = csr_from_lists([[o] for o in owner])
-    with caplog.at_level(logging.INFO, logger="hnbench.search"):
+    with caplog.at_level(logging.INFO, logger="hnbench.search.exact"):
         check(retrieve(cap, img, ptr, idx, k=5, backend="faiss"), reference(cap, img, ptr, idx, 5))
     assert "below the faiss list" not in caplog.text  # easy queries: all decided from the faiss list
     rng = np.random.default_rng(7)
     ptr, idx = csr_from_lists([[int(rng.integers(60))] for _ in owner])  # random positives: ranked deep
-    with caplog.at_level(logging.INFO, logger="hnbench.search"):
+    with caplog.at_level(logging.INFO, logger="hnbench.search.exact"):
         check(retrieve(cap, img, ptr, idx, k=5, backend="faiss"), reference(cap, img, ptr, idx, 5))
     # ranked by the full-row count (top-k and best wrong still from the faiss list)
     assert re.search(r"search: [1-9]\d*/60 queries ranked below the faiss list", caplog.text)
@@ -301,7 +302,7 @@ def test_auto_follows_the_calibration_and_the_probe(monkeypatch, caplog, quant):
     # A machine where faiss lists are cheap but counting a row is dear: the probe sees most positives
     # ranked below the list (random positives) and hands the rest of the queries to torch.
     search_calibration.costs(150, lambda m, nq, d: {"faiss": 1.0, "count": 100.0, "torch": 2.0})
-    with caplog.at_level(logging.INFO, logger="hnbench.search"):
+    with caplog.at_level(logging.INFO, logger="hnbench.search.exact"):
         out = retrieve(cap, img, ptr, idx, k=5, backend="auto", device="cpu")
     assert out.backend == "torch" and "torch for the rest" in caplog.text
     check(out, ref, exact_order=quant)

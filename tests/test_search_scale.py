@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from hnbench.metrics import ranks_from_scores
-from hnbench.search import _CHUNK_BYTES, available_backends, retrieve
-from hnbench.search_approximate import retrieve_approximate
+from hnbench.search.approximate import retrieve_approximate
+from hnbench.search.exact import _CHUNK_BYTES, available_backends, retrieve
 
 GALLERY, DIM, K, SAMPLE = 200_000, 32, 10, 200
 
@@ -109,7 +109,7 @@ def test_approximate_search_reports_recall_and_is_marked(index):
 
 
 def test_evaluate_marks_approximate_results(tmp_path):
-    from hnbench.evaluate import score_embeddings
+    from hnbench.evaluation.evaluate import score_embeddings
 
     _, g, _ = make_data(300, 1, 16, seed=4)
     rng = np.random.default_rng(4)

@@ -14,7 +14,7 @@ from conftest import make_pairs, write_jsonl
 from hnbench.cli import build_parser, eval_settings, main
 from hnbench.data import load_dataset
 from hnbench.errors import ConfigError
-from hnbench.evaluate import evaluate, run_evaluation
+from hnbench.evaluation.evaluate import evaluate, run_evaluation
 from hnbench.models import load_model
 from hnbench.settings import EvalSettings, HardnessSettings, check_minimums, field_types, negated_help
 from hnbench.train.config import TrainConfig

@@ -25,8 +25,8 @@ from hnbench.data import synthdense as sd
 from hnbench.data.synthdense import SynthDenseConfig
 from hnbench.data.synthdense_loader import load_synthdense
 from hnbench.errors import ConfigError
+from hnbench.io import cache_dir
 from hnbench.models import load_model
-from hnbench.paths import cache_dir
 from hnbench.settings import option_help
 from hnbench.sidecars.edges import (
     CHECKSUM,

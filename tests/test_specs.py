@@ -198,7 +198,7 @@ def test_issue21_defect7_data_and_model_flags_are_declared_once_with_their_help(
     the spec field's help (train's too), and no hand-written add_argument names them."""
     from hnbench.specs import DataSpec, ModelSpec
 
-    source = (PACKAGE / "cli.py").read_text()
+    source = "".join(f.read_text() for f in sorted((PACKAGE / "cli").glob("*.py")))  # every module of the CLI
     own = {"hnbench leaderboard": {"--model", "--protocol", "--context-length"},  # filters of the board, not what to load
            "hnbench hardness": {"--dataset", "--model", "--pretrained"},  # repeatable, to compare several
            "hnbench suite": {"--model", "--pretrained"},  # repeatable: every model of the sweep
@@ -273,7 +273,7 @@ def test_issue21_datasets_info_offers_only_the_registered_kinds_flags():
 
 def test_issue21_python_api_keywords_map_onto_the_data_spec(micro_config, tmp_path):
     from hnbench.errors import ConfigError
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
 
     m = _manifest(tmp_path, long=lambda i, p, c: f"long {i} {c}")
     r = evaluate("hnb-micro", m, model_config=str(micro_config), caption_column="long", num_workers=0, ci=False,
@@ -311,7 +311,7 @@ def test_issue21_choices_are_enforced_one_way_in_every_settings_class():
         EvalSettings(backend="x").validate()
     with pytest.raises(ConfigError, match=r"loss must be one of hn, infonce, got 'HN'"):
         TrainConfig(loss="HN").validate()
-    from hnbench.search import BACKENDS  # the one list the search dispatches on
+    from hnbench.search.exact import BACKENDS  # the one list the search dispatches on
 
     eval_parser = dict(_parsers(build_parser()))["hnbench eval"]
     assert eval_parser._option_string_actions["--backend"].choices == list(BACKENDS)

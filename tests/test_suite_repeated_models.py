@@ -9,8 +9,8 @@ from safetensors.torch import save_file
 
 from hnbench.cli import main
 from hnbench.errors import ConfigError
+from hnbench.evaluation.suites import refuse_repeated_models
 from hnbench.models import load_model
-from hnbench.suites import refuse_repeated_models
 
 
 @pytest.mark.parametrize("argv", [

@@ -16,7 +16,7 @@ from conftest import assert_one_line_error, make_pairs, snapshot, write_jsonl
 from PIL import Image
 
 from hnbench.cli import main
-from hnbench.suites import read_suite_file, user_data_keys
+from hnbench.evaluation.suites import read_suite_file, user_data_keys
 
 QUICK = ["--num-workers", "0", "--no-ci"]
 

@@ -20,7 +20,7 @@ QUICK = ["--num-workers", "0", "--no-ci"]
 
 def _suite(monkeypatch, name: str, entries: tuple[tuple[str, str | None, str], ...]) -> None:
     """A suite declared for this test only (the registry's own entries stay as they are)."""
-    from hnbench.suites import fixed
+    from hnbench.evaluation.suites import fixed
 
     monkeypatch.setitem(SUITES._targets, name, functools.partial(fixed, entries=entries))
     monkeypatch.setitem(SUITES._spelling, name, name)
@@ -64,7 +64,7 @@ def test_issue23_suite_python_api_mirrors_cli(tmp_path):
 
 @pytest.mark.slow  # generates synthdense
 def test_issue23_suite_limit_is_recorded_named_and_kept_apart(tmp_path, capsys):
-    from hnbench.leaderboard import leaderboard
+    from hnbench.results.leaderboard import leaderboard
 
     full, part = tmp_path / "full", tmp_path / "part"
     args = ["--model", "hnbench-tiny", "--pretrained", "synthdense", *QUICK]
@@ -127,7 +127,7 @@ def test_issue23_suite_replicas_from_toml_map(tmp_path, monkeypatch, micro_confi
 
 def test_issue23_suite_families_follow_the_protocol_specs():
     from hnbench.data.benchmarks import BENCHMARKS
-    from hnbench.suites import get_suite
+    from hnbench.evaluation.suites import get_suite
 
     for fam in ("goal-splits", "zero-shot-splits"):
         want = {(b, p.name) for b, spec in BENCHMARKS.items() for p in spec.protocols if fam in p.families}

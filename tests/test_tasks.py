@@ -12,12 +12,12 @@ import pytest
 from conftest import make_pairs, snapshot, write_jsonl
 
 from hnbench.cli import main
-from hnbench.comparison import compare
 from hnbench.errors import ConfigError
-from hnbench.evaluate import evaluate
-from hnbench.leaderboard import collect, leaderboard
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.registry import TASKS
-from hnbench.results import SCHEMA_VERSION, read_result, upgrade_record
+from hnbench.results.compare import compare
+from hnbench.results.leaderboard import collect, leaderboard
+from hnbench.results.record import SCHEMA_VERSION, read_result, upgrade_record
 from hnbench.settings import EvalSettings
 from hnbench.tasks import Task
 

@@ -16,7 +16,7 @@ from conftest import make_pairs, write_jsonl
 from test_models_hf_auto import siglip_dir  # noqa: F401  (the tiny SigLIP fixture)
 
 from hnbench.data import load_dataset
-from hnbench.encode import encode_texts
+from hnbench.evaluation.encode import encode_texts
 from hnbench.models import load_model
 from hnbench.models.family import family_of
 from hnbench.models.openclip import trimmed_text_tower
@@ -166,8 +166,8 @@ def test_issue24_text_budget_recorded_and_shown_beside_recall(tmp_path):
     the result, the eval table's footer and the leaderboard (Markdown, CSV, HTML); an older file without a ``tokens``
     block shows a blank cell, not 0%."""
     from hnbench import evaluate
-    from hnbench.leaderboard import leaderboard
-    from hnbench.results import read_result
+    from hnbench.results.leaderboard import leaderboard
+    from hnbench.results.record import read_result
 
     out = tmp_path / "results"
     short = evaluate("hnb-budget32", "synthdense", model_config=_config(tmp_path, "hnb-budget32"), protocol="test",
@@ -226,7 +226,7 @@ def test_issue24_readme_states_the_budget_line_and_the_tolerance_tested():
     """The README's footer example is what a result prints, and its tolerance is the one these tests assert."""
     import re
 
-    from hnbench.results import EvalResult
+    from hnbench.results.record import EvalResult
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     line = "captions over the model's 77-token context: 412 of 5,000 (8.2%) truncated"
@@ -243,8 +243,8 @@ def test_issue24_readme_states_the_budget_line_and_the_tolerance_tested():
 def test_issue24_zero_shot_class_prompts_are_not_counted_as_captions(tmp_path):
     """Zero-shot's tokens block counts its class prompts: the footer names them, and its leaderboard section has no
     caption-budget column (a retrieval section beside it keeps one)."""
-    from hnbench.leaderboard import leaderboard
-    from hnbench.results import EvalResult, write_result
+    from hnbench.results.leaderboard import leaderboard
+    from hnbench.results.record import EvalResult, write_result
 
     tokens = {"context_length": 77, "n_texts": 8, "n_truncated": 2, "share_truncated": 0.25}
     zeroshot = EvalResult(model={"arch": "m", "pretrained": None, "fingerprint": "f", "context_length": 77},

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from hnbench.encode import encode_texts
+from hnbench.evaluation.encode import encode_texts
 from hnbench.models import load_model
 
 WORDS = "a red small square large blue circle on the dark left of right background near far with".split()
@@ -74,7 +74,7 @@ def test_hf_clip_dynamic_padding_equals_context_padding(hf_clip_dir):
 
 
 def test_cached_and_uncached_sorted_runs_agree(minilm, tmp_path):
-    from hnbench.cache import EmbeddingCache
+    from hnbench.evaluation.cache import EmbeddingCache
 
     texts = captions(12, seed=4)
     cache = EmbeddingCache(tmp_path, {"embed_dim": 384, "arch": "minilm-test"})

@@ -9,7 +9,7 @@ from conftest import make_pairs, write_jsonl
 from safetensors.torch import save_file
 
 from hnbench.cli import main
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.models import load_model
 from hnbench.train.trainer import TrainConfig, cosine_lr, load_recipe, train
 

@@ -166,7 +166,7 @@ def test_a_run_started_before_last_batch_existed_resumes_only_as_it_trained(micr
 
 def _towers_and_batches(micro_config, sizes):
     from hnbench.models import load_model
-    from hnbench.train.towers import CLIPTowers
+    from hnbench.models.towers import CLIPTowers
 
     torch.manual_seed(0)
     enc = load_model("hnb-micro", model_config=str(micro_config))

@@ -106,7 +106,7 @@ def _ddp_worker(rank: int, world: int, port: int, root: str) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     from hnbench.distributed import from_env
-    from hnbench.train.towers import CLIPTowers
+    from hnbench.models.towers import CLIPTowers
 
     ctx = from_env("cpu")
     data = torch.load(Path(root) / "batch.pt", weights_only=True)
@@ -134,7 +134,7 @@ def _micro_model(root: str):
 
 @pytest.mark.slow
 def test_two_process_gloo_ddp_equals_single_process_on_concatenated_batch(micro_config, tmp_path):
-    from hnbench.train.towers import CLIPTowers
+    from hnbench.models.towers import CLIPTowers
 
     (tmp_path / "hnb-micro.json").write_text(micro_config.read_text())
     torch.manual_seed(0)

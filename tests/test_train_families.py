@@ -223,7 +223,7 @@ def test_issue24_no_training_module_names_a_family():
 def test_issue24_siglip_towers_in_training_equal_the_encoders_eval_features(fixture, request):
     """SigLIP's policy masks by its tokenizer (SigLIP 2's Gemma tokenizer adds no end token and pads on the left),
     not CLIP's end-token mask: the training towers' text features equal the encoder's evaluation features."""
-    from hnbench.train.towers import CLIPTowers
+    from hnbench.models.towers import CLIPTowers
 
     model_dir = request.getfixturevalue(fixture)
     enc = load_model(str(model_dir))

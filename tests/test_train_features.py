@@ -64,7 +64,7 @@ def test_resume_refuses_changed_options(micro_config, data, tmp_path):
 
 def _towers(micro_config, seed=0):
     from hnbench.models import load_model
-    from hnbench.train.towers import CLIPTowers
+    from hnbench.models.towers import CLIPTowers
 
     torch.manual_seed(seed)
     enc = load_model("hnb-micro", model_config=str(micro_config))
@@ -287,8 +287,8 @@ def test_low_precision_logits_silence_infonce_earlier():
 def test_issue21_a_fine_tunes_epoch_results_are_labelled_as_its_weights(micro_config, data, tmp_path, capsys):
     """Defect 6: the trainer's per-epoch results name the run's weights (run folder / epoch), not the start
     weights, so compare and the board tell them apart; a --baseline that matches nothing is refused."""
-    from hnbench.comparison import compare, model_label
-    from hnbench.results import read_result
+    from hnbench.results.compare import compare, model_label
+    from hnbench.results.record import read_result
 
     train(_cfg(micro_config, data, tmp_path / "ft", epochs=1, eval_dataset=str(data)), progress=False)
     by_epoch = {p.parent.name: read_result(p) for p in sorted((tmp_path / "ft" / "eval").glob("epoch-*/*.json"))}

@@ -143,7 +143,7 @@ def test_token_loss_is_symmetric_infonce_on_late_interaction_scores():
 
 
 def test_towers_token_features_match_the_pooled_path(micro_config):
-    from hnbench.train.towers import CLIPTowers
+    from hnbench.models.towers import CLIPTowers
 
     enc = load_model("hnb-micro", model_config=str(micro_config))
     towers = CLIPTowers(enc.model, "open_clip")

@@ -17,9 +17,9 @@ import torch
 from conftest import make_pairs, write_jsonl
 from safetensors.torch import save_file
 
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.evaluate import evaluate
+from hnbench.evaluation.remembered import RECORD_DIR, RememberedEncoder, load_remembered
 from hnbench.models import load_model
-from hnbench.models.remembered import RECORD_DIR, RememberedEncoder, load_remembered
 
 
 @pytest.fixture

@@ -16,10 +16,10 @@ from PIL import Image
 from hnbench.cli import main
 from hnbench.data.classes import class_layout
 from hnbench.errors import ConfigError
-from hnbench.evaluate import evaluate
-from hnbench.leaderboard import leaderboard
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.models import load_model
-from hnbench.results import read_result
+from hnbench.results.leaderboard import leaderboard
+from hnbench.results.record import read_result
 from hnbench.tasks.zeroshot import prompts, templates
 from hnbench.train.config import TrainConfig
 from hnbench.train.trainer import train

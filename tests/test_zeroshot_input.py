@@ -17,11 +17,11 @@ from PIL import Image
 
 from hnbench.cli import main
 from hnbench.errors import ConfigError
-from hnbench.evaluate import evaluate
-from hnbench.leaderboard import leaderboard
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.metrics import ci_methods, clopper_pearson, recall_ci, summarize
 from hnbench.models import load_model
-from hnbench.results import EvalResult, read_result
+from hnbench.results.leaderboard import leaderboard
+from hnbench.results.record import EvalResult, read_result
 from hnbench.tasks.zeroshot import class_ranks, prompts
 
 CLASSES = ["blue", "green", "red", "yellow"]  # sorted: the class index of a class folder

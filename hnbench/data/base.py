@@ -21,8 +21,7 @@ import numpy as np
 from PIL import Image
 
 from hnbench.errors import DataError, ImageLoadError
-from hnbench.io import Problems, content_digest, file_digests
-from hnbench.paths import cache_dir
+from hnbench.io import Problems, cache_dir, content_digest, file_digests
 
 logger = logging.getLogger(__name__)
 

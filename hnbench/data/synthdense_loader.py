@@ -9,7 +9,7 @@ from hnbench.data.base import ImageTextDataset
 from hnbench.data.local import load_imagefolder
 from hnbench.data.synthdense import SynthDenseConfig, generate_synthdense
 from hnbench.errors import ConfigError
-from hnbench.paths import cache_dir
+from hnbench.io import cache_dir
 
 PROTOCOLS = ("test", "train")
 DEFAULT_PROTOCOL = "test"

@@ -8,14 +8,14 @@ from typing import Any
 
 from tabulate import tabulate
 
-from hnbench import textdiff
 from hnbench.hardness.schema import HardnessReport, Pair, PairList
 from hnbench.hardness.stats import Distribution
 from hnbench.io import markdown_code, markdown_text, value_text
+from hnbench.pages import textdiff
 
 
 def highlight(a: str, b: str) -> tuple[str, str]:
-    """Both captions escaped for Markdown with the words that differ in bold (:mod:`hnbench.textdiff`'s
+    """Both captions escaped for Markdown with the words that differ in bold (:mod:`hnbench.pages.textdiff`'s
     rule, the same as the browse page's); shared words stay plain, and so do unrelated captions."""
     sa, sb = textdiff.diff_words(a, b)
     return textdiff.render(sa, markdown_text, _bold), textdiff.render(sb, markdown_text, _bold)
@@ -30,7 +30,7 @@ def _bold(text: str) -> str:
 def word_diff(a: str, b: str, max_items: int = 6) -> list[str]:
     """Where two captions differ, word by word: ``"red cross" → "red circle"`` snippets (one word of
     context each side), in order; catches swapped attributes that shared-word sets cannot. None between
-    captions that are not near-duplicates (:func:`hnbench.textdiff.near_duplicates`)."""
+    captions that are not near-duplicates (:func:`hnbench.pages.textdiff.near_duplicates`)."""
     wa, wb = textdiff.words(a), textdiff.words(b)
     out: list[str] = []
     if not textdiff.near_duplicates(a, b):

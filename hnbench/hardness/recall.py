@@ -21,7 +21,7 @@ import numpy as np
 from hnbench.errors import ConfigError
 from hnbench.hardness.schema import RecallBucket, RecallByHardness, WrongQuery
 from hnbench.hardness.stats import bucket_index, bucket_labels, check_edges
-from hnbench.results import EvalResult, read_per_query, read_result
+from hnbench.results.record import EvalResult, read_per_query, read_result
 
 if TYPE_CHECKING:  # pandas is imported where the frames are built (it is slow to import); here only its type
     import pandas as pd

@@ -15,17 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from hnbench import encode
 from hnbench.data import load_spec
 from hnbench.data.base import ImageTextDataset
 from hnbench.errors import ConfigError
+from hnbench.evaluation import encode
 from hnbench.hardness.analyze import analyze
 from hnbench.hardness.captions import CaptionSet, from_dataset, load_captions, text_fingerprint
 from hnbench.hardness.outputs import compare, write_outputs
 from hnbench.hardness.recall import load_per_query, recall_by_hardness
 from hnbench.hardness.schema import HardnessReport, write_report
 from hnbench.io import check_output, record_output
-from hnbench.models import check_model, load_model
+from hnbench.models import load_model, model_pairs
 from hnbench.models.family import check_trusted
 from hnbench.registry import TEXT_ENCODERS
 from hnbench.settings import HardnessSettings, from_options, identity_fields
@@ -227,30 +227,3 @@ def hardness_many(datasets: Sequence[Any], models: Sequence[Any], *, output_dir:
     return reports
 
 
-NO_WEIGHTS = "none"  # a --pretrained value: this --model takes no weights (a random init, a text-only encoder)
-
-
-def model_pairs(models: Sequence[Any], pretrained: Sequence[str | None] | None = None, *,
-                model_config: str | None = None, check: bool = True,
-                trust_remote_code: bool = False) -> list[tuple[Any, str | None]]:
-    """The (model, weights) pairs of repeated ``--model`` / ``--pretrained`` values, each checked (``check``)
-    before any loads (:func:`hnbench.models.check_model`): one model with several weights, or one weights value
-    per model, in order (:data:`NO_WEIGHTS` for a model without); weights never pass from one model to another."""
-    models, weights = list(models), [None if p == NO_WEIGHTS else p for p in pretrained or []]
-    if len(models) == 1 and len(weights) > 1:  # one architecture, several checkpoints
-        models = models * len(weights)
-    if not weights:
-        weights = [None] * len(models)
-    if len(weights) != len(models):
-        raise ConfigError(f"{len(weights)} --pretrained values for {len(models)} models: give one per --model, in "
-                          f"order ('{NO_WEIGHTS}' for a model without weights)")
-    for m, pt in zip(models if check else (), weights):
-        if not isinstance(m, str):
-            continue
-        if m in TEXT_ENCODERS:
-            if pt is not None:
-                raise ConfigError(f"--model {m} is a text-only encoder and takes no weights, got --pretrained {pt} "
-                                  f"(give '{NO_WEIGHTS}' for it)")
-            continue
-        check_model(m, pt, model_config=model_config, trust_remote_code=trust_remote_code)
-    return list(zip(models, weights))

@@ -31,7 +31,7 @@ import numpy.typing as npt
 import torch
 from tqdm.auto import tqdm
 
-from hnbench.search import ieee_fp32_matmul  # the same full-fp32 matmul guard as the search backends
+from hnbench.search.exact import ieee_fp32_matmul  # the same full-fp32 matmul guard as the search backends
 from hnbench.settings import DEFAULT_EDGES  # declared with the other hardness settings
 from hnbench.validate import check_edges as check_edges  # HardnessSettings.validate checks them too
 

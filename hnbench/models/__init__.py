@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from hnbench.errors import CheckpointError
+from hnbench.errors import CheckpointError, ConfigError
 from hnbench.models import zoo
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
 from hnbench.models.family import check_trusted, family_of
 from hnbench.models.peft_loading import is_adapter_dir, load_with_adapter
+from hnbench.registry import TEXT_ENCODERS
 from hnbench.validate import check_precision
 
-__all__ = ["Encoder", "ModelInfo", "TokenizedTexts", "check_model", "load_model"]
+__all__ = ["NO_WEIGHTS", "Encoder", "ModelInfo", "TokenizedTexts", "check_model", "load_model", "model_pairs"]
 
 
 def load_model(
@@ -80,3 +83,32 @@ def _load(model: str, pretrained: str | None, *, model_config: str | Path | None
         return encoder
     return family_of(model)(model, pretrained, model_config=model_config, context_length=context_length,
                             device=device, precision=precision, init_seed=init_seed, **trusted)
+
+
+NO_WEIGHTS = "none"  # a --pretrained value: this --model takes no weights (a random init, a text-only encoder)
+
+
+def model_pairs(models: Sequence[Any], pretrained: Sequence[str | None] | None = None, *,
+                model_config: str | None = None, check: bool = True,
+                trust_remote_code: bool = False) -> list[tuple[Any, str | None]]:
+    """The (model, weights) pairs of repeated ``--model`` / ``--pretrained`` values, each checked (``check``)
+    before any loads (:func:`hnbench.models.check_model`): one model with several weights, or one weights value
+    per model, in order (:data:`NO_WEIGHTS` for a model without); weights never pass from one model to another."""
+    models, weights = list(models), [None if p == NO_WEIGHTS else p for p in pretrained or []]
+    if len(models) == 1 and len(weights) > 1:  # one architecture, several checkpoints
+        models = models * len(weights)
+    if not weights:
+        weights = [None] * len(models)
+    if len(weights) != len(models):
+        raise ConfigError(f"{len(weights)} --pretrained values for {len(models)} models: give one per --model, in "
+                          f"order ('{NO_WEIGHTS}' for a model without weights)")
+    for m, pt in zip(models if check else (), weights):
+        if not isinstance(m, str):
+            continue
+        if m in TEXT_ENCODERS:
+            if pt is not None:
+                raise ConfigError(f"--model {m} is a text-only encoder and takes no weights, got --pretrained {pt} "
+                                  f"(give '{NO_WEIGHTS}' for it)")
+            continue
+        check_model(m, pt, model_config=model_config, trust_remote_code=trust_remote_code)
+    return list(zip(models, weights))

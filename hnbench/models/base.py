@@ -51,7 +51,7 @@ class Encoder(Protocol):
     """Encode images and texts into one L2-normalised embedding space.
 
     Every member is read by a caller (none by ``getattr``): ``dynamic_padding`` is True when ``tokenize`` pads a
-    batch only to its longest text (then :func:`hnbench.encode.encode_texts` groups captions of similar length);
+    batch only to its longest text (then :func:`hnbench.evaluation.encode.encode_texts` groups captions of similar length);
     ``transform_description`` is the cache's description of ``image_transform`` when the encoder knows it without
     building the transform (a remembered model), else None; ``has_images`` is False for a text-only encoder.
     """
@@ -78,6 +78,16 @@ class Encoder(Protocol):
     def encode_texts(self, tokens: torch.Tensor) -> torch.Tensor: ...
 
     def to(self, device: str | torch.device) -> Encoder: ...
+
+
+@runtime_checkable
+class DeferredEncoder(Encoder, Protocol):
+    """An :class:`Encoder` that stands in for a model not built yet (a remembered fingerprint,
+    :class:`hnbench.evaluation.remembered.RememberedEncoder`): :meth:`real` builds and returns it."""
+
+    def real(self) -> Encoder:
+        """The encoder itself, built on first use."""
+        ...
 
 
 @runtime_checkable

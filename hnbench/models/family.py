@@ -7,12 +7,12 @@ name prefixes it claims). It answers:
   (the registry's loader signature) → an :class:`~hnbench.models.base.Encoder`;
 - **fingerprint memo**: :meth:`ModelFamily.weight_files` (the local files that define the weights, or
   :data:`RANDOM_INIT`, or None: never remembered, always built) and :attr:`ModelFamily.library_versions`
-  (the packages whose versions enter the memo's key), read by :mod:`hnbench.models.remembered`;
+  (the packages whose versions enter the memo's key), read by :mod:`hnbench.evaluation.remembered`;
 - **text preprocessing**: :meth:`ModelFamily.text_preprocessing` of a loaded encoder (tokenizer, padding,
   case, context length, prompts per direction), recorded with the model; :attr:`ModelFamily.trims_text_batches`
   (its encoders run each text batch only up to its longest caption, equal to the padded forward: open_clip's
-  causal towers), for which :func:`hnbench.encode.encode_texts` groups captions by length;
-- **pairwise scorers**: :meth:`ModelFamily.pair_scorers` (query-conditioned scorers, :mod:`hnbench.scorers`; none for a
+  causal towers), for which :func:`hnbench.evaluation.encode.encode_texts` groups captions by length;
+- **pairwise scorers**: :meth:`ModelFamily.pair_scorers` (query-conditioned scorers, :mod:`hnbench.models.scorers`; none for a
   dual encoder) and :meth:`ModelFamily.pair_scorer_names` (what it offers, asked before anything loads);
 - **training-only keys**: :attr:`ModelFamily.training_only_keys` (modules its releases carry that scoring never
   uses: dropped with a warning; any other unexpected key is refused) and :meth:`ModelFamily.claims` (its releases'
@@ -88,7 +88,7 @@ class ModelFamily:
     library_versions: tuple[str, ...] = LIBRARY_VERSIONS
     # Bumped whenever this family's loading or encoding changes what the same files embed to (a tokenizer's
     # mask, a pooling fix): part of the remembered-fingerprint key, so a record written before the change is
-    # never used after it (hnbench.models.remembered).
+    # never used after it (hnbench.evaluation.remembered).
     encoding_revision = 1
     # key prefix → why: modules its released checkpoints carry beside the towers that plain-cosine scoring never
     # uses (dropped with a WARNING naming them; any other unexpected key is refused, listed)
@@ -150,7 +150,7 @@ class ModelFamily:
         return {}
 
     def pair_scorers(self, encoder: Any) -> dict[str, Any]:
-        """The query-conditioned scorers (:class:`hnbench.scorers.PairScorer`, by name) a loaded encoder of this family
+        """The query-conditioned scorers (:class:`hnbench.models.scorers.PairScorer`, by name) a loaded encoder of this family
         offers beside its cosine (``--scorer NAME``); ``{}`` by default: a dual encoder."""
         return {}
 

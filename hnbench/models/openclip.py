@@ -380,6 +380,27 @@ def _dir_files(path: Path) -> list[str]:
     return sorted(str(p.resolve()) for p in path.rglob("*") if p.is_file())
 
 
+def tag_file(arch: str, tag: str) -> str | None:
+    """The local file open_clip loads for a pretrained tag, when already downloaded (no network)."""
+    import open_clip.pretrained as op
+
+    cfg = op.get_pretrained_cfg(arch, tag)
+    if cfg.get("file"):
+        file: str = cfg["file"]
+        return file
+    if not cfg.get("hf_hub"):
+        return None  # a URL download: its path depends on open_clip internals; not remembered
+    from huggingface_hub import try_to_load_from_cache
+
+    model_id, filename = os.path.split(cfg["hf_hub"])
+    filename = filename or op.HF_WEIGHTS_NAME
+    for name in [*op._get_safe_alternatives(filename), filename]:  # open_clip's own preference order
+        found = try_to_load_from_cache(model_id, name)
+        if isinstance(found, str):
+            return found
+    return None
+
+
 class OpenCLIPFamily(ModelFamily):
     """open_clip architectures (by name, ``hf-hub:``, ``local-dir:``; hnbench's own configs), weights by tag, local
     file (a released Long-CLIP checkpoint folded in, :mod:`hnbench.models.longclip`) or a seeded random init."""
@@ -439,9 +460,7 @@ class OpenCLIPFamily(ModelFamily):
         if local:
             return [str(Path(local).resolve())]
         if tag:
-            from hnbench.models.remembered import _tag_file  # a downloaded tag's file (open_clip + HF cache)
-
-            found = _tag_file(model, tag)
+            found = tag_file(model, tag)  # a downloaded tag's file (open_clip + HF cache)
             return [str(Path(found).resolve())] if found else None
         return [RANDOM_INIT]
 
@@ -451,13 +470,13 @@ class OpenCLIPFamily(ModelFamily):
 
     def pair_scorers(self, encoder: Any) -> dict[str, Any]:
         """FineLIP's fine-grained scorer where the weights carry its cross-net (a FineLIP run's folder, or a released
-        state dict's ``cross_net.*`` keys): :func:`hnbench.scorers.finelip_scorers`."""
-        from hnbench.scorers import finelip_scorers
+        state dict's ``cross_net.*`` keys): :func:`hnbench.models.finelip.finelip_scorers`."""
+        from hnbench.models.finelip import finelip_scorers
 
         return dict(finelip_scorers(encoder))
 
     def pair_scorer_names(self, model: str, pretrained: str | None) -> list[str] | None:
-        from hnbench.scorers import FINELIP, finelip_cross_net
+        from hnbench.models.finelip import FINELIP, finelip_cross_net
 
         found = finelip_cross_net(pretrained, read=False)
         return None if found is None else [FINELIP] * bool(found)

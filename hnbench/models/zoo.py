@@ -219,7 +219,7 @@ def model_of(model: str) -> str:
 
 
 def _cache_root() -> Path:
-    from hnbench.paths import cache_dir
+    from hnbench.io import cache_dir
 
     return cache_dir() / "models"
 
@@ -338,8 +338,8 @@ def _fetch_url(entry: ZooEntry) -> Path:
     import shutil
     import tempfile
 
-    from hnbench.data.benchmarks.download import extract, fetch_url
     from hnbench.io import sha256_file
+    from hnbench.io.download import extract, fetch_url
 
     target = _url_weights(entry)
     if target.exists():
@@ -394,7 +394,7 @@ def reference_numbers(entry: ZooEntry) -> str:
     """The best published R@1 per benchmark of ``entry``'s linked rows (``benchmark t2i/i2t``), or ""."""
     if not entry.published:
         return ""
-    from hnbench.reported import load_published
+    from hnbench.results.reported import load_published
 
     rows = load_published()
     keys = set(entry.published)

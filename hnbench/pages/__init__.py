@@ -1,13 +1,8 @@
-"""``hnbench browse``: a static HTML page of one result's failures, built from stored files only.
+"""Pages: ``hnbench browse``'s static HTML page of one result's failures (:mod:`hnbench.pages.build`, rendered by
+:mod:`hnbench.pages.html`), the leaderboard's HTML board (:mod:`hnbench.pages.board`), their shared look
+(:mod:`hnbench.pages.theme`) and the word diff (:mod:`hnbench.pages.textdiff`).
 
-The result's per-query parquet gives ranks and the top retrieved ids; the dataset is re-loaded (never
-encoded) for captions and image thumbnails. The page (:mod:`hnbench.pages.html`) is one file that
-opens from disk: thumbnails are embedded as base64 JPEG, sorting and filtering are a few lines of
-plain JavaScript.
+The browse page is built from stored files only: the result's per-query parquet gives ranks and the top retrieved
+ids; the dataset is re-loaded (never encoded) for captions and image thumbnails. It is one file that opens from disk:
+thumbnails are embedded as base64 JPEG, sorting and filtering are a few lines of plain JavaScript.
 """
-
-from __future__ import annotations
-
-from hnbench.pages.build import browse, build_page, reload_dataset
-
-__all__ = ["browse", "build_page", "reload_dataset"]

@@ -1,4 +1,4 @@
-"""The HTML leaderboard's page: :mod:`hnbench.leaderboard`'s blocks in the browse page's look.
+"""The HTML leaderboard's page: :mod:`hnbench.results.leaderboard`'s blocks in the browse page's look.
 
 One self-contained file (the stylesheet and the column sorter of :mod:`hnbench.pages.theme` inlined, no
 font, script or stylesheet fetched). Every table sorts by a click on a column head; a score cell stays on

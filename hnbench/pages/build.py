@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from hnbench.comparison import BASELINE, BASELINE_ONLY, MODEL, MODEL_ONLY, check_comparable, model_label
 from hnbench.data import ImageTextDataset, load_spec
 from hnbench.errors import ConfigError
 from hnbench.io import atomic_write_bytes, check_output, record_output
 from hnbench.pages.html import render
 from hnbench.pages.page import Page, Row
 from hnbench.registry import DATASETS
-from hnbench.results import PER_QUERY_TOP, EvalResult, read_per_query, read_result
+from hnbench.results.compare import BASELINE, BASELINE_ONLY, MODEL, MODEL_ONLY, check_comparable, model_label
+from hnbench.results.record import PER_QUERY_TOP, EvalResult, read_per_query, read_result
 from hnbench.settings import from_options
 from hnbench.specs import DataSpec
 
@@ -124,7 +124,7 @@ def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | 
                hardness: str | None = None, limit: int = 200, top: int = 5, progress: bool = True,
                frame: Any = None, hardness_report: HardnessReport | None = None) -> Page:
     """Select the worst queries (and with ``other``, the baseline, every disagreement at K=1), collect texts and
-    thumbnails. ``result`` is the page's *model*, ``other`` its *baseline* (:data:`hnbench.comparison.BASELINE`:
+    thumbnails. ``result`` is the page's *model*, ``other`` its *baseline* (:data:`hnbench.results.compare.BASELINE`:
     what ``hnbench compare`` takes first).
 
     ``frame`` / ``hardness_report``: the result's per-query frame and the hardness report when the caller

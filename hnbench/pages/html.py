@@ -9,14 +9,14 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from hnbench import textdiff
-from hnbench.comparison import BASELINE, BASELINE_ONLY, MODEL, MODEL_ONLY
 from hnbench.io import script_json, value_text
 from hnbench.metrics import CI_RULE
+from hnbench.pages import textdiff
 from hnbench.pages.page import Page, Row
+from hnbench.pages.textdiff import MAX_CAPTION_CHARS, diff_words
+from hnbench.pages.textdiff import render as render_diff
 from hnbench.pages.theme import CSS, SORT_JS
-from hnbench.textdiff import MAX_CAPTION_CHARS, diff_words
-from hnbench.textdiff import render as render_diff
+from hnbench.results.compare import BASELINE, BASELINE_ONLY, MODEL, MODEL_ONLY
 
 _CSS = """
 #queries th{position:sticky;top:0;z-index:1}
@@ -89,7 +89,7 @@ def _shown(text: str) -> str:
 
 
 def _diffed(a: str, b: str) -> tuple[str, str]:
-    """Both captions as HTML with the words that differ in ``<mark>`` (the one rule of :mod:`hnbench.textdiff`);
+    """Both captions as HTML with the words that differ in ``<mark>`` (the one rule of :mod:`hnbench.pages.textdiff`);
     where either is over :data:`MAX_CAPTION_CHARS`, both are shown plain and the long one cut (:func:`_shown`)."""
     if len(a) > MAX_CAPTION_CHARS or len(b) > MAX_CAPTION_CHARS:
         return _shown(a), _shown(b)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from hnbench.errors import ConfigError
 from hnbench.io import is_record, read_untrusted
 from hnbench.registry import BENCHMARK_SPECS, DATASETS
-from hnbench.results import EvalResult, ResultFormatError, per_query_path, read_per_query, read_result
+from hnbench.results.record import EvalResult, ResultFormatError, per_query_path, read_per_query, read_result
 
 if TYPE_CHECKING:
     from hnbench.data.benchmarks.spec import BenchmarkSpec

@@ -11,7 +11,7 @@ Maps are cached as PNGs under ``<hnbench cache>/edges/<parameters digest>/<image
 (the content digest is :meth:`ImageSource.content_digests`'), so the same image with the same parameters
 is detected once. Each PNG holds the sha256 of its pixels; a cached map is used only if it decodes, has
 the size a fresh one would (its image's) and its checksum holds, as an embedding shard is checked
-(:mod:`hnbench.cache`): anything else is logged, moved to ``<hnbench cache>/edges/quarantine/`` and made
+(:mod:`hnbench.evaluation.cache`): anything else is logged, moved to ``<hnbench cache>/edges/quarantine/`` and made
 again, never a traceback. A cache that cannot be written is a warning; the maps are still made.
 :meth:`EdgeSettings.recorded` is what a run records. :func:`require_edges` is the
 trainer's check, before any model loads.
@@ -114,7 +114,7 @@ class EdgeImages(ImageSource):
 
     def __init__(self, images: ImageSource, settings: EdgeSettings, scenes: dict[str, Any] | None = None,
                  image_size: int | None = None, cache: Path | None = None):
-        from hnbench.paths import cache_dir
+        from hnbench.io import cache_dir
 
         self.images, self.settings, self.scenes, self.image_size = images, settings, scenes, image_size
         self.ids = list(images.ids)
@@ -159,7 +159,7 @@ class EdgeImages(ImageSource):
     def _cached(self, path: Path, size: tuple[int, int]) -> Image.Image | None:
         """The map cached at ``path`` if it is whole, ``size`` and its checksum holds; else None (it is made
         again), the file logged and moved to the quarantine beside the cache's folders, as a corrupt
-        embedding shard is (:mod:`hnbench.cache`): a cached map that is not the map is never used."""
+        embedding shard is (:mod:`hnbench.evaluation.cache`): a cached map that is not the map is never used."""
         try:  # bounded: a map's PNG is far smaller than its pixels twice over; a FIFO or device is refused
             return decode_edge_map(read_untrusted(path, "cached edge map", limit=2 * size[0] * size[1] + (1 << 20),
                                                   error=CacheError), size)

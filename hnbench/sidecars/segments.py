@@ -306,7 +306,7 @@ def default_sidecar_path(dataset: ImageTextDataset) -> Path:
     ``<hnbench cache>/segments/<data fingerprint>.json`` (``hnbench segments``' default output)."""
     if dataset.name == "synthdense" and dataset.meta.get("root") and dataset.protocol:
         return Path(dataset.meta["root"]) / dataset.protocol / SIDECAR
-    from hnbench.paths import cache_dir
+    from hnbench.io import cache_dir
 
     return cache_dir() / "segments" / f"{dataset.fingerprint()}.json"
 

@@ -7,7 +7,7 @@ A task is one module in this package holding a :class:`Task` (its ``TASK``), reg
   targets of its data loader (``load(spec, **options)``, called after ``check(spec, **options)``, before
   any model loads; ``options``: a dataclass of the data options only this task reads, its flags generated
   like every other option) and of its pipeline (``run(encoder, data, settings, output_dir, *, ctx, timings, t0, data_spec)``
-  → :class:`hnbench.results.EvalResult`); ``check_settings(settings)``: the evaluation settings only it reads
+  → :class:`hnbench.results.record.EvalResult`); ``check_settings(settings)``: the evaluation settings only it reads
   (zero-shot's ``--templates``), refused before any model or data loads;
 - ``groups``: the keys of ``result.metrics`` it writes (retrieval: ``t2i``, ``i2t``), each an object of
   metrics; ``bounds``: the valid range of each metric (by name prefix), which readers check;

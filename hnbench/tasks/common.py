@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.errors import ConfigError
-from hnbench.results import EvalResult, check_target, write_result
+from hnbench.results.record import EvalResult, check_target, write_result
 from hnbench.tasks import Task
 
 
@@ -32,7 +32,7 @@ class TaskRun:
     def start(self) -> Any:
         """Refuse an output that would replace another result (before encoding; checked again when
         writing); open and return the embedding cache (None with ``use_cache`` off)."""
-        from hnbench.cache import EmbeddingCache  # imports numpy: only to run
+        from hnbench.evaluation.cache import EmbeddingCache  # imports numpy: only to run
 
         s = self.settings
         if self.output_dir is not None:
@@ -45,7 +45,7 @@ class TaskRun:
                ci95_method: dict[str, Any] | None = None, **dataset: Any) -> EvalResult:
         """The result of the run (``ci95_method``: how each interval was made, where the task records it;
         ``dataset``: counts added to the data record), written if there is an output."""
-        from hnbench.evaluate import token_stats
+        from hnbench.evaluation.evaluate import token_stats
 
         self.timings.update(encode_images=img.seconds, encode_texts=txt.seconds,
                             total=time.perf_counter() - self.t0)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.errors import ConfigError
-from hnbench.results import EvalResult
+from hnbench.results.record import EvalResult
 from hnbench.tasks import Task
 from hnbench.tasks.common import TaskRun
 
@@ -87,7 +87,7 @@ def run(encoder: Any, data: Any, settings: Any, output_dir: str | Path | None = 
     import numpy as np
 
     from hnbench.data import ImageTextDataset  # the pipeline's modules import numpy and torch
-    from hnbench.encode import encode_images, encode_texts
+    from hnbench.evaluation.encode import encode_images, encode_texts
     from hnbench.metrics import bootstrap_mean_ci
 
     if not isinstance(data, ImageTextDataset):

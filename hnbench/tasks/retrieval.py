@@ -1,4 +1,4 @@
-"""Retrieval, the first task: image–caption search both ways (today's pipeline, :mod:`hnbench.evaluate`).
+"""Retrieval, the first task: image–caption search both ways (today's pipeline, :mod:`hnbench.evaluation.evaluate`).
 
 t2i: each caption queries the images; i2t: each image queries the captions. Metrics per direction: R@K (%),
 mean and median rank, MRR, query and tie counts. Main score: mean R@1 = (t2i R@1 + i2t R@1) / 2.
@@ -20,5 +20,5 @@ TASK = Task(
     main_of=("t2i R@1", "i2t R@1"),
     columns=tuple(f"{d} R@{k}" for d in ("t2i", "i2t") for k in (1, 5, 10)),
     load="hnbench.data:load_spec",
-    run="hnbench.evaluate:run_evaluation",
+    run="hnbench.evaluation.evaluate:run_evaluation",
 )

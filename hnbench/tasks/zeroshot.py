@@ -28,7 +28,7 @@ from typing import Any
 
 from hnbench.errors import ConfigError
 from hnbench.io import read_text_utf8
-from hnbench.results import EvalResult
+from hnbench.results.record import EvalResult
 from hnbench.settings import option
 from hnbench.tasks import Task
 from hnbench.tasks.common import TaskRun
@@ -147,7 +147,7 @@ def run(encoder: Any, data: Any, settings: Any, output_dir: str | Path | None = 
     import numpy as np
 
     from hnbench.data.classes import LabelledImages  # the pipeline's modules import numpy and torch
-    from hnbench.encode import encode_images, encode_texts
+    from hnbench.evaluation.encode import encode_images, encode_texts
     from hnbench.metrics import ci_methods, recall_ci
 
     if not isinstance(data, LabelledImages):

@@ -18,7 +18,7 @@ from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import read_json_untrusted, read_rows
 from hnbench.metrics import recall_ci
 from hnbench.plots import PALETTE
-from hnbench.results import read_per_query, read_result
+from hnbench.results.record import read_per_query, read_result
 
 __all__ = ["COLUMN_LEGEND", "epoch_table", "r1_summary", "read_run", "render_table", "report_figure", "stopped_at",
            "term_table", "train_report"]

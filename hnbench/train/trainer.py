@@ -36,14 +36,15 @@ from tqdm.auto import tqdm
 
 from hnbench.data import load_dataset
 from hnbench.distributed import DistContext, from_env
-from hnbench.encode import default_num_workers
 from hnbench.errors import ConfigError
-from hnbench.evaluate import evaluate
+from hnbench.evaluation.encode import default_num_workers
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.io import append_line, atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
 from hnbench.models.family import check_trusted, family_of
 from hnbench.models.longclip_tables import KEEP
+from hnbench.models.towers import CLIPTowers, bpe_encode, freeze_position_rows, param_groups
 from hnbench.registry import LOSSES, OBJECTIVES, TASKS
 from hnbench.sidecars.edges import require_edges
 from hnbench.sidecars.segments import default_sidecar_path, require_segments
@@ -76,7 +77,6 @@ from hnbench.train.state import (
 )
 from hnbench.train.step import MicroBatch, Objective, run_step
 from hnbench.train.terms.lexicon import FilterOptions, filter_caption
-from hnbench.train.towers import CLIPTowers, bpe_encode, freeze_position_rows, param_groups
 from hnbench.validate import check_device
 
 logger = logging.getLogger(__name__)

@@ -26,8 +26,7 @@ from hnbench.data.benchmarks.protocol import LoadContext, Protocol, SplitList
 from hnbench.data.benchmarks.readers import CAPTION_RULES
 from hnbench.data.benchmarks.readers_suite import READERS, release_layout
 from hnbench.errors import ConfigError, DataError
-from hnbench.io import loads_json, sha256_file
-from hnbench.paths import cache_dir
+from hnbench.io import cache_dir, loads_json, sha256_file
 
 logger = logging.getLogger(__name__)
 

@@ -15,71 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from hnbench.errors import ConfigError
+from hnbench.models.finelip import ATRM, clim_scores, finelip_k
 from hnbench.registry import LOSSES
 from hnbench.train.losses import no_autocast
 from hnbench.train.objectives.base import ALWAYS, ExtraModule, Term, TermInputs, global_term, ramp_first_epoch
 
-__all__ = ["ATRM", "TokenAggregation", "build", "clim_scores", "finelip_k", "vse_hinge"]
-
-
-def finelip_k(num_patches: int) -> int:
-    """FineLIP's K = ⌊num_patches · aggr_ratio 0.4 · sparse_ratio 0.5⌋ (39 for its default 196 patches)."""
-    return max(1, int(num_patches * 0.4 * 0.5))
-
-
-class TokenAggregation(nn.Module):
-    """Agg(Z) = W·Z, W = softmax over the n tokens of (τ·MLP(Z))ᵀ ∈ R^{K×n}; MLP = LN → Linear(D, ⌊0.2D⌋) → GELU →
-    Linear(·, K); τ learned, initialised to 1. Each of the K outputs is a convex combination of the tokens."""
-
-    def __init__(self, dim: int, k: int) -> None:
-        super().__init__()
-        hidden = max(1, int(0.2 * dim))
-        self.mlp = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, k))
-        self.tau = nn.Parameter(torch.ones(()))
-
-    def weights(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
-        """(B, K, n) aggregation weights; ``mask`` (B, n) bool keeps the tokens to aggregate over."""
-        logits: Tensor = self.tau * self.mlp(z)  # (B, n, K)
-        if mask is not None:
-            logits = logits.masked_fill(~mask[..., None], float("-inf"))
-        return logits.softmax(dim=1).transpose(1, 2)
-
-    def forward(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
-        return self.weights(z, mask) @ z
-
-
-class ATRM(nn.Module):
-    """FineLIP's two aggregators: image I = norm([CLS; Agg_img(patches)]), text T = norm([Agg_txt(SOT..words); EOT])."""
-
-    def __init__(self, dim: int, k: int) -> None:
-        super().__init__()
-        self.aggr_net = TokenAggregation(dim, k)
-        self.cap_aggr_net = TokenAggregation(dim, k)
-
-    def image(self, tokens: Tensor) -> Tensor:
-        """``tokens`` (B, 1+P, D) with CLS first → (B, K+1, D), L2-normalised."""
-        return F.normalize(torch.cat([tokens[:, :1], self.aggr_net(tokens[:, 1:])], dim=1), dim=-1)
-
-    def text(self, tokens: Tensor, lengths: Tensor) -> Tensor:
-        """``tokens`` (B, T, D) at every position, ``lengths`` n_j (SOT, words, EOT) → (B, K+1, D), normalised."""
-        eot = lengths - 1
-        keep = torch.arange(tokens.shape[1], device=tokens.device)[None, :] < eot[:, None]
-        last = tokens[torch.arange(tokens.shape[0], device=tokens.device), eot]
-        return F.normalize(torch.cat([self.cap_aggr_net(tokens, keep), last[:, None]], dim=1), dim=-1)
-
-
-def clim_scores(image_sets: Tensor, text_sets: Tensor, *, negative_slope: float | None = 0.1) -> Tensor:
-    """S̃ (B_img, B_txt): A = leaky_relu(T_j I_iᵀ); S̃_ij = mean over text tokens of max over image tokens of A +
-    mean over image tokens of max over text tokens of A (in [−0.2, 2] for normalised sets; no temperature).
-    ``negative_slope=None``: no leaky ReLU (then it is FILIP's max-mean, both directions, summed)."""
-    a = torch.einsum("ipd,jtd->ijtp", image_sets, text_sets)
-    if negative_slope is not None:
-        a = F.leaky_relu(a, negative_slope)
-    return a.amax(dim=3).mean(dim=2) + a.amax(dim=2).mean(dim=2)
+__all__ = ["build", "vse_hinge"]
 
 
 def vse_hinge(scores: Tensor, same: Tensor, margin: float | Tensor = 0.2, *, max_violation: bool = False) -> Tensor:

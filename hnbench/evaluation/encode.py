@@ -5,7 +5,7 @@ forward leaves free, usually none: see :func:`default_num_workers`); the model r
 with autocast only on CUDA and only when asked. A decoding failure is raised naming the image, or —
 with ``skip_bad`` — recorded and the image left out later by the caller.
 
-With an :class:`~hnbench.cache.EmbeddingCache`, items whose content is cached are read back and only
+With an :class:`~hnbench.evaluation.cache.EmbeddingCache`, items whose content is cached are read back and only
 the rest go through the model, in the same batches a run without cache would use (so a cold cached
 run and an uncached run give bit-identical vectors, unless the data repeats an image or a caption:
 each content is encoded once); finished batches are written to the cache in shards as they
@@ -37,19 +37,22 @@ import multiprocessing.queues
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 from tqdm.auto import tqdm
 
-from hnbench.cache import KEY_DTYPE, EmbeddingCache, image_keys, text_keys
 from hnbench.data.base import ImageSource
 from hnbench.errors import CheckpointError, ImageLoadError, WorkerError
-from hnbench.models.base import Encoder
+from hnbench.evaluation.cache import KEY_DTYPE, EmbeddingCache, image_keys, text_keys
+from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
 from hnbench.models.family import family_of
+from hnbench.models.scorers import PairScorer
+from hnbench.search.pairwise import States
 
 logger = logging.getLogger(__name__)
 
@@ -381,3 +384,83 @@ def encode_texts(
         n_cached = n - missing.size
     return TextEmbeddings(vectors, lengths, encoder.info.context_length, time.perf_counter() - start,
                           n_encoded=int(todo.size), n_cached=int(n_cached))
+
+
+# -- a pairwise scorer's states, encoded as embeddings are (the batching, workers, progress and errors above) -----
+class _StateEncoder:
+    """``encoder`` whose ``encode_images`` / ``encode_texts`` compute a scorer's states (kept here, on the CPU) and
+    return each row's index into them, so whatever order and batches :mod:`hnbench.evaluation.encode` uses, the vectors it
+    returns say which state row is which item."""
+
+    def __init__(self, encoder: Encoder, scorer: PairScorer):
+        self.inner, self.scorer = encoder, scorer
+        self.info: ModelInfo = encoder.info
+        self.device: torch.device = encoder.device
+        self.images: list[States] = []
+        self.texts: list[States] = []
+        self._n = {"images": 0, "texts": 0}
+
+    @property
+    def dynamic_padding(self) -> bool:
+        return bool(self.inner.dynamic_padding)
+
+    @property
+    def transform_description(self) -> str | None:
+        return self.inner.transform_description
+
+    @property
+    def has_images(self) -> bool:
+        return bool(self.inner.has_images)
+
+    @property
+    def image_transform(self) -> Callable[[Any], Tensor]:
+        return self.inner.image_transform
+
+    def tokenize(self, texts: Sequence[str]) -> TokenizedTexts:
+        return self.inner.tokenize(texts)
+
+    def _keep(self, kind: str, state: States) -> Tensor:
+        rows = {int(v.shape[0]) for v in state.values()}
+        if len(rows) != 1:
+            raise ValueError(f"{self.scorer.name}: a {kind[:-1]} state's tensors are not batch-first alike: {rows}")
+        n = rows.pop()
+        getattr(self, kind).append({k: v.detach().float().cpu() for k, v in state.items()})
+        start, self._n[kind] = self._n[kind], self._n[kind] + n
+        return torch.arange(start, start + n, dtype=torch.float32)[:, None]
+
+    def encode_images(self, pixels: Tensor) -> Tensor:
+        return self._keep("images", self.scorer.image_state(pixels))
+
+    def encode_texts(self, tokens: Tensor) -> Tensor:
+        return self._keep("texts", self.scorer.text_state(tokens))
+
+    def to(self, device: str | torch.device) -> _StateEncoder:
+        self.inner.to(device)
+        self.device = torch.device(device)
+        return self
+
+    def states(self, kind: str, rows: np.ndarray) -> States:
+        """The states of the items whose returned indices are ``rows`` (in that order)."""
+        parts: list[States] = getattr(self, kind)
+        if not parts:
+            return {}
+        order = torch.from_numpy(rows.astype(np.int64))
+        return {k: torch.cat([p[k] for p in parts])[order] for k in parts[0]}
+
+
+def encode_states(encoder: Encoder, scorer: PairScorer, *, images: Any = None, texts: Sequence[str] | None = None,
+                  skip_bad: bool = False, text_batch_size: int | None = None, **options: Any) -> tuple[States, Any]:
+    """The states of ``images`` (an :class:`~hnbench.data.base.ImageSource`) or of the captions ``texts`` (one of
+    the two), with what :func:`hnbench.evaluation.encode.encode_images` / ``encode_texts`` return, which encode them (their
+    batches, workers and errors; never cached): (states, ``ImageEmbeddings`` | ``TextEmbeddings``). The states of
+    unreadable images (``skip_bad``) are left out, as the evaluation leaves out their rows. ``options``:
+    ``batch_size``, ``num_workers``, ``amp``, ``progress``."""
+    proxy = _StateEncoder(encoder, scorer)
+    if images is not None:
+        img = encode_images(proxy, images, skip_bad=skip_bad, cache=None, **options)
+        keep = np.array([i for i in range(len(images)) if i not in img.bad], dtype=np.int64)
+        return (proxy.states("images", img.vectors[keep, 0]) if keep.size else {}), img
+    batch_size = text_batch_size or max(int(options.pop("batch_size", 64)), 64)
+    options.pop("batch_size", None)
+    txt = encode_texts(proxy, list(texts or []), batch_size=batch_size, cache=None, **options)
+    return proxy.states("texts", txt.vectors[:, 0]), txt

@@ -24,7 +24,7 @@ Schema (version 2)::
     per_query file name of the per-query parquet written beside the JSON
     per_query_sha256  sha256 of that parquet's bytes (absent in files written before it was added)
     scorer    {name, description, rerank_top (null: every pair scored)}: how a pair was scored (``--scorer``,
-              :mod:`hnbench.scorers`); files written before it was recorded read as the dual encoder's cosine
+              :mod:`hnbench.models.scorers`); files written before it was recorded read as the dual encoder's cosine
 
 File name (:meth:`EvalResult.stem`): model, data and a short hash of the settings that change the
 numbers (the ``identity`` options of :class:`~hnbench.settings.EvalSettings`, as the record names them), so two runs that differ in any of them never share a file; a name that would pass the
@@ -413,9 +413,23 @@ def read_result(path: str | Path) -> EvalResult:
     return result
 
 
+#: how ``--rerank-top K`` ranks (:func:`hnbench.search.pairwise.rerank`), recorded in a re-ranked result's scorer
+RERANK_RULE = ("the dual encoder's top K of each query re-scored and re-ordered by the pairwise scorer; a positive "
+               "outside them keeps its dual-encoder rank (> K, below the K re-ranked)")
+
+
 def dual_encoder_scorer() -> dict[str, Any]:
     """The ``scorer`` record of a dual-encoder result (and of every file written before scorers were recorded)."""
     return {"name": "cosine", "description": SCORERS.help("cosine"), "rerank_top": None}
+
+
+def scorer_record(scorer: Any, rerank_top: int | None) -> dict[str, Any]:
+    """What a result records of its scorer (a :class:`hnbench.models.scorers.PairScorer`; None: the dual encoder): name,
+    description, ``rerank_top`` (None: every pair scored)."""
+    if scorer is None:
+        return dual_encoder_scorer()
+    return {"name": scorer.name, "description": scorer.description, "rerank_top": rerank_top,
+            **({"rule": RERANK_RULE} if rerank_top is not None else {})}
 
 
 def upgrade_record(d: dict[str, Any]) -> dict[str, Any]:

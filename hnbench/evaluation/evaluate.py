@@ -24,37 +24,29 @@ import numpy as np
 import pandas as pd
 
 from hnbench import distributed as dist
-from hnbench.cache import EmbeddingCache, default_root
 from hnbench.data import ImageTextDataset
 from hnbench.data.benchmarks.spec import recheck_counts
-from hnbench.encode import encode_images, encode_texts
 from hnbench.errors import ConfigError
+from hnbench.evaluation.cache import EmbeddingCache, default_root
+from hnbench.evaluation.encode import encode_images, encode_states, encode_texts
+from hnbench.evaluation.remembered import load_remembered
 from hnbench.metrics import ci_methods, csr_from_assignment, summarize
 from hnbench.models import Encoder, load_model
 from hnbench.models.family import check_trusted, family_of
-from hnbench.models.remembered import load_remembered
+from hnbench.models.scorers import COSINE, PairScorer, check_scorer, pick
 from hnbench.registry import TASKS
-from hnbench.results import (
+from hnbench.results.record import (
     PER_QUERY_KEY,
     PER_QUERY_SCHEMA_VERSION,
     PER_QUERY_TOP,
     EvalResult,
     check_target,
+    scorer_record,
     write_result_pair,
 )
-from hnbench.scorers import (
-    COSINE,
-    PairScorer,
-    States,
-    check_scorer,
-    encode_states,
-    pick,
-    rerank,
-    retrieve_pairwise,
-    scorer_record,
-)
-from hnbench.search import RetrievalOutput, retrieve
-from hnbench.search_approximate import retrieve_approximate
+from hnbench.search.approximate import retrieve_approximate
+from hnbench.search.exact import RetrievalOutput, retrieve
+from hnbench.search.pairwise import States, rerank, retrieve_pairwise
 from hnbench.settings import EvalSettings, from_options
 from hnbench.specs import DataSpec, ModelSpec, check_data, split_keywords
 from hnbench.validate import DEFAULT_KS, warn_trivial_ks
@@ -93,7 +85,7 @@ def score_embeddings(
     ``query_text_vectors``: the captions embedded as text→image queries where a model embeds queries otherwise
     than candidates (a per-direction prompt); ``text_vectors`` are then the image→text candidates.
 
-    ``search="approximate"`` uses :func:`hnbench.search_approximate.retrieve_approximate` (faiss HNSW): ranks
+    ``search="approximate"`` uses :func:`hnbench.search.approximate.retrieve_approximate` (faiss HNSW): ranks
     are then lower bounds and each output carries its recall against exact search on a sample.
     """
     k = max(*ks, PER_QUERY_TOP)  # the per-query file keeps the top PER_QUERY_TOP items whatever the Ks
@@ -178,7 +170,7 @@ def evaluate(
     fields of :class:`~hnbench.settings.EvalSettings` (device, batch_size, precision, ks, ci, seed, ...; the
     keywords replace those of ``settings``). ``skip_invalid`` drops (and counts) images
     that are missing or cannot be decoded and captions that are empty, instead of failing.
-    ``use_cache`` reads and writes the embedding cache (:mod:`hnbench.cache`) under ``cache_dir``
+    ``use_cache`` reads and writes the embedding cache (:mod:`hnbench.evaluation.cache`) under ``cache_dir``
     (default: ``<hnbench cache>/embeddings``). ``search="approximate"`` uses a faiss HNSW index
     and marks the result so leaderboards keep it apart. Under ``torchrun`` (``WORLD_SIZE > 1``, no
     process group yet, or ``distributed=True``) the ranks share the encoding and rank 0 scores, see
@@ -348,7 +340,7 @@ def _encode_and_score(encoder: Encoder, dataset: ImageTextDataset, cache: Embedd
                       scorer: PairScorer | None = None) -> EvalResult:
     """Encode (through the cache) what is not there yet, search both ways, score, and write the result.
 
-    ``scorer``: a pairwise scorer (:mod:`hnbench.scorers`): its states are encoded (never cached) and every pair
+    ``scorer``: a pairwise scorer (:mod:`hnbench.models.scorers`): its states are encoded (never cached) and every pair
     scored; with ``--rerank-top`` the dual encoder's embeddings (cached) pick each query's candidates first."""
     cosine = scorer is None or s.rerank_top is not None  # the dual encoder's embeddings are needed
     states: dict[str, States] = {}

@@ -1,5 +1,6 @@
-"""Internal file helpers: atomic writes with the umask's mode, CSV/TSV/JSONL row readers, file hashes and
-the stat-keyed memo of file content digests."""
+"""Internal file helpers: where hnbench keeps its files (:func:`cache_dir`), atomic writes with the umask's mode,
+CSV/TSV/JSONL row readers, untrusted reads, escaping, file hashes and the stat-keyed memo of file content digests.
+Downloads (URLs, archives, the Hub) are :mod:`hnbench.io.download`."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Any
 
 from hnbench.errors import ConfigError, DataError, HnbenchError
 
-__all__ = ["DIGEST_BYTES", "MAX_JSON_BYTES", "MAX_REPORTED", "Problems", "MAX_TABLE_BYTES", "append_line", "atomic_write_bytes", "check_output", "content_digest",
+__all__ = ["DIGEST_BYTES", "MAX_JSON_BYTES", "MAX_REPORTED", "Problems", "MAX_TABLE_BYTES", "append_line", "atomic_write_bytes", "cache_dir", "check_output", "content_digest",
            "csv_bytes", "csv_cell", "csv_frame", "file_beside", "file_digests", "follow_umask", "human_bytes", "is_record", "loads_json",
            "markdown_code", "markdown_text", "process_umask", "read_json_untrusted", "read_rows", "read_text_utf8",
            "read_untrusted", "record_output", "script_json", "sha256_file", "value_text", "write_temp"]
@@ -33,6 +34,15 @@ logger = logging.getLogger(__name__)
 DIGEST_BYTES = 16  # blake2b-128: the embedding cache's content keys and the data fingerprint's image digests
 MAX_JSON_BYTES = 64 << 20  # a result, hardness or comparison JSON: a few kB to a few MB in practice
 MAX_TABLE_BYTES = 4 << 30  # a per-query or per-caption parquet
+
+
+def cache_dir() -> Path:
+    """Where hnbench keeps generated data, embeddings and downloaded weights: ``$HNBENCH_CACHE``, else
+    ``$XDG_CACHE_HOME/hnbench``, else ``~/.cache/hnbench``."""
+    if os.environ.get("HNBENCH_CACHE"):
+        return Path(os.environ["HNBENCH_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "hnbench"
 
 
 @functools.lru_cache(maxsize=1)

@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 from hnbench._version import __version__, package_version
-from hnbench.cache import FINGERPRINTS, model_spec
 from hnbench.errors import CheckpointError
+from hnbench.evaluation.cache import FINGERPRINTS, model_spec
 from hnbench.io import atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
@@ -47,7 +47,7 @@ __all__ = ["RememberedEncoder", "load_remembered"]
 
 logger = logging.getLogger(__name__)
 
-RECORD_DIR = FINGERPRINTS  # the cache root's folder of these records (declared in hnbench.cache)
+RECORD_DIR = FINGERPRINTS  # the cache root's folder of these records (declared in hnbench.evaluation.cache)
 _RNG = RANDOM_INIT  # stands in for the weights file of a random-init model
 
 
@@ -62,27 +62,6 @@ def _digest_file(path: str) -> str:
 def _stat(path: str) -> dict[str, int]:
     st = os.stat(path)
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
-
-
-def _tag_file(arch: str, tag: str) -> str | None:
-    """The local file open_clip loads for a pretrained tag, when already downloaded (no network)."""
-    import open_clip.pretrained as op
-
-    cfg = op.get_pretrained_cfg(arch, tag)
-    if cfg.get("file"):
-        file: str = cfg["file"]
-        return file
-    if not cfg.get("hf_hub"):
-        return None  # a URL download: its path depends on open_clip internals; not remembered
-    from huggingface_hub import try_to_load_from_cache
-
-    model_id, filename = os.path.split(cfg["hf_hub"])
-    filename = filename or op.HF_WEIGHTS_NAME
-    for name in [*op._get_safe_alternatives(filename), filename]:  # open_clip's own preference order
-        found = try_to_load_from_cache(model_id, name)
-        if isinstance(found, str):
-            return found
-    return None
 
 
 def weight_files(model: str, pretrained: str | None, model_config: str | Path | None) -> list[str] | None:
@@ -161,7 +140,7 @@ class RememberedEncoder:
     """An :class:`Encoder` whose info comes from a remembered record; the model is built on first use.
 
     ``transform_description`` is the cache's description of the image transform
-    (:func:`hnbench.cache.model_spec`), so the cache key is known without the transform.
+    (:func:`hnbench.evaluation.cache.model_spec`), so the cache key is known without the transform.
     """
 
     def __init__(self, info: ModelInfo, transform_description: str, build: Callable[[str], Encoder],

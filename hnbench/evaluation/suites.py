@@ -11,7 +11,7 @@ folder, an HF dataset; :func:`read_suite_file`).
 Every entry is checked before anything loads (the suite's benchmarks and protocols, the map naming every
 benchmark the suite needs, each folder existing, each entry's data as ``eval`` checks its ``--dataset``:
 :func:`hnbench.specs.check_data`; a (model, weights) pair given twice); then each (model, entry) is
-scored by :func:`hnbench.evaluate.evaluate` into ``--output`` (its result file named by model, data and
+scored by :func:`hnbench.evaluation.evaluate.evaluate` into ``--output`` (its result file named by model, data and
 settings, so cached embeddings and the same names make a rerun cheap), a failure is reported and the rest go
 on, and one table is printed and written (``suite-NAME.md``: a row per model, a column per entry and metric,
 each cell linked to its result file). ``--limit N`` scores a seeded N-image subset of each entry: recorded in
@@ -334,7 +334,7 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
     Bad input raises :class:`~hnbench.errors.ConfigError` before anything loads; a failing (model, entry) is
     logged, recorded in :attr:`SuiteRun.failures` and the rest go on.
     """
-    from hnbench.hardness.run import model_pairs
+    from hnbench.models import model_pairs
 
     s: EvalSettings = from_options(EvalSettings, settings, options)
     suite_settings = SuiteSettings(data_root_map=None if data_root_map is None else os.fspath(data_root_map),
@@ -372,7 +372,7 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
         for entry in suite.entries:
             dataset, kw = _data(entry, root_map, suite_settings)
             try:
-                from hnbench.evaluate import evaluate
+                from hnbench.evaluation.evaluate import evaluate
 
                 options = {k: v for k, v in kw.items() if k not in ("data_root", "protocol")}  # the loader's
                 result = evaluate(model, dataset, pretrained=weights, model_config=model_config,

@@ -27,7 +27,7 @@ Backends
            the fp32 summation order of the two BLAS kernels (a score can move by an ulp, which
            matters only for near-ties).
 ``auto``   CPU: torch below N*M = ``AUTO_MIN_WORK`` (both well under a second). Above, by
-           measurement: :mod:`hnbench.search_calibration` times both backends once per machine
+           measurement: :mod:`hnbench.search.calibration` times both backends once per machine
            (stored in the cache) and faiss runs only where its list search is faster per query
            than the torch path; then the first ``N/16`` (>= 4,096) queries are a probe, and if so
            many of them rank below the faiss list that counting them makes faiss the slower, the
@@ -36,13 +36,13 @@ Backends
            on the GPU (not calibrated: no GPU has run it yet).
 
 The rank/tie/top-k rule over one block of score rows is :func:`score_rows`, whatever computes the scores: the
-torch backend's inner products, or a pairwise scorer's (:mod:`hnbench.scorers`).
+torch backend's inner products, or a pairwise scorer's (:mod:`hnbench.search.pairwise`).
 
 Devices: ``cuda:i`` searches on GPU i; plain ``cuda`` on every visible GPU — faiss splits the
 gallery over them (``index_cpu_to_gpus_list`` with ``shard=True``), torch splits the query rows
 (the gallery copied to each GPU, one thread per GPU).
 
-:func:`hnbench.search_approximate.retrieve_approximate` (faiss HNSW / IVF) is for exploring galleries too large to search
+:func:`hnbench.search.approximate.retrieve_approximate` (faiss HNSW / IVF) is for exploring galleries too large to search
 exactly: its ranks are lower bounds, it reports its own recall against exact search on a sample,
 and its output is marked ``approximate`` so results built on it never reach a leaderboard.
 """
@@ -62,8 +62,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from hnbench import search_calibration
 from hnbench.metrics import validate_csr
+from hnbench.search import calibration as search_calibration
 from hnbench.validate import BACKENDS
 
 __all__ = ["RetrievalOutput", "ScoreBlock", "available_backends", "canonical_positives", "empty_output",
@@ -133,7 +133,7 @@ def resolve_backend(backend: str, device: str, n_gallery: int) -> str:
     """Map a requested backend ("auto", "torch", "faiss", "faiss-gpu") to the one that will run.
 
     On the CPU, "auto" maps to "torch" here; :func:`retrieve` then refines it by the machine's stored
-    calibration (:mod:`hnbench.search_calibration`) and a probe on the data, once the sizes are known."""
+    calibration (:mod:`hnbench.search.calibration`) and a probe on the data, once the sizes are known."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown search backend {backend!r}; valid: {', '.join(BACKENDS)}")
     if n_gallery < 1:
@@ -309,7 +309,7 @@ def score_rows(block: ScoreBlock, m: int, dev: torch.device, ptr: np.ndarray, id
                k: int, chunk: int, out: RetrievalOutput, pbar: tqdm[Any]) -> None:
     """Exact results for the (ascending) query indices ``rows`` against ``m`` candidates, written into ``out`` in
     place; ``block(r, buf)`` returns the (len(r), m) score block of queries ``r`` (written into ``buf``, fp32 on
-    ``dev``; the inner product for :func:`retrieve`, a pairwise scorer's for :mod:`hnbench.scorers`). One rank,
+    ``dev``; the inner product for :func:`retrieve`, a pairwise scorer's for :mod:`hnbench.search.pairwise`). One rank,
     tie and top-k rule for every score (``ptr``/``idx``: canonical CSR positives, :func:`canonical_positives`)."""
     # One score block reused by every chunk: a fresh (chunk, M) allocation per chunk costs as much
     # as the matmul itself on CPU (page faults on ~256 MB each time).

@@ -14,7 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from hnbench.metrics import validate_csr
-from hnbench.search import (
+from hnbench.search.exact import (
     _FAISS_CHUNK,
     _MARGIN,
     RetrievalOutput,

@@ -19,7 +19,9 @@ from tabulate import tabulate
 
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
+from hnbench.evaluation.suites import SuiteSettings
 from hnbench.io import human_bytes, loads_json
+from hnbench.pages.textdiff import MAX_CAPTION_CHARS, MAX_WORDS
 from hnbench.publish.command import add_parser as _add_export_parser
 from hnbench.registry import MODELS, RECIPES, SUITES, TASKS, TEXT_ENCODERS
 from hnbench.settings import (
@@ -32,8 +34,6 @@ from hnbench.settings import (
 )
 from hnbench.sidecars.options import SegmentsSettings
 from hnbench.specs import DataSpec, ModelSpec
-from hnbench.suites import SuiteSettings
-from hnbench.textdiff import MAX_CAPTION_CHARS, MAX_WORDS
 from hnbench.train.config import DATA_SPEC_FIELDS, TrainConfig, load_recipe, replace_data_spec
 from hnbench.train.report import epoch_table, read_run, train_report
 
@@ -219,7 +219,7 @@ def _add_leaderboard_parser(sub: _Subparsers) -> None:
 
 
 def _run_leaderboard(args: argparse.Namespace) -> int:
-    from hnbench.leaderboard import leaderboard
+    from hnbench.results.leaderboard import leaderboard
 
     text = leaderboard(args.results, args.output, baseline=args.baseline, benchmarks=args.benchmark,
                        protocols=args.protocol, model_glob=args.model, sort=args.sort, fmt=args.format,
@@ -252,7 +252,8 @@ def _add_hardness_parser(sub: _Subparsers) -> None:
 
 def _run_hardness(args: argparse.Namespace) -> int:
     from hnbench.hardness.captions import load_captions
-    from hnbench.hardness.run import hardness, hardness_many, model_pairs
+    from hnbench.hardness.run import hardness, hardness_many
+    from hnbench.models import model_pairs
 
     settings = settings_from_args(HardnessSettings, args)
     settings.validate(args.output)  # the flags first; several models: every (model, weights) pair before any loads
@@ -272,7 +273,7 @@ def _run_hardness(args: argparse.Namespace) -> int:
     if not data:  # the data the result was scored on, as it records it (the data flags override)
         if not args.results:
             raise ConfigError("give --dataset, --captions, or --results (whose recorded data is then measured)")
-        from hnbench.results import read_result
+        from hnbench.results.record import read_result
 
         data = [DataSpec.from_record(read_result(args.results[0]).dataset).override(**spec.set_fields())]
     kw = dict(model_config=args.model_config, trust_remote_code=args.trust_remote_code, data_root=args.data_root,
@@ -320,7 +321,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _run_cache(args: argparse.Namespace) -> int:
-    from hnbench import cache
+    from hnbench.evaluation import cache
 
     if args.cache_dir is not None and not args.cache_dir.strip():
         raise ConfigError("--cache-dir is empty (an unset variable?): name the cache folder, or leave the flag out "
@@ -464,7 +465,7 @@ def _task_data_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_eval(args: argparse.Namespace, model: ModelSpec, data: DataSpec) -> int:
-    from hnbench.evaluate import evaluate
+    from hnbench.evaluation.evaluate import evaluate
 
     assert model.model is not None and data.dataset is not None  # required flags
     result = evaluate(model.model, data.dataset, pretrained=model.pretrained, model_config=model.model_config,
@@ -576,7 +577,7 @@ def _add_compare_parser(sub: _Subparsers) -> None:
 
 
 def _run_compare(args: argparse.Namespace) -> int:
-    from hnbench.comparison import compare
+    from hnbench.results.compare import compare
 
     out = compare(args.results, ks=args.ks, output_dir=args.output, seed=args.seed, n_boot=args.n_boot,
                   overwrite=args.overwrite)
@@ -600,7 +601,7 @@ def _add_browse_parser(sub: _Subparsers) -> None:
 
 
 def _run_browse(args: argparse.Namespace) -> int:
-    from hnbench.pages import browse
+    from hnbench.pages.build import browse
 
     data = {f.name: getattr(args, f.name) for f in fields(DataSpec) if getattr(args, f.name) is not None}
     assert args.output is not None  # a required flag
@@ -648,7 +649,7 @@ class _ListSuites(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        from hnbench.suites import describe_suites
+        from hnbench.evaluation.suites import describe_suites
 
         print(describe_suites(), end="")
         parser.exit()
@@ -667,7 +668,7 @@ def _add_suite_parser(sub: _Subparsers) -> None:
 
 
 def _run_suite(args: argparse.Namespace) -> int:
-    from hnbench.suites import run_suite
+    from hnbench.evaluation.suites import run_suite
 
     settings = settings_from_args(EvalSettings, args)
     run = run_suite(args.name, args.model, pretrained=args.pretrained, model_config=args.model_config,

@@ -2,7 +2,7 @@
 
 For results on the same dataset fingerprint and protocol, per direction and K: both R@K, Δ = model −
 baseline with a paired bootstrap 95% interval, the exact McNemar p-value and the discordant counts
-(:mod:`hnbench.significance`). With more than two results every one is compared with the first (the
+(:mod:`hnbench.results.significance`). With more than two results every one is compared with the first (the
 baseline) and the p-values are Holm-corrected per (direction, K) over those comparisons.
 
 Output schema (version 1), ``compare.json``::
@@ -40,8 +40,8 @@ from tabulate import tabulate
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import atomic_write_bytes, check_output, markdown_code, markdown_text, record_output
-from hnbench.results import EvalResult, read_per_query, read_result
-from hnbench.significance import PairedTest, holm, paired_test
+from hnbench.results.record import EvalResult, read_per_query, read_result
+from hnbench.results.significance import PairedTest, holm, paired_test
 from hnbench.validate import DEFAULT_KS, check_ks
 
 SCHEMA_VERSION = 1

@@ -26,8 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hnbench._version import package_version
-from hnbench.io import atomic_write_bytes
-from hnbench.paths import cache_dir
+from hnbench.io import atomic_write_bytes, cache_dir
 
 __all__ = ["FILE", "LARGE", "LARGE_FROM", "SIZES", "at_size", "costs", "machine_key"]
 

@@ -12,7 +12,7 @@ Rules (also in ``leaderboards/README.md``):
 - Each task (:data:`hnbench.registry.TASKS`: retrieval, zero-shot classification, …) has its own section
   with its own columns, ranked by its main score (:class:`hnbench.tasks.Task`): a classification accuracy
   is never ranked beside a recall. A board of retrieval results alone has no task headings (as before
-  tasks existed); results written before tasks are retrieval results (:func:`hnbench.results.upgrade_record`).
+  tasks existed); results written before tasks are retrieval results (:func:`hnbench.results.record.upgrade_record`).
 - Context length is a column (and a ``context_lengths`` filter), not a table key. Beside the scores, "truncated" is
   the model's text budget: the share of the captions its own tokenizer and context cut (the result's ``tokens``
   block); blank for a row without one (reported numbers, files without the block) and absent from sections whose
@@ -21,7 +21,7 @@ Rules (also in ``leaderboards/README.md``):
   descending; the default metric is mean R@1 = (t2i R@1 + i2t R@1) / 2. A row without it ranks last.
 - Per metric column, the best value is bold and the second-best distinct value underlined (ties
   share the mark), when at least two rows have a value.
-- Borda rank: within a protocol family (``hnbench.reported.PROTOCOL_FAMILIES``; an unmapped protocol
+- Borda rank: within a protocol family (``hnbench.results.reported.PROTOCOL_FAMILIES``; an unmapped protocol
   is its own family) and search mode, a row earns one point per row ranked below it
   in each benchmark's table; models are ranked by the number of benchmarks they cover, then by their
   total points.
@@ -29,7 +29,7 @@ Rules (also in ``leaderboards/README.md``):
   same benchmark, protocol, data and search mode keeps the result with the newest ``created``; the
   others are named in a note under the table.
 - A baseline that matches no row is refused (one line). Significance (with a baseline): a delta gets
-  a * when the paired 95% bootstrap interval of the difference (:func:`hnbench.comparison.paired_tests`: both results' per-query hits, queries
+  a * when the paired 95% bootstrap interval of the difference (:func:`hnbench.results.compare.paired_tests`: both results' per-query hits, queries
   resampled jointly, 1000 draws, seed 0) excludes zero. Rows without a per-query file, reported rows
   and mean R@1 are not tested and carry no mark; a note under the table names the untested rows.
 - A pairwise-scored result (``hnbench eval --scorer NAME``: not a dual encoder) is its own row, marked
@@ -64,7 +64,6 @@ import pandas as pd
 from tabulate import tabulate
 
 from hnbench._version import __version__
-from hnbench.comparison import model_label, tests_against
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.io import (
     atomic_write_bytes,
@@ -78,8 +77,8 @@ from hnbench.io import (
 from hnbench.metrics import CI_RULE
 from hnbench.pages.board import page as board_page
 from hnbench.registry import BENCHMARK_SPECS, DATASETS, TASKS
-from hnbench.reported import KS, families_of, mapped_families, place, reported_rows
-from hnbench.results import (
+from hnbench.results.compare import model_label, tests_against
+from hnbench.results.record import (
     EvalResult,
     ResultFormatError,
     metric_values,
@@ -88,7 +87,8 @@ from hnbench.results import (
     read_result,
     share_text,
 )
-from hnbench.significance import PairedTest
+from hnbench.results.reported import KS, families_of, mapped_families, place, reported_rows
+from hnbench.results.significance import PairedTest
 from hnbench.tasks import Task
 
 logger = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ def _row(r: EvalResult) -> dict[str, Any]:
         row["identity"] += f":{row['scorer']}"
     if r.task != "retrieval":  # the task's own columns (and intervals), no recall columns
         task = r.task_spec()
-        # what a reported zero-shot row is placed by (hnbench.reported.place): the set's layout, the templates
+        # what a reported zero-shot row is placed by (hnbench.results.reported.place): the set's layout, the templates
         row.update(layout=(d.get("meta") or {}).get("format"), templates=(r.settings or {}).get("templates", "openai"))
         for column in task.columns:
             group, _, metric = column.partition(" ")

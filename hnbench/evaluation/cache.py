@@ -49,8 +49,7 @@ import numpy as np
 
 from hnbench.data.base import ImageSource
 from hnbench.errors import CacheError
-from hnbench.io import DIGEST_BYTES, atomic_write_bytes, content_digest
-from hnbench.paths import cache_dir
+from hnbench.io import DIGEST_BYTES, atomic_write_bytes, cache_dir, content_digest
 
 __all__ = ["MARKER", "CacheStats", "CorruptShardError", "EmbeddingCache", "ShardStore", "check_root", "clear",
            "default_root", "disk_usage", "generated_data", "list_models", "model_spec", "plan_clear"]
@@ -367,7 +366,7 @@ class EmbeddingCache:
 MARKER = ".hnbench-cache"  # written into the root by the first cache write: "this folder is hnbench's cache"
 _MODEL_DIR = re.compile(r"^[0-9a-f]{16}$")  # a model key (see EmbeddingCache)
 QUARANTINE = "quarantine"
-FINGERPRINTS = ".fingerprints"  # hnbench.models.remembered's records of model fingerprints (declared here once)
+FINGERPRINTS = ".fingerprints"  # hnbench.evaluation.remembered's records of model fingerprints (declared here once)
 _FLAT = {QUARANTINE: SHARD_SUFFIX, FINGERPRINTS: ".json"}  # folders of the root holding one kind of file
 
 
@@ -487,7 +486,7 @@ GENERATED = ("synthdense",)  # data sets hnbench generates into its cache folder
 
 
 def generated_data(base: str | Path | None = None) -> list[dict[str, Any]]:
-    """The data sets hnbench generated in its cache folder ``base`` (default :func:`hnbench.paths.cache_dir`;
+    """The data sets hnbench generated in its cache folder ``base`` (default :func:`hnbench.io.cache_dir`;
     ``<base>/synthdense/<fingerprint>``): name, path, images (the files of its splits' ``images/``) and bytes.
     They are not embeddings: ``hnbench cache clear`` leaves them."""
     folder = Path(base) if base is not None else cache_dir()

@@ -1,0 +1,1 @@
+"""Evaluation: evaluate() and its steps — encoding, the embedding cache, remembered fingerprints, suites."""

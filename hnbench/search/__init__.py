@@ -1,0 +1,1 @@
+"""Search: exact ranks (blocked, faiss), the backend calibration, approximate (HNSW / IVF) search."""
