@@ -17,7 +17,7 @@ b. *evaluate*: ``hnbench.evaluation.evaluate`` with the embedding cache off (col
 c. *warm* (``--warm``): ``evaluate`` with the cache on, a fresh cache filled by one untimed run, then timed.
 
 ``--random-embeddings`` times only what follows the encoders (the part that grows with N×M), on seeded random
-unit vectors of the same sizes: (a) ``blocked_recall`` vs (b) ``hnbench.evaluation.evaluate.score_embeddings`` (exact
+unit vectors of the same sizes: (a) ``blocked_recall`` vs (b) ``hnbench.tasks.retrieval.score_embeddings`` (exact
 search both ways, metrics, bootstrap CIs) and the per-query table written as parquet (into memory).
 
 Each child loads the model and the data and warms up on 64 items before its clock starts; the clock covers
@@ -55,10 +55,11 @@ from bench_eval import cpu_seconds, minimal_encode, recalls  # noqa: E402
 
 from hnbench.data.benchmarks import load  # noqa: E402
 from hnbench.data.synthdense import generate_flickr30k  # noqa: E402
-from hnbench.evaluation.evaluate import evaluate, per_query_frame, score_embeddings  # noqa: E402
+from hnbench.evaluation.evaluate import evaluate  # noqa: E402
 from hnbench.models import load_model  # noqa: E402
 from hnbench.search import calibration as search_calibration  # noqa: E402
 from hnbench.search.exact import AUTO_MIN_WORK, _measure_costs  # noqa: E402
+from hnbench.tasks.retrieval import per_query_frame, score_embeddings  # noqa: E402
 
 FULL = 31783
 BLOCK_BYTES = 256 * 2**20  # the minimal loop's score block, as hnbench's torch search budgets its chunks

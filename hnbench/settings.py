@@ -282,9 +282,10 @@ class EvalSettings:
         """Every setting (and the output directory), before any model or data is loaded."""
         check_declared(self)
         check_eval(ks=self.ks, device=self.device, output_dir=output_dir, backend=self.backend)
-        for flag, value, plain in (("--task", self.task, "retrieval"), ("--search", self.search, "exact")):
-            if self.scorer != "cosine" and value != plain:
-                raise ConfigError(f"--scorer {self.scorer} scores retrieval exactly: not with {flag} {value}")
+        if self.scorer != "cosine" and not TASKS.get(self.task).scorers:
+            raise ConfigError(f"--scorer {self.scorer} scores retrieval exactly: not with --task {self.task}")
+        if self.scorer != "cosine" and self.search != "exact":
+            raise ConfigError(f"--scorer {self.scorer} scores retrieval exactly: not with --search {self.search}")
         if self.rerank_top is not None and self.scorer == "cosine":
             raise ConfigError("--rerank-top K re-ranks the dual encoder's top K with a pairwise --scorer; pass --scorer "
                               f"NAME ({', '.join(n for n in SCORERS.names() if n != 'cosine')})")

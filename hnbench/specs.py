@@ -191,10 +191,8 @@ def check_data(dataset: str, task: str, options: Mapping[str, Any] | None = None
     t = TASKS.get(task)
     own = t.check_options(rest, (TASKS.get(n) for n in TASKS.names()))
     if t.options:  # the task's own data options hold their declared types (a suite file's may not)
-        check_declared(from_options(t.target("options"), None, own))
-    check = t.target("check")
-    if check is not None:
-        check(spec, **own)
+        check_declared(from_options(t.options, None, own))
+    t.check(spec, **own)
     return spec, rest
 
 

@@ -15,10 +15,11 @@ from PIL import Image
 from hnbench.cli import main
 from hnbench.data import load_dataset
 from hnbench.errors import ImageLoadError
-from hnbench.evaluation.evaluate import evaluate, score_embeddings
+from hnbench.evaluation.evaluate import evaluate
 from hnbench.metrics import ranks_from_scores
 from hnbench.models import load_model
 from hnbench.results.record import read_result
+from hnbench.tasks.retrieval import score_embeddings
 
 REPO = Path(__file__).resolve().parents[1]
 

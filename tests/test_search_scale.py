@@ -109,7 +109,7 @@ def test_approximate_search_reports_recall_and_is_marked(index):
 
 
 def test_evaluate_marks_approximate_results(tmp_path):
-    from hnbench.evaluation.evaluate import score_embeddings
+    from hnbench.tasks.retrieval import score_embeddings
 
     _, g, _ = make_data(300, 1, 16, seed=4)
     rng = np.random.default_rng(4)

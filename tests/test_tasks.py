@@ -38,7 +38,10 @@ def test_issue23_retrieval_task_declares_inputs_metrics_and_main_score():
     assert task.groups == ("t2i", "i2t") and task.main_score == "mean R@1"
     assert task.main_value({"t2i": {"R@1": 40.0}, "i2t": {"R@1": 30.0}}) == 35.0
     assert task.bound("R@5") == (0.0, 100.0) and task.bound("MRR") == (0.0, 1.0) and task.bound("n_queries") is None
-    assert task.target("run").__name__ == "run_evaluation" and task.target("load").__name__ == "load_spec"
+    # its steps are its own (load, run); its capabilities declared: what other modules ask instead of its name
+    assert type(task).load is not Task.load and type(task).run is not Task.run
+    assert task.per_query and task.limit and task.distributed and task.scorers and task.pre_task_layout
+    assert not task.named_files and task.board_columns()[-1] == "mean R@1" == task.main_column()
     # --task is an EvalSettings option: its choices are the registry's, and it names the result only when set
     assert EvalSettings().task == "retrieval" and "task" not in EvalSettings().recorded()
     with pytest.raises(ConfigError, match="--task must be one of"):

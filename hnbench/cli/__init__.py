@@ -88,8 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="score a model on an image–caption set (R@K both directions)")
     _add_spec_args(ev)
-    for task in (TASKS.get(n) for n in TASKS.names() if TASKS.get(n).options):  # the data options of one task
-        _add_settings_args(ev, task.target("options"))
+    for options in (TASKS.get(n).options for n in TASKS.names()):  # the data options of one task
+        if options is not None:
+            _add_settings_args(ev, options)
     ev.add_argument("--output", required=True, help="directory for the result JSON and per-query parquet")
     _add_eval_options(ev)
 

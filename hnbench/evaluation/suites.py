@@ -59,7 +59,7 @@ class Entry:
 
     benchmark: str | None = None
     protocol: str | None = None
-    task: str = "retrieval"
+    task: str = field(default_factory=lambda: str(TASKS.default))
     dataset: str | None = None
     options: tuple[tuple[str, Any], ...] = ()
 
@@ -131,7 +131,7 @@ def user_data_keys() -> list[str]:
 
 def _path_keys() -> set[str]:
     """The data options that name a file (declared with metavar FILE or PATH): relative to the suite file."""
-    classes = [DataSpec, *(TASKS.get(t).target("options") for t in TASKS.names() if TASKS.get(t).options)]
+    classes: list[type] = [DataSpec, *(o for o in (TASKS.get(t).options for t in TASKS.names()) if o is not None)]
     return {f.name for c in classes for f in dataclasses.fields(c)
             if f.metadata.get("argparse", {}).get("metavar") in ("FILE", "PATH")}
 
@@ -152,7 +152,7 @@ def _dataset_entry(raw: dict[str, Any], n: int, base: Path) -> Entry | str:
     paths = _path_keys()
     options = tuple((k, str(base / v) if k in paths and isinstance(v, str) else v)
                     for k, v in raw.items() if k not in ("dataset", "task"))
-    return Entry(task=raw.get("task", "retrieval"), dataset=value if value.startswith("hf:") else str(base / value),
+    return Entry(task=raw.get("task", str(TASKS.default)), dataset=value if value.startswith("hf:") else str(base / value),
                  options=options)
 
 
@@ -194,7 +194,7 @@ def read_suite_file(path: str | os.PathLike[str]) -> Suite:
                             f"'task' strings, or a 'dataset' (your own data) and its options"
                             + (f" (unknown key {', '.join(map(repr, unknown))})" if unknown else ""))
             continue
-        entry = Entry(raw["benchmark"].lower(), raw.get("protocol"), raw.get("task", "retrieval"))
+        entry = Entry(raw["benchmark"].lower(), raw.get("protocol"), raw.get("task", str(TASKS.default)))
         problems += entry.problems()
         out.append(entry)
     for n, entry in enumerate(out, start=1):  # a label is a column of the table: two entries would share it
@@ -218,12 +218,12 @@ def get_suite(name: str) -> Suite:
 
 def describe_suites() -> str:
     """``hnbench suite --list``: every registered suite, what it is (a family suite: the paper whose table it
-    reproduces), and its entries (``benchmark/protocol``, a task other than retrieval in parentheses)."""
+    reproduces), and its entries (``benchmark/protocol``, a task other than the first in parentheses)."""
     lines = []
     for name in SUITES.declared():
         entries = get_suite(name).entries
         lines += [f"{name}: {SUITES.help(name)}",
-                  "    " + ", ".join(e.label + ("" if e.task == "retrieval" else f" ({e.task})") for e in entries)]
+                  "    " + ", ".join(e.label + ("" if TASKS.get(e.task).pre_task_layout else f" ({e.task})") for e in entries)]
     return "\n".join(lines) + "\n"
 
 
@@ -341,7 +341,7 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
                                    output=os.fspath(output_dir), allow_count_mismatch=allow_count_mismatch)
     check_declared(suite_settings)
     s.validate(Path(output_dir))
-    if s.task != "retrieval":
+    if "task" in s.recorded():  # given (recorded only when not the default)
         raise ConfigError("--task is each suite entry's own; leave it out")
     suite = get_suite(name)  # a registered suite or a suite file (its entries checked as it is read)
     root_map = read_root_map(data_root_map) if data_root_map is not None else {}
@@ -378,7 +378,7 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
                 result = evaluate(model, dataset, pretrained=weights, model_config=model_config,
                                   trust_remote_code=trust_remote_code, output_dir=out,
                                   dataset_options=options or None,
-                                  settings=dataclasses.replace(s, task=entry.task, limit=s.limit if entry.task == "retrieval" else None),
+                                  settings=dataclasses.replace(s, task=entry.task, limit=s.limit if TASKS.get(entry.task).limit else None),
                                   **{k: v for k, v in kw.items() if k not in options})
             except Exception as e:  # reported, and the other entries go on
                 message = str(e) if isinstance(e, HnbenchError) else f"{type(e).__name__}: {e}"
@@ -412,9 +412,8 @@ def refuse_repeated_models(pairs: Sequence[tuple[Any, str | None]]) -> None:
 
 
 def _columns(entry: Entry) -> list[str]:
-    """An entry's metric columns: retrieval's t2i/i2t R@1, another task's main score."""
-    task = TASKS.get(entry.task)
-    return ["t2i R@1", "i2t R@1"] if entry.task == "retrieval" else [task.main_of[0]]
+    """An entry's metric columns: what its task's main score is the mean of (retrieval's t2i and i2t R@1)."""
+    return list(TASKS.get(entry.task).main_of)
 
 
 def render_table(suite: Suite, labels: Sequence[str], cells: dict[tuple[str, str], Any],
@@ -429,7 +428,7 @@ def render_table(suite: Suite, labels: Sequence[str], cells: dict[tuple[str, str
         for entry in suite.entries:
             task = TASKS.get(entry.task)
             for col in _columns(entry):
-                head = markdown_text(f"{entry.label} {task.label(col) if entry.task != 'retrieval' else col}")
+                head = markdown_text(f"{entry.label} {task.label(col)}")
                 result = cells.get((label, entry.label))
                 if result is None:
                     row[head] = "failed" if (label, entry.label) in failures else ""
@@ -439,7 +438,7 @@ def render_table(suite: Suite, labels: Sequence[str], cells: dict[tuple[str, str
                 row[head] = f"[{value:.1f}]({link})" if link else f"{value:.1f}"
         rows.append(row)
     lines = [f"# Suite {markdown_text(suite.name)}", ""]
-    subsets = [e.label for e in suite.entries if e.task == "retrieval"] if limit else []
+    subsets = [e.label for e in suite.entries if TASKS.get(e.task).limit] if limit else []
     if subsets:  # said once, under the title, rather than in every column heading
         lines += [f"Seeded {limit}-image subsets (seed {seed}) of {', '.join(subsets)}, for a quick look: not "
                   "comparable with full runs.", ""]

@@ -49,7 +49,7 @@ def build(sources: list[Source], settings: ExportSettings) -> Built:
     traces: dict[tuple[str, str], list[tuple[str, int, str]]] = {}
     for s in sources:
         d = s.data
-        if s.result.task != "retrieval":
+        if not {"t2i", "i2t"} <= set(s.result.task_spec().groups):  # image and text retrieval, both ways
             built.skipped.append(Skip(s.path, "the whole result", f"open_clip's retrieval table holds retrieval "
                                       f"results only, not {s.result.task}"))
             continue

@@ -72,8 +72,9 @@ def check_comparable(results: Sequence[EvalResult]) -> None:
     naming both files; the dataset's name is a label and may differ (a manifest copied under another name)."""
     first = results[0]
     for r in results:  # paired tests resample retrieval's per-query hits
-        if r.task != "retrieval":
-            raise ConfigError(f"cannot compare {r.path}: it is a {r.task} result; compare pairs retrieval results")
+        if not r.task_spec().per_query:
+            raise ConfigError(f"cannot compare {r.path}: it is a {r.task} result; compare pairs retrieval results "
+                              "(the per-query files it resamples)")
     for other in results[1:]:
         a, b = first.dataset.get("protocol"), other.dataset.get("protocol")
         if a != b:

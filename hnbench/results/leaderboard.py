@@ -93,12 +93,21 @@ from hnbench.tasks import Task
 
 logger = logging.getLogger(__name__)
 
-METRICS = [f"{d} R@{k}" for d in ("t2i", "i2t") for k in KS] + ["mean R@1"]
-CI_COLUMNS = [f"{m} {end}" for m in METRICS[:-1] for end in ("lo", "hi")]
-# the columns of the other tasks' sections (:meth:`hnbench.tasks.Task.label`), which sort their sections
-TASK_METRICS = {name: [TASKS.get(name).label(c) for c in TASKS.get(name).columns]
-                for name in TASKS.declared() if name != "retrieval"}
-SORT_KEYS = [*METRICS, *dict.fromkeys(c for cols in TASK_METRICS.values() for c in cols), "model"]
+
+
+def _tasks() -> list[Task]:
+    """Every registered task, in the registry's order (read when a board is made: a plugin's task counts)."""
+    return [TASKS.get(n) for n in TASKS.declared()]
+
+
+def _default_task() -> Task:
+    """The task of files and published rows that name none (results written before tasks)."""
+    return TASKS.get(str(TASKS.default))
+
+
+def sort_keys() -> list[str]:
+    """What ``--sort`` takes: every task's board columns (:meth:`hnbench.tasks.Task.board_columns`), then ``model``."""
+    return [*dict.fromkeys(c for task in _tasks() for c in task.board_columns()), "model"]
 FORMATS = ("markdown", "csv", "html")
 def _search_mode(settings: dict[str, Any]) -> str:
     """A result's search mode (a table key): a ``--limit`` subset is its own, never ranked with full runs."""
@@ -109,7 +118,9 @@ def _search_mode(settings: dict[str, Any]) -> str:
 # one table per benchmark, protocol, data (content fingerprint, :func:`_data_keys`) and search mode
 TABLE_KEY = ["benchmark", "protocol", "data", "search"]
 # the registry's order: the benchmarks, then hnbench's own sets
-BENCHMARK_ORDER = [*BENCHMARK_SPECS.declared(), *(n for n in DATASETS.declared() if n not in BENCHMARK_SPECS)]
+def benchmark_order() -> list[str]:
+    """The registry's order: the benchmarks, then hnbench's own sets (read when a board is made)."""
+    return [*BENCHMARK_SPECS.declared(), *(n for n in DATASETS.declared() if n not in BENCHMARK_SPECS)]
 
 TableKey: TypeAlias = "tuple[str, str, str, str]"  # the TABLE_KEY values of one table
 Tests: TypeAlias = "dict[str, dict[tuple[str, int], PairedTest]]"  # paired tests by row identity, (direction, K)
@@ -149,24 +160,14 @@ def _row(r: EvalResult) -> dict[str, Any]:
            "share_truncated": _share_truncated(r)}
     if row["scorer"] != "cosine":  # a pairwise-scored result is its own row beside the same weights' cosine one
         row["identity"] += f":{row['scorer']}"
-    if r.task != "retrieval":  # the task's own columns (and intervals), no recall columns
-        task = r.task_spec()
-        # what a reported zero-shot row is placed by (hnbench.results.reported.place): the set's layout, the templates
-        row.update(layout=(d.get("meta") or {}).get("format"), templates=(r.settings or {}).get("templates", "openai"))
-        for column in task.columns:
-            group, _, metric = column.partition(" ")
-            label = task.label(column)
-            row[label] = task.value(r.metrics, column)
-            lo, hi = ((r.ci95 or {}).get(group) or {}).get(metric) or (np.nan, np.nan)
-            row[f"{label} lo"], row[f"{label} hi"] = float(lo), float(hi)
-        return row
-    for direction in ("t2i", "i2t"):
-        ci = (r.ci95 or {}).get(direction) or {}
-        for k in KS:
-            value = r.metrics[direction].get(f"R@{k}")
-            row[f"{direction} R@{k}"] = float(value) if value is not None else np.nan
-            lo, hi = ci.get(f"R@{k}") or (np.nan, np.nan)
-            row[f"{direction} R@{k} lo"], row[f"{direction} R@{k} hi"] = float(lo), float(hi)
+    task = r.task_spec()
+    row.update(task.row_fields(r))  # what places a published row beside it (hnbench.results.reported.place)
+    for column in task.columns:  # the task's own columns, each with its interval
+        group, _, metric = column.partition(" ")
+        label = task.label(column)
+        row[label] = task.value(r.metrics, column)
+        lo, hi = ((r.ci95 or {}).get(group) or {}).get(metric) or (np.nan, np.nan)
+        row[f"{label} lo"], row[f"{label} hi"] = float(lo), float(hi)
     return row
 
 
@@ -214,16 +215,36 @@ def collect(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, list[tuple[str, 
     return frame, skipped
 
 
+def _with_task(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every row's ``task`` (rows that name none: the first task's, as files written before tasks are)."""
+    default = str(TASKS.default)
+    out: pd.DataFrame = frame.assign(task=frame["task"].fillna(default) if "task" in frame else default)
+    return out
+
+
+def _with_columns(frame: pd.DataFrame, tasks: Sequence[Task]) -> pd.DataFrame:
+    """Rows straight from :func:`collect` / ``reported_rows``: each task's board columns and their intervals (NaN
+    where a row lacks them) and its main score where it is a mean of several (retrieval's mean R@1)."""
+    for task in tasks:
+        labels = [task.label(c) for c in task.columns]
+        intervals = [f"{c} {end}" for c in labels for end in ("lo", "hi")]
+        frame = frame.reindex(columns=list(dict.fromkeys([*frame.columns, *labels, *intervals])))
+        if len(task.main_of) > 1:
+            parts = [frame[task.label(c)] for c in task.main_of]
+            frame = frame.assign(**{task.main_score: sum(parts[1:], parts[0]) / len(parts)})
+    return frame
+
+
 def _data_keys(frame: pd.DataFrame) -> pd.DataFrame:
     """Add the ``data`` column the tables are keyed by (a measured row's content fingerprint, so results of two
     data sets never share a table) and ``names`` (the name each row's result gave its data).
 
-    A set that is not registered (a manifest, an image folder, an HF dataset: :data:`BENCHMARK_ORDER` lacks its
+    A set that is not registered (a manifest, an image folder, an HF dataset: :func:`benchmark_order` lacks its
     name) is known by its content, not its name: its results under several names (``captions``, the file
     stem, and ``--name realset``) are one table, under the label of all those names (:func:`_data_label`), and
     count once in the Borda rank. A registered benchmark keeps its name (its tables: benchmark, protocol, data)."""
     keyed: pd.DataFrame = frame.assign(data=frame["data_fingerprint"].fillna(""), names=frame["benchmark"])
-    local = ~keyed["benchmark"].isin(BENCHMARK_ORDER) & (keyed["data"] != "")
+    local = ~keyed["benchmark"].isin(benchmark_order()) & (keyed["data"] != "")
     if local.any():
         labels = keyed[local].groupby("data")["benchmark"].agg(_data_label)
         keyed.loc[local, "benchmark"] = keyed.loc[local, "data"].map(labels)
@@ -249,7 +270,7 @@ def _dedupe(frame: pd.DataFrame, link_base: Path) -> tuple[pd.DataFrame, dict[Ta
     """Keep the newest ``created`` per (model, table); notes naming the superseded files, per table."""
     frame = frame.assign(_t=pd.to_datetime(frame["created"], utc=True, errors="coerce", format="ISO8601"))
     frame = frame.sort_values(["_t", "path"], kind="stable", na_position="first")
-    frame = frame.assign(task=frame["task"].fillna("retrieval")) if "task" in frame else frame.assign(task="retrieval")
+    frame = _with_task(frame)
     dup = frame.duplicated(["identity", "task", *TABLE_KEY], keep="last")
     notes: dict[TableKey, list[str]] = {}
     for _, old in frame[dup].iterrows():
@@ -282,15 +303,16 @@ def _disambiguate(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _normalise_sort(sort: str) -> str:
     want = re.sub(r"[^a-z0-9]", "", sort.lower())
-    for key in SORT_KEYS:
+    keys = sort_keys()
+    for key in keys:
         if re.sub(r"[^a-z0-9]", "", key.lower()) == want:
             return key
-    hint = did_you_mean(sort, SORT_KEYS, n=1)
+    hint = did_you_mean(sort, keys, n=1)
     raise ConfigError(f"unknown sort key {sort!r}" + (f"; {hint}" if hint else "")
-                      + f" (one of: {', '.join(SORT_KEYS)})")
+                      + f" (one of: {', '.join(keys)})")
 
 
-def _rank(table: pd.DataFrame, sort: str, task: Task | None = None) -> pd.DataFrame:
+def _rank(table: pd.DataFrame, sort: str, task: Task) -> pd.DataFrame:
     """Rank rows by the sort metric (the task's main score when sorting by model or by another task's
     metric; retrieval's: mean R@1) and order them."""
     metric = _sort_metric(sort, task)
@@ -300,21 +322,15 @@ def _rank(table: pd.DataFrame, sort: str, task: Task | None = None) -> pd.DataFr
     return ranked
 
 
-def _columns(task: Task | None) -> list[str]:
-    """The metric columns of a task's tables: retrieval's :data:`METRICS`, another task's declared columns."""
-    return METRICS if task is None or task.name == "retrieval" else TASK_METRICS[task.name]
-
-
-def _sort_metric(sort: str, task: Task | None) -> str:
+def _sort_metric(sort: str, task: Task) -> str:
     """The column a task's tables rank by: ``sort`` if it is one of them, else the task's main score."""
-    if sort in _columns(task):
-        return sort
-    return "mean R@1" if task is None or task.name == "retrieval" else task.label(task.main_of[0])
+    return sort if sort in task.board_columns() else task.main_column()
 
 
 def _table_order(key: TableKey) -> tuple[int, str, str, bool, str, str]:
     bench, protocol, data, search = key
-    pos = BENCHMARK_ORDER.index(bench) if bench in BENCHMARK_ORDER else len(BENCHMARK_ORDER)
+    order = benchmark_order()
+    pos = order.index(bench) if bench in order else len(order)
     return (pos, bench, protocol, search != "exact", search, data)
 
 
@@ -361,12 +377,13 @@ def _signed(x: float) -> str:
 
 def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_base: Path,
            sig: Tests | None = None, task: Task | None = None) -> pd.DataFrame:
-    """Display cells of one ranked table of ``task`` (default retrieval): marks, deltas, intervals, metadata,
-    links."""
+    """Display cells of one ranked table of ``task`` (default: the first task, retrieval): marks, deltas,
+    intervals, metadata, links."""
+    task = task or _default_task()
     out = pd.DataFrame({"#": [str(int(r)) if r == r else "—" for r in t["rank"]],
                         "model": [mk.text(m + _mark(p)) + (" †" if k == "reported" else "")
                                   for m, k, p in zip(t["model"], t["kind"], _scorers(t))]})
-    for col in _columns(task):
+    for col in task.board_columns():
         shown = t[col].round(2)
         distinct = sorted(shown.dropna().unique(), reverse=True) if shown.notna().sum() >= 2 else []
         cells = []
@@ -383,7 +400,7 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
                 s += f" [{t[f'{col} lo'][i]:.2f}, {t[f'{col} hi'][i]:.2f}]"
             cells.append(s)
         out[col] = cells
-    if task is None or task.texts == "captions":  # the text budget beside the scores: blank where not recorded
+    if task.texts == "captions":  # the text budget beside the scores: blank where not recorded
         out["truncated"] = [share_text(s) if s == s else "" for s in _budget(t)]
     out["context"] = [str(int(c)) if c == c and c else "?" for c in t["context_length"]]
     out["arch"] = [mk.text(a) for a in t["arch"]]
@@ -470,12 +487,12 @@ def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, base
     sort, notes, link_base = _normalise_sort(sort), notes or {}, Path(link_base).resolve()
     mk = _Markup(fmt)
     if len(frame):  # rows straight from collect() / reported_rows(): add what they may lack
-        frame = frame.reindex(columns=list(dict.fromkeys([*frame.columns, *METRICS[:-1], *CI_COLUMNS])))
-        frame = frame.assign(**{"mean R@1": (frame["t2i R@1"] + frame["i2t R@1"]) / 2})
+        frame = _with_task(frame)
+        frame = _with_columns(frame, [t for t in _tasks() if (frame["task"] == t.name).any()])
         frame = frame if "data" in frame else _data_keys(frame)
-        frame = frame.assign(task=frame["task"].fillna("retrieval") if "task" in frame else "retrieval")
-    tasks = [TASKS.get(n) for n in TASKS.declared() if len(frame) and (frame["task"] == n).any()]
-    sections = [t.name for t in tasks] != ["retrieval"]  # retrieval alone: no task headings, as before tasks
+    tasks = [t for t in _tasks() if len(frame) and (frame["task"] == t.name).any()]
+    # the first task's results alone: no task headings, as boards were before there were tasks
+    sections = not (len(tasks) == 1 and tasks[0].pre_task_layout)
     blocks: list[Block] = [("h1", mk.text(title)), ("p", _header(frame, mk, command, sort, baseline, ci))]
     flat: list[pd.DataFrame] = []
     for task in tasks:
@@ -516,7 +533,7 @@ def _task_blocks(frame: pd.DataFrame, task: Task, mk: _Markup, flat: list[pd.Dat
             hit = t[[m == baseline or fnmatchcase(m, baseline) for m in t["model"]]]
             if len(hit) == 1:
                 base = hit.iloc[0]
-                if task.name == "retrieval":  # paired tests resample per-query hits: retrieval's files
+                if task.per_query:  # paired tests resample per-query hits: the task's per-query files
                     sig, untested = _significance(t, base)
                     table_notes += untested
             elif len(hit) > 1:
@@ -540,8 +557,8 @@ def _task_blocks(frame: pd.DataFrame, task: Task, mk: _Markup, flat: list[pd.Dat
 def _header(frame: pd.DataFrame, mk: _Markup, command: str, sort: str, baseline: str | None, ci: bool) -> str:
     """The paragraph under the title: provenance (command, version, inputs) and how to read the tables."""
     kinds = set(frame["kind"]) if len(frame) else set()
-    tasks = [TASKS.get(n) for n in TASKS.declared() if len(frame) and (frame["task"] == n).any()]
-    others = any(t.name != "retrieval" for t in tasks)
+    tasks = [t for t in _tasks() if len(frame) and (frame["task"] == t.name).any()]
+    others = any(not t.pre_task_layout for t in tasks)
     n_files = int((frame["kind"] == "measured").sum()) if len(frame) else 0
     origin = " and ".join([f"{n_files} stored result files"] * ("measured" in kinds) + [
         "the published numbers packaged with hnbench (hnbench/assets/published-results.csv)"] * ("reported" in kinds))
@@ -549,8 +566,7 @@ def _header(frame: pd.DataFrame, mk: _Markup, command: str, sort: str, baseline:
             + f"(hnbench {__version__}) from {origin or 'no result files'}; do not edit by hand. "
             f"{mk.bold('Bold')}: best in the column; <u>underlined</u>: second best; † reported by the cited "
             "source, not measured by hnbench."
-            + (f" Rank by {sort if sort in METRICS else 'mean R@1'} (mean R@1 = (t2i R@1 + i2t R@1) / 2; ties share "
-               "a rank). R@K in %." if not tasks or any(t.name == "retrieval" for t in tasks) else "")
+            + "".join(t.board_note(sort) for t in (tasks or [_default_task()]))
             + (f" Deltas in parentheses are against {mk.text(baseline)}, in the tables that have it. A * after a "
                "delta: its paired 95% bootstrap interval (both results' per-query hits, queries resampled jointly, "
                "1000 draws, seed 0) excludes zero; rows without a per-query file beside their result, reported "
@@ -565,11 +581,12 @@ def _header(frame: pd.DataFrame, mk: _Markup, command: str, sort: str, baseline:
 
 def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, sig: Tests,
           task: Task | None = None) -> pd.DataFrame:
-    metrics = _columns(task)
+    task = task or _default_task()
+    metrics = task.board_columns()
     with_ci = [c for c in metrics if f"{c} lo" in t]  # not mean R@1
     cols = ["benchmark", "protocol", "context_length", "search", "rank", "model", "kind", *metrics]
     out: pd.DataFrame = t[cols].copy()
-    if task is not None and task.name != "retrieval":  # a retrieval row keeps the columns it always had
+    if not task.pre_task_layout:  # the first task's rows keep the columns they had before there were tasks
         out.insert(0, "task", task.name)
     out["rank"] = out["rank"].astype("Int64")  # "1", not pandas' float rank "1.0" (empty where unranked)
     out[metrics] = out[metrics].round(2)
@@ -583,7 +600,7 @@ def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, si
     if ci:
         for col in with_ci:
             out[f"{col} lo"], out[f"{col} hi"] = t[f"{col} lo"].round(2), t[f"{col} hi"].round(2)
-    if task is None or task.texts == "captions":
+    if task.texts == "captions":
         out["truncated %"] = (100 * _budget(t)).round(1)
     out = out.assign(data_fingerprint=t["data"], arch=t["arch"], weights=t["weights"], fingerprint=t["fingerprint"],
                      hnbench=t["hnbench_version"], note=t["note"])

@@ -65,8 +65,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
-
 from hnbench._version import __version__
 from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import (
@@ -77,7 +75,6 @@ from hnbench.io import (
     read_untrusted,
     write_temp,
 )
-from hnbench.metrics import EXACT_BELOW
 from hnbench.registry import SCORERS, TASKS
 from hnbench.settings import EvalSettings, identity_fields
 from hnbench.tasks import Task
@@ -122,7 +119,7 @@ class EvalResult:
     timings: dict[str, float] = field(default_factory=dict)
     per_query: str | None = None
     per_query_sha256: str | None = None
-    task: str = "retrieval"
+    task: str = field(default_factory=lambda: str(TASKS.default))  # the first task: files older than tasks
     main_score: dict[str, Any] = field(default_factory=dict)  # filled from the metrics when left empty
     scorer: dict[str, Any] = field(default_factory=lambda: dual_encoder_scorer())  # how pairs were scored
     schema_version: int = SCHEMA_VERSION
@@ -147,48 +144,8 @@ class EvalResult:
         return {k: d[k] for k in order if k not in optional or d[k] != optional[k]}
 
     def table(self, fmt: str = "github") -> str:
-        """A small t2i/i2t × R@K table (tabulate), each R@K with its 95% interval when the record has one
-        (``†``: exact Clopper–Pearson), and a line saying what the intervals are; another task: a group × metric
-        table of its columns, each with its interval the same way (zero-shot's top-K: a percentage, shown as an
-        R@K is)."""
-        budget = self.text_budget()
-        if self.task != "retrieval":
-            task = self.task_spec()
-            metrics = [c.partition(" ")[2] for c in task.columns]
-            cells: list[list[Any]] = []
-            exact, shown = False, []
-            for g in task.groups:
-                cells.append([g])
-                for metric in metrics:
-                    value = task.value(self.metrics, f"{g} {metric}")
-                    interval = _interval((self.ci95 or {}).get(g), metric)
-                    method = ((self.ci95_method or {}).get(g) or {}).get(metric)
-                    exact = exact or (interval is not None and method == "clopper-pearson")
-                    shown += [metric] * (interval is not None and metric not in shown)
-                    cells[-1].append(f"{value:.4g}" if interval is None else _with_interval(
-                        value, interval, method, task.bound(metric) == (0.0, 100.0)))
-                cells[-1].append((self.metrics.get(g) or {}).get("n_queries"))
-            table = tabulate(cells, headers=[self.task, *metrics, "queries"], tablefmt=fmt)
-            table += f"\n{budget}" if budget else ""
-            return table + (f"\n{_interval_note(', '.join(shown), exact)}." if shown else "")
-        ks = [k for k in self.metrics.get("t2i", {}) if k.startswith("R@")]
-        rows, exact = [], False
-        for direction in ("t2i", "i2t"):
-            m = self.metrics.get(direction, {})
-            how = (self.ci95_method or {}).get(direction) or {}
-            row: list[Any] = [direction]
-            for k in ks:
-                ci = _interval((self.ci95 or {}).get(direction), k)
-                exact = exact or (ci is not None and how.get(k) == "clopper-pearson")
-                row.append(f"{m[k]:.2f}" if ci is None else _with_interval(m[k], ci, how.get(k), True))
-            row += [f"{m.get('MRR', float('nan')):.4f}", f"{m.get('median_rank', float('nan')):g}",
-                    m.get("n_queries"), m.get("n_tied")]
-            rows.append(row)
-        table = tabulate(rows, headers=["direction", *ks, "MRR", "median rank", "queries", "tied"], tablefmt=fmt)
-        table += f"\n{budget}" if budget else ""
-        if not any((self.ci95 or {}).values()):
-            return table
-        return table + f"\n{_interval_note('R@K', exact)}. Whether two models differ: `hnbench compare` (paired test)."
+        """The terminal table of this result, as its task lays it out (:meth:`hnbench.tasks.Task.table`)."""
+        return self.task_spec().table(self, fmt)
 
     def text_budget(self) -> str | None:
         """One line on how many of the texts the model's context cut ("captions over the model's 77-token context:
@@ -241,7 +198,7 @@ class EvalResult:
         ds = [_slug(self.dataset.get("name", "data")), _slug(self.dataset.get("protocol") or "default")]
         if self.settings.get("search", "exact") != "exact":  # readable in the name; also part of the hash
             ds.append(_slug(str(self.settings["search"])))
-        if self.task != "retrieval":  # likewise (retrieval, the first task, keeps the names it always had)
+        if self.task_spec().named_files:  # likewise (the first task keeps the names its files always had)
             ds.append(_slug(self.task))
         data = _slug(str(self.dataset.get("fingerprint") or "")[:8])
         stem = "-".join(p for p in parts if p) + "__" + "-".join(ds) + f"__{data}-{self.settings_hash()}"
@@ -249,32 +206,6 @@ class EvalResult:
             return stem
         parts, ds = [_short(p) for p in parts], [_short(p) for p in ds]
         return "-".join(p for p in parts if p) + "__" + "-".join(ds) + f"__{data}-{self.settings_hash()}"
-
-
-def _interval(group: Any, metric: str) -> tuple[float, float] | None:
-    """A metric's recorded 95% interval ``[lo, hi]`` in a result's ``ci95`` group; None where there is none
-    (or what is there is not two numbers: a file from elsewhere)."""
-    ci = group.get(metric) if isinstance(group, dict) else None
-    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or not all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) for x in ci):
-        return None
-    return float(ci[0]), float(ci[1])
-
-
-def _with_interval(value: float, ci: tuple[float, float], how: str | None, percent: bool) -> str:
-    """A metric with its interval, as every table shows one: ``12.50 [2.7, 32.4]†`` for a percentage (``†``:
-    exact Clopper–Pearson), ``0.1234 [0.101, 0.145]`` for another scale."""
-    mark = "†" if how == "clopper-pearson" else ""
-    if percent:
-        return f"{value:.2f} [{ci[0]:.1f}, {ci[1]:.1f}]{mark}"
-    return f"{value:.4g} [{ci[0]:.3g}, {ci[1]:.3g}]{mark}"
-
-
-def _interval_note(names: str, exact: bool) -> str:
-    """The line under a table saying what its intervals are (``†`` explained where one is shown)."""
-    return (f"{names} [95% interval over the queries]: percentile bootstrap"
-            + (f"; † exact binomial (Clopper–Pearson), used where hits or misses are fewer than {EXACT_BELOW}"
-               if exact else ""))
 
 
 # The identity settings files written before they were recorded lack, read with the defaults of their time.
@@ -408,8 +339,8 @@ def read_result(path: str | Path) -> EvalResult:
     result = EvalResult(**known, path=str(path))
     bad = [f"{name} = {value!r}" for name, value, ok in metric_values(result) if ok is False]
     if bad:
-        raise ResultFormatError(f"{path}: impossible values: {', '.join(bad[:4])} (R@K must be finite, in 0–100)"
-                                if task.name == "retrieval" else f"{path}: impossible values: {', '.join(bad[:4])}")
+        rule = f" ({task.value_rule})" if task.value_rule else ""
+        raise ResultFormatError(f"{path}: impossible values: {', '.join(bad[:4])}{rule}")
     return result
 
 
@@ -435,14 +366,14 @@ def scorer_record(scorer: Any, rerank_top: int | None) -> dict[str, Any]:
 def upgrade_record(d: dict[str, Any]) -> dict[str, Any]:
     """A result record of any known schema version as the current schema reads it (a copy; ``d`` is kept).
 
-    Versions 0 and 1 predate tasks: every one is a retrieval result, ``task`` is ``"retrieval"`` and
-    ``main_score`` is the retrieval main score of its metrics (mean R@1). Nothing else changes, so an old
+    Versions 0 and 1 predate tasks: every one is a result of the first task (:data:`hnbench.registry.TASKS`'s default,
+    retrieval), and ``main_score`` is that task's main score of its metrics (mean R@1). Nothing else changes, so an old
     file keeps its name, its rank and its comparisons."""
     out = dict(d)
     out.setdefault("scorer", dual_encoder_scorer())  # written before pairwise scorers: the dual encoder's cosine
     if isinstance(out.get("schema_version"), int) and out["schema_version"] < 2:
-        out["task"] = "retrieval"
-        out["main_score"] = TASKS.get("retrieval").main_record(out.get("metrics") or {})
+        out["task"] = str(TASKS.default)
+        out["main_score"] = TASKS.get(out["task"]).main_record(out.get("metrics") or {})
     return out
 
 

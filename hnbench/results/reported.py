@@ -211,23 +211,28 @@ def reported_rows(path: str | Path = PUBLISHED_CSV) -> pd.DataFrame:
 
 
 def place(reported: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """The reported rows that join a table of ``measured`` rows, taking that table's keys: a retrieval row
-    joins the tables of its (benchmark, protocol); a zero-shot row the zero-shot tables whose data has its
-    layout (``layout``: ImageNet-1k, ImageNet-V2) and whose prompt templates are its protocol, whatever the
-    set's folder is called."""
-    keys = ["benchmark", "protocol", "data"]
-    task = measured["task"].fillna("retrieval") if "task" in measured else pd.Series("retrieval", index=measured.index)
-    retrieval = measured.loc[task == "retrieval", keys].drop_duplicates()
-    ref = reported.drop(columns="data", errors="ignore")
-    ref_task = ref["task"] if "task" in ref else pd.Series("retrieval", index=ref.index)
-    parts = [ref[ref_task == "retrieval"].merge(retrieval, on=["benchmark", "protocol"])]
-    if "layout" in measured:
-        zs = measured.loc[(task == "zeroshot") & measured["layout"].isin(list(ZERO_SHOT_SETS)),
-                          [*keys, "layout", "templates"]].drop_duplicates()
-        zs = zs.rename(columns={"benchmark": "_benchmark", "protocol": "_protocol"})
-        placed = ref[ref_task == "zeroshot"].merge(zs, left_on=["benchmark", "protocol"],
-                                                     right_on=["layout", "templates"])
-        placed = placed.assign(benchmark=placed["_benchmark"], protocol=placed["_protocol"])
-        parts.append(placed.drop(columns=["_benchmark", "_protocol", "layout", "templates"]))
-    out: pd.DataFrame = pd.concat(parts, ignore_index=True)
+    """The reported rows that join a table of ``measured`` rows, taking that table's keys: a measured row's task
+    names the (benchmark, protocol) a published row carries to join its table (:meth:`hnbench.tasks.Task.reported_key`):
+    a retrieval row's own (benchmark, protocol); a zero-shot row's set layout (``layout``: ImageNet-1k, ImageNet-V2)
+    and prompt templates, whatever the set's folder is called. Rows that name no task are the first task's."""
+    default = str(TASKS.default)
+    tasks = measured["task"].fillna(default) if "task" in measured else pd.Series(default, index=measured.index)
+    joins = []
+    for task, (_, row) in zip(tasks, measured.iterrows()):
+        key = TASKS.get(task).reported_key({str(k): v for k, v in row.items()})
+        if key is not None:
+            joins.append({"task": task, "_key_benchmark": key[0], "_key_protocol": key[1],
+                          "_benchmark": row["benchmark"], "_protocol": row["protocol"], "data": row["data"]})
+    ref: pd.DataFrame = reported.drop(columns="data", errors="ignore")
+    ref = ref.assign(task=ref["task"].fillna(default) if "task" in ref else default)
+    if not joins:
+        empty: pd.DataFrame = ref.iloc[:0].assign(data=pd.Series(dtype=object))
+        return empty
+    placed: pd.DataFrame = ref.merge(pd.DataFrame(joins).drop_duplicates(), left_on=["task", "benchmark", "protocol"],
+                       right_on=["task", "_key_benchmark", "_key_protocol"])
+    placed = placed.assign(benchmark=placed["_benchmark"], protocol=placed["_protocol"])
+    order = {name: n for n, name in enumerate(TASKS.declared())}  # the tasks' order: each task's rows together
+    placed = placed.sort_values("task", key=lambda s: s.map(order), kind="stable")
+    out: pd.DataFrame = placed.drop(columns=["_key_benchmark", "_key_protocol", "_benchmark", "_protocol"])
+    out = out.reset_index(drop=True)
     return out

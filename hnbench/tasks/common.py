@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hnbench.errors import ConfigError
+import numpy as np
+
 from hnbench.results.record import EvalResult, check_target, write_result
 from hnbench.tasks import Task
 
@@ -18,8 +19,6 @@ class TaskRun:
     def __init__(self, task: Task, encoder: Any, data: Any, settings: Any, output_dir: str | Path | None,
                  recorded: dict[str, Any], *, ctx: Any = None, t0: float | None = None,
                  timings: dict[str, float] | None = None, data_spec: Any = None):
-        if ctx is not None and ctx.enabled:
-            raise ConfigError(f"--task {task.name} runs in one process (not under torchrun)")
         self.task, self.encoder, self.data, self.settings, self.output_dir = task, encoder, data, settings, output_dir
         self.recorded = {**settings.recorded(), "device": str(settings.device), **recorded}
         self.t0 = time.perf_counter() if t0 is None else t0
@@ -45,8 +44,6 @@ class TaskRun:
                ci95_method: dict[str, Any] | None = None, **dataset: Any) -> EvalResult:
         """The result of the run (``ci95_method``: how each interval was made, where the task records it;
         ``dataset``: counts added to the data record), written if there is an output."""
-        from hnbench.evaluation.evaluate import token_stats
-
         self.timings.update(encode_images=img.seconds, encode_texts=txt.seconds,
                             total=time.perf_counter() - self.t0)
         data = self.data
@@ -65,3 +62,15 @@ class TaskRun:
         if self.output_dir is not None:
             write_result(result, self.output_dir, overwrite=self.settings.overwrite)
         return result
+
+
+def token_stats(lengths: np.ndarray, context_length: int) -> dict[str, Any]:
+    """Caption lengths in tokens (incl. start/end) and how many the context length truncates."""
+    n_trunc = int((lengths > context_length).sum())
+    return {
+        "context_length": int(context_length), "mean": float(lengths.mean()), "median": float(np.median(lengths)),
+        "p95": float(np.percentile(lengths, 95)), "max": int(lengths.max()), "n_truncated": n_trunc,
+        "n_texts": len(lengths),
+        "share_truncated": n_trunc / len(lengths), "over_77": int((lengths > 77).sum()),
+        "over_248": int((lengths > 248).sum()),
+    }

@@ -28,7 +28,26 @@ from hnbench.results.record import EvalResult
 from hnbench.tasks import Task
 from hnbench.tasks.common import TaskRun
 
-TASK = Task(
+
+class Monotonicity(Task):
+    """Caption-length monotonicity, HiMo@K (the module docstring)."""
+
+    def load(self, spec: Any, **options: Any) -> Any:
+        from hnbench.data import load_spec
+
+        return load_spec(spec, **options)
+
+    def accepts(self, data: Any) -> bool:
+        from hnbench.data import ImageTextDataset
+
+        return isinstance(data, ImageTextDataset)
+
+    def run(self, encoder: Any, data: Any, settings: Any, output_dir: str | Path | None = None, *, ctx: Any = None,
+            timings: dict[str, float] | None = None, t0: float | None = None, data_spec: Any = None) -> EvalResult:
+        return run(encoder, data, settings, output_dir, ctx=ctx, timings=timings, t0=t0, data_spec=data_spec)
+
+
+TASK = Monotonicity(
     name="monotonicity",
     title="Caption-length monotonicity",
     inputs="an image–caption set: each caption's cumulative sentence prefixes (--prefixes sentences) or each "
@@ -38,8 +57,6 @@ TASK = Task(
     main_score="HiMo@K",
     main_of=("monotonicity HiMo@K",),
     columns=("monotonicity HiMo@K",),
-    load="hnbench.data:load_spec",
-    run="hnbench.tasks.monotonicity:run",
     texts="caption prefixes",
     note="HiMo@K: mean Pearson r between caption-prefix index and image–text cosine (1: every longer prefix "
          "scores higher), not a retrieval metric.",

@@ -14,14 +14,14 @@ A template file (``--templates FILE``) holds one template per line, each ``{}`` 
 ``{{``/``}}`` literal braces; it is parsed (:func:`template_parts`), never passed to ``str.format``, so a field
 like ``{.__class__}`` is refused by name, not evaluated. A template that places no class name (``a photo of a
 {{}}``: every class the same prompt) is refused, as is any other field (``{x}``, ``{0}``, ``{!r}``) or a stray
-brace — one line naming the template, before any model or data loads (:func:`check_settings`).
+brace — one line naming the template, before any model or data loads (:meth:`ZeroShot.check_settings`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,46 @@ class ClassOptions:
                                       help="--task zeroshot: the class-index column of an HF dataset (default: label)")
 
 
-TASK = Task(
+class ZeroShot(Task):
+    """Zero-shot classification of a labelled image set (the module docstring)."""
+
+    def check(self, spec: Any, **options: Any) -> None:
+        from hnbench.data.classes import check_classes
+
+        check_classes(spec, **options)
+
+    def check_settings(self, settings: Any) -> None:
+        """Refuse, before any model or data loads, a ``--templates`` that is no template set, or a bad line."""
+        templates(settings.templates)
+
+    def load(self, spec: Any, **options: Any) -> Any:
+        from hnbench.data.classes import load_classes
+
+        return load_classes(spec, **options)
+
+    def accepts(self, data: Any) -> bool:
+        from hnbench.data.classes import LabelledImages
+
+        return isinstance(data, LabelledImages)
+
+    def run(self, encoder: Any, data: Any, settings: Any, output_dir: str | Path | None = None, *, ctx: Any = None,
+            timings: dict[str, float] | None = None, t0: float | None = None, data_spec: Any = None) -> EvalResult:
+        return run(encoder, data, settings, output_dir, ctx=ctx, timings=timings, t0=t0, data_spec=data_spec)
+
+    def row_fields(self, result: Any) -> dict[str, Any]:
+        """The set's layout (ImageNet-1k, ImageNet-V2) and the prompt templates: what places a published row."""
+        return {"layout": (result.dataset.get("meta") or {}).get("format"),
+                "templates": (result.settings or {}).get("templates", "openai")}
+
+    def reported_key(self, row: Mapping[str, Any]) -> tuple[str, str] | None:
+        """A published zero-shot row names a set's layout and its templates (whatever the set's folder is called)."""
+        from hnbench.results.reported import ZERO_SHOT_SETS
+
+        layout = row.get("layout")
+        return (str(layout), str(row.get("templates"))) if layout in ZERO_SHOT_SETS else None
+
+
+TASK = ZeroShot(
     name="zeroshot",
     title="Zero-shot classification",
     inputs="a labelled image set: class folders (ImageNet-1k val, ImageNet-V2), or an HF dataset with a label "
@@ -56,11 +95,7 @@ TASK = Task(
     main_score="top-1",
     main_of=("classification top-1",),
     columns=("classification top-1", "classification top-5"),
-    load="hnbench.data.classes:load_classes",
-    run="hnbench.tasks.zeroshot:run",
-    check="hnbench.data.classes:check_classes",
-    check_settings="hnbench.tasks.zeroshot:check_settings",
-    options="hnbench.tasks.zeroshot:ClassOptions",
+    options=ClassOptions,
     texts="class prompts",  # its tokens block counts the prompts, not captions
     note="Top-K accuracy in %, with open_clip's prompt templates: a check that fine-tuning kept general "
          "alignment, not a retrieval metric.",
@@ -113,12 +148,6 @@ def templates(name: str) -> list[Any]:
     for n, line in lines:
         template_parts(line, f"--templates {name}: line {n}")
     return [line for _, line in lines]
-
-
-def check_settings(settings: Any) -> None:
-    """Refuse, before any model or data loads, the settings only zero-shot reads that cannot run (its
-    :attr:`Task.check_settings`): a ``--templates`` that is no template set, or a template line that is bad."""
-    templates(settings.templates)
 
 
 def prompts(class_names: Sequence[str], tpls: Sequence[Any]) -> list[str]:

@@ -280,9 +280,7 @@ class TrainConfig:
                 spec.validate()
                 task = TASKS.get(self.eval_task)
                 own = task.check_options(rest, (TASKS.get(n) for n in TASKS.names()))
-                check = task.target("check")
-                if check is not None:  # the task's own checks (a zero-shot class folder): before training
-                    check(spec, **own)
+                task.check(spec, **own)  # the task's own checks (a zero-shot class folder): before training
         except ConfigError as e:
             problems.append(str(e))
         problems += [msg for ok, msg in checks if not ok]

@@ -510,7 +510,7 @@ class _Run:
                                             **c.eval_dataset_options)
             elif self.eval_ds is None:  # another task loads its own data (a labelled image set)
                 spec, options = c.eval_spec()
-                self.eval_ds = TASKS.get(c.eval_task).target("load")(spec, **options)
+                self.eval_ds = TASKS.get(c.eval_task).load(spec, **options)
             eval_ds = self.eval_ds
             claim(self.out_dir, "eval")
             self.towers.eval()
