@@ -7,8 +7,8 @@ compare, browse), :mod:`~hnbench.cli.data` (datasets, segments, cache), :mod:`~h
 :mod:`~hnbench.cli.flags`. Each subcommand names its runner with ``set_defaults(handler=...)``; :func:`main` parses,
 sets up logging and runs it, turning hnbench's errors into one line.
 
-Building the parser imports no torch, numpy or pandas (``hnbench --help`` and ``--version`` answer at once): the
-runners import what they use when they run.
+Building the parser imports no torch, open_clip, transformers, faiss or pandas (``hnbench --help`` and ``--version``
+answer at once): the runners import what they use when they run.
 """
 
 from __future__ import annotations
