@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 PRECISIONS = ("fp32", "fp16", "bf16")
 BACKENDS = ("auto", "torch", "faiss", "faiss-gpu")  # exact search: auto picks per search (hnbench.search.exact)
 SEARCHES = ("exact", "approximate")
+MODEL_FORMATS = ("text", "md", "csv", "json")  # what `hnbench models --format` prints (hnbench.models.zoo)
 DEFAULT_KS = (1, 5, 10)  # the recall cut-offs R@K of eval, compare and the published numbers (hnbench.metrics,
 # which imports nothing of hnbench, repeats it as its default)
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from hnbench.errors import CheckpointError, ConfigError, DataError
+from hnbench.validate import MODEL_FORMATS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -448,8 +449,6 @@ def list_models(family: str | None = None, *, architectures: bool = True) -> pd.
     return frame
 
 
-
-MODEL_FORMATS = ("text", "md", "csv", "json")
 _MD_COLUMNS = ("name", "family", "model", "context", "weights", "on_machine", "reference")
 TERMINAL_WIDTH = 100  # the default view of ``hnbench models`` fits a terminal this wide
 

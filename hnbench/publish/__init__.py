@@ -20,13 +20,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hnbench.errors import ConfigError
-from hnbench.publish.manifest import check_folder, check_inputs, manifest, write
 from hnbench.publish.options import EXPORT_FORMATS, MANIFEST, ExportSettings
-from hnbench.publish.sources import Built, Skip, read_sources
 from hnbench.settings import from_options
+
+if TYPE_CHECKING:
+    from hnbench.publish.sources import Built, Skip
+
+# The readers of result files (numpy) load when :func:`export` runs: the CLI imports this package (its
+# ``command`` module) to build its parser.
 
 __all__ = ["EXPORT_FORMATS", "MANIFEST", "Export", "ExportSettings", "export"]
 
@@ -53,6 +57,9 @@ def export(results: Sequence[str | Path] | str | Path, format: str, output: str 
     ``card``, ``overwrite``). Checked before any result is read: the options and the output folder (new, empty, or
     an earlier export's); then the results are read and the files made in memory; an earlier export of other
     inputs is replaced only with ``overwrite``; then everything is written, the manifest last."""
+    from hnbench.publish.manifest import check_folder, check_inputs, manifest, write
+    from hnbench.publish.sources import read_sources
+
     try:
         settings = from_options(ExportSettings, None, {**options, "format": format,
                                                        "output": None if output is None else str(output)})

@@ -189,6 +189,9 @@ def _kind(value: Any) -> str:
     return text if len(text) <= 30 else f"a {len(text)}-character {type(value).__name__}"
 
 
+_Bad = Callable[[str], DataError]  # a message → the DataError naming the sidecar
+
+
 def parse_segments(doc: Any, where: str, dataset: ImageTextDataset | None = None, *,
                    image_sizes: Sequence[tuple[int, int] | None] | None = None) -> SegmentSidecar:
     """A sidecar document checked field by field (and, with ``dataset``, against the data: ids present,
@@ -197,6 +200,22 @@ def parse_segments(doc: Any, where: str, dataset: ImageTextDataset | None = None
     def bad(msg: str) -> DataError:
         return DataError(f"{where}: {msg}")
 
+    writer, params, images = _parse_header(doc, bad)
+    data = _DataImages.of(dataset, image_sizes) if dataset is not None else None
+    out: dict[str, ImageSegments] = {}
+    for n, item in enumerate(images):
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            raise bad(f"images[{n}] has no string id")
+        if item["id"] in out:
+            raise bad(f"image {item['id']!r} appears twice")
+        entry = _parse_image(item, bad, data)
+        out[entry.id] = entry
+    record = doc.get("dataset", {})
+    return SegmentSidecar(writer, params, out, record if isinstance(record, dict) else {})
+
+
+def _parse_header(doc: Any, bad: _Bad) -> tuple[str, dict[str, Any], list[Any]]:
+    """The document's format and version (this hnbench's), its writer, parameters table and images list."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise bad(f"not a segment sidecar (no \"format\": {FORMAT!r}); make one with `hnbench segments`")
     if doc.get("version") != VERSION:
@@ -204,68 +223,90 @@ def parse_segments(doc: Any, where: str, dataset: ImageTextDataset | None = None
     writer, params, images = doc.get("writer"), doc.get("parameters", {}), doc.get("images")
     if writer not in WRITERS or not isinstance(params, dict) or not isinstance(images, list):
         raise bad(f"needs a writer ({', '.join(WRITERS)}), a parameters table and an images list")
-    index: dict[str, int] = {}
-    captions: list[set[str]] = []
-    if dataset is not None:
-        index = {image_id: k for k, image_id in enumerate(dataset.image_ids)}
-        captions = [set() for _ in dataset.image_ids]
+    return writer, params, images
+
+
+@dataclass(frozen=True)
+class _DataImages:
+    """What a sidecar's images are checked against: the data's image positions by id, each image's captions and,
+    where known, its real size."""
+
+    name: str
+    n_images: int
+    index: dict[str, int]
+    captions: list[set[str]]
+    sizes: Sequence[tuple[int, int] | None] | None
+
+    @classmethod
+    def of(cls, dataset: ImageTextDataset, sizes: Sequence[tuple[int, int] | None] | None) -> _DataImages:
+        captions: list[set[str]] = [set() for _ in dataset.image_ids]
         for text, k in zip(dataset.captions, dataset.caption_image.tolist()):
             captions[k].add(text)
-    out: dict[str, ImageSegments] = {}
-    for n, item in enumerate(images):
-        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-            raise bad(f"images[{n}] has no string id")
-        image_id: str = item["id"]
-        w: Any = item.get("width")
-        h: Any = item.get("height")
-        caption: Any = item.get("original_caption")
-        what = f"image {image_id!r}"
-        if image_id in out:
-            raise bad(f"{what} appears twice")
-        if not (_int(w) and _int(h) and w > 0 and h > 0):
-            raise bad(f"{what}: width and height must be positive integers, got {w!r} x {h!r}")
-        if not isinstance(caption, str) or not isinstance(item.get("segment"), list):
-            raise bad(f"{what}: needs an original_caption string and a segment list")
-        if dataset is not None:
-            if image_id not in index:
-                raise bad(f"{what} is not in the data {dataset.name!r} ({dataset.n_images} images): a sidecar "
-                          "of other data? make one for this data with `hnbench segments`")
-            k = index[image_id]
-            if caption not in captions[k]:
-                raise bad(f"{what}: its original_caption is not one of the image's captions in {dataset.name!r}")
-            size = image_sizes[k] if image_sizes is not None else None
-            if size is not None and tuple(size) != (w, h):
-                raise bad(f"{what}: recorded as {w}x{h} but the image is {size[0]}x{size[1]}")
-        segs = []
-        for j, s in enumerate(item["segment"]):
-            at = f"{what} segment {j}"
-            if not isinstance(s, dict):
-                raise bad(f"{at} is not a table")
-            box, span, sim, sentence = (s.get("bbox_coordinates"), s.get("char_span"), s.get("similarity_score"),
-                                        s.get("caption"))
-            coords: list[Any] = [box.get(k) for k in ("x1", "y1", "x2", "y2")] if isinstance(box, dict) else []
-            if len(coords) != 4 or not all(_number(c) for c in coords):
-                raise bad(f"{at}: bbox_coordinates needs numbers x1, y1, x2, y2")
-            x1, y1, x2, y2 = (float(c) for c in coords)
-            if not (0 <= x1 < x2 <= w and 0 <= y1 < y2 <= h):  # w, h: checked positive integers above
-                raise bad(f"{at}: box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) lies outside its {w}x{h} image "
-                          "(or is empty)")
-            if not (isinstance(span, list) and len(span) == 2 and all(_int(v) for v in span)):
-                raise bad(f"{at}: char_span must be [start, end] (integers)")
-            if not 0 <= span[0] < span[1] <= len(caption):
-                raise bad(f"{at}: span [{span[0]}, {span[1]}) lies outside its {len(caption)}-character caption")
-            if not isinstance(sentence, str) or caption[span[0]:span[1]] != sentence:
-                raise bad(f"{at}: its caption (sentence) is not the text at its char_span in the original_caption")
-            if not _number(sim):  # sim: a finite number from here on
-                raise bad(f"{at}: similarity_score must be a finite number, got {sim!r}")
-            obj = s.get("object")
-            if obj is not None and not isinstance(obj, str):
-                raise bad(f"{at}: object must be a string or null")
-            segs.append(Segment((x1, y1, x2, y2), sentence, (span[0], span[1]), float(cast(float, sim)), obj))
-        segs.sort(key=lambda s: -s.similarity)
-        out[image_id] = ImageSegments(image_id, w, h, caption, tuple(segs))
-    record = doc.get("dataset", {})
-    return SegmentSidecar(writer, params, out, record if isinstance(record, dict) else {})
+        return cls(dataset.name, dataset.n_images, {image_id: k for k, image_id in enumerate(dataset.image_ids)},
+                   captions, sizes)
+
+    def check(self, image_id: str, w: int, h: int, caption: str, what: str, bad: _Bad) -> None:
+        """The image is in the data, its caption one of the image's, its size the image's where known."""
+        if image_id not in self.index:
+            raise bad(f"{what} is not in the data {self.name!r} ({self.n_images} images): a sidecar "
+                      "of other data? make one for this data with `hnbench segments`")
+        k = self.index[image_id]
+        if caption not in self.captions[k]:
+            raise bad(f"{what}: its original_caption is not one of the image's captions in {self.name!r}")
+        size = self.sizes[k] if self.sizes is not None else None
+        if size is not None and tuple(size) != (w, h):
+            raise bad(f"{what}: recorded as {w}x{h} but the image is {size[0]}x{size[1]}")
+
+
+def _parse_image(item: dict[str, Any], bad: _Bad, data: _DataImages | None) -> ImageSegments:
+    """One image's entry (its string id checked): its size, its caption, the data's check, then its segments,
+    best first."""
+    image_id: str = item["id"]
+    w: Any = item.get("width")
+    h: Any = item.get("height")
+    caption: Any = item.get("original_caption")
+    what = f"image {image_id!r}"
+    if not (_int(w) and _int(h) and w > 0 and h > 0):
+        raise bad(f"{what}: width and height must be positive integers, got {w!r} x {h!r}")
+    if not isinstance(caption, str) or not isinstance(item.get("segment"), list):
+        raise bad(f"{what}: needs an original_caption string and a segment list")
+    if data is not None:
+        data.check(image_id, w, h, caption, what, bad)
+    segs = [_parse_segment(s, f"{what} segment {j}", w, h, caption, bad) for j, s in enumerate(item["segment"])]
+    segs.sort(key=lambda s: -s.similarity)
+    return ImageSegments(image_id, w, h, caption, tuple(segs))
+
+
+def _parse_segment(s: Any, at: str, w: int, h: int, caption: str, bad: _Bad) -> Segment:
+    """One segment of a ``w`` x ``h`` image: its box inside the image, its sentence at its span of ``caption``,
+    a finite similarity and an optional object id."""
+    if not isinstance(s, dict):
+        raise bad(f"{at} is not a table")
+    box = _segment_box(s.get("bbox_coordinates"), at, w, h, bad)
+    span, sim, sentence = s.get("char_span"), s.get("similarity_score"), s.get("caption")
+    if not (isinstance(span, list) and len(span) == 2 and all(_int(v) for v in span)):
+        raise bad(f"{at}: char_span must be [start, end] (integers)")
+    if not 0 <= span[0] < span[1] <= len(caption):
+        raise bad(f"{at}: span [{span[0]}, {span[1]}) lies outside its {len(caption)}-character caption")
+    if not isinstance(sentence, str) or caption[span[0]:span[1]] != sentence:
+        raise bad(f"{at}: its caption (sentence) is not the text at its char_span in the original_caption")
+    if not _number(sim):  # sim: a finite number from here on
+        raise bad(f"{at}: similarity_score must be a finite number, got {sim!r}")
+    obj = s.get("object")
+    if obj is not None and not isinstance(obj, str):
+        raise bad(f"{at}: object must be a string or null")
+    return Segment(box, sentence, (span[0], span[1]), float(cast(float, sim)), obj)
+
+
+def _segment_box(box: Any, at: str, w: int, h: int, bad: _Bad) -> Box:
+    """A segment's ``bbox_coordinates``: numbers x1, y1, x2, y2 of a non-empty box inside the ``w`` x ``h`` image."""
+    coords: list[Any] = [box.get(k) for k in ("x1", "y1", "x2", "y2")] if isinstance(box, dict) else []
+    if len(coords) != 4 or not all(_number(c) for c in coords):
+        raise bad(f"{at}: bbox_coordinates needs numbers x1, y1, x2, y2")
+    x1, y1, x2, y2 = (float(c) for c in coords)
+    if not (0 <= x1 < x2 <= w and 0 <= y1 < y2 <= h):  # w, h: checked positive integers
+        raise bad(f"{at}: box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) lies outside its {w}x{h} image (or is empty)")
+    return x1, y1, x2, y2
 
 
 def image_size(images: ImageSource, i: int) -> tuple[int, int] | None:

@@ -25,9 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from hnbench.data import ImageTextDataset
 from hnbench.errors import ConfigError
 from hnbench.metrics import ci_methods, csr_from_assignment, summarize
 from hnbench.results.record import (
@@ -44,7 +42,10 @@ from hnbench.tasks import Task
 from hnbench.tasks.common import token_stats
 from hnbench.validate import DEFAULT_KS, warn_trivial_ks
 
-if TYPE_CHECKING:  # the pipeline's modules import torch: imported when it runs
+if TYPE_CHECKING:  # the pipeline's modules import torch, pandas, pyarrow: imported when it runs
+    import pandas as pd
+
+    from hnbench.data import ImageTextDataset
     from hnbench.distributed import DistContext
     from hnbench.evaluation.cache import EmbeddingCache
     from hnbench.models.base import Encoder
@@ -70,6 +71,8 @@ class Retrieval(Task):
         return load_spec(spec, **options)
 
     def accepts(self, data: Any) -> bool:
+        from hnbench.data import ImageTextDataset
+
         return isinstance(data, ImageTextDataset)
 
     def run(self, encoder: Any, data: Any, settings: Any, output_dir: str | Path | None = None, *, ctx: Any = None,
@@ -189,6 +192,8 @@ def summaries(outs: dict[str, RetrievalOutput], *, ks: Sequence[int], ci: bool, 
 def per_query_frame(ds: ImageTextDataset, outs: dict[str, RetrievalOutput]) -> pd.DataFrame:
     """One row per query and direction: rank, ground-truth and best-wrong item with their scores, and the
     top :data:`PER_QUERY_TOP` gallery ids and scores (per-query schema :data:`PER_QUERY_SCHEMA_VERSION`)."""
+    import pandas as pd
+
     frames: list[pd.DataFrame] = []
     for direction, out in outs.items():
         q_ids = ds.caption_ids if direction == "t2i" else ds.image_ids

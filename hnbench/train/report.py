@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,47 @@ def _note_if_flat(ax: Any, what: str) -> None:
         ax.set_yticks([])
 
 
+@dataclass(frozen=True)
+class _Panels:
+    """The report's axes by what they show (``cos``: the gradient cosine, on the right axis of ``ratio``)."""
+
+    train: Any
+    lr: Any
+    loss: Any
+    norm: Any
+    ratio: Any
+    cos: Any
+    sat: Any
+    active: Any
+    r1: Any
+
+
+@dataclass(frozen=True)
+class _Style:
+    """How one run is drawn: its name, colour and marker, a line width that thins for later runs (drawn on top,
+    so identical series stay visible), the sideways dodge of its per-epoch points and its place ``k``."""
+
+    name: str
+    colour: str
+    lw: float
+    marker: str
+    dodge: float
+    k: int
+
+
+# each panel: its axes (a _Panels field), title, y label, log scale, x label
+_PANELS = (("train", "training loss (faint: each logged step; solid: smoothed)", "loss", False, "optimizer step"),
+           ("lr", "learning rate", "learning rate", False, "optimizer step"),
+           ("loss", "loss on the same batch", "loss (log scale)", True, "optimizer step"),
+           ("norm", "full-parameter gradient norm", "‖∇θ L‖₂ (log scale)", True, "optimizer step"),
+           ("ratio", "‖∇HN‖/‖∇InfoNCE‖ (solid) and cosine (dotted)", "gradient-norm ratio (log scale)", True,
+            "optimizer step"),
+           ("sat", "rows with positive prob. exactly 1", "share of softmax rows", False, "optimizer step"),
+           ("active", "per epoch: share active / exact-zero", "share of diagnosed batches", False, "epoch"),
+           ("r1", "held-out R@1 after epoch (shaded: 95% interval)", "R@1 (%)", False, "epoch"))
+_FLAT_NOTED = ("sat", "active")  # panels that say "0 at every measurement" rather than draw a flat line
+
+
 def report_figure(runs: Sequence[dict[str, Any]]) -> Any:
     """The report's figure (a matplotlib ``Figure``, no pyplot state): 2 × 4 panels, one colour and marker per run.
 
@@ -209,84 +251,122 @@ def report_figure(runs: Sequence[dict[str, Any]]) -> Any:
     rows. Per epoch: active / exact-zero shares and held-out R@1 with its 95% interval as a band (the axis
     spans the bands, so a wobble inside them does not look like a trend). Per-epoch points of several runs are
     dodged sideways and later runs drawn thinner on top, so identical series stay visible."""
+    fig, panels = _make_panels()
+    spanned: list[float] = []  # every R@1 and interval end drawn: what the R@1 axis must hold
+    for k, run in enumerate(runs):
+        style = _run_style(run, k, len(runs))
+        _plot_training_log(panels, run, style)
+        if run["steps"]:
+            _plot_step_diagnostics(panels, run["steps"], style)
+        if run["epochs"]:
+            _plot_epoch_shares(panels.active, run["epochs"], style)
+        spanned += _plot_r1(panels.r1, run, style)
+    if spanned:
+        _fit_r1_axis(panels.r1, spanned)
+    _finish_panels(panels)
+    return fig
+
+
+def _make_panels() -> tuple[Any, _Panels]:
+    """A 2 × 4 figure and its axes, the gradient cosine on a right-hand axis of the ratio panel (-1 to 1)."""
     from matplotlib.figure import Figure  # heavy: only the report's figure needs it
 
     fig = Figure(figsize=(20, 8.5), layout="constrained")
-    axes = fig.subplots(2, 4)
-    (ax_train, ax_lr, ax_loss, ax_norm), (ax_ratio, ax_sat, ax_active, ax_r1) = axes
-    ax_cos = ax_ratio.twinx()
-    ax_cos.set_ylim(-1.05, 1.05)
-    ax_cos.set_ylabel("gradient cosine (dotted)", fontsize=8)
-    bands: list[float] = []
-    for k, run in enumerate(runs):
-        c, name, st = PALETTE[k % len(PALETTE)], run["name"], run["steps"]
-        lw, mk, dodge = max(2.4 - 0.8 * k, 0.9), MARKERS[k % len(MARKERS)], 0.08 * (k - (len(runs) - 1) / 2)
-        x = [r["step"] for r in st]
-        log = [r for r in run["log"] if r.get("loss") is not None]
-        if log:
-            lx, ly = [r["step"] for r in log], [r["loss"] for r in log]
-            ax_train.plot(lx, ly, color=c, alpha=0.25, lw=0.8, label=f"{name}: raw")
-            ax_train.plot(lx, _smooth(ly), color=c, lw=lw, label=f"{name}: smoothed")
-            lr = [r for r in log if r.get("lr") is not None]
-            ax_lr.plot([r["step"] for r in lr], [r["lr"] for r in lr], color=c, lw=lw, label=name)
-        if stop := stopped_at(run):
-            for ax in (ax_train, ax_lr):
-                ax.axvline(run["meta"]["steps"], color=c, ls=":", lw=1)
-            ax_train.plot([], [], color=c, ls=":", label=f"{name}: {stop}")
-        if st:
-            ax_loss.plot(x, [max(r["loss_infonce"], 1e-12) for r in st], color=c, lw=lw, label=f"{name}: InfoNCE")
-            ax_loss.plot(x, [max(r["loss_hn"], 1e-12) for r in st], color=c, lw=lw, ls="--", label=f"{name}: HN")
-            ax_norm.plot(x, [r["gnorm_infonce"] or float("nan") for r in st], color=c, lw=lw, label=f"{name}: ‖∇InfoNCE‖")
-            ax_norm.plot(x, [r["gnorm_hn"] or float("nan") for r in st], color=c, lw=lw, ls="--", label=f"{name}: ‖∇HN‖")
-            zeros = [r["step"] for r in st if r["infonce_grad_zero"]]
-            if zeros:
-                floor = min([r["gnorm_hn"] for r in st if r["gnorm_hn"]] or [1e-12])
-                ax_norm.scatter(zeros, [floor] * len(zeros), marker="x", color=c, label=f"{name}: ∇InfoNCE exactly 0")
-            ax_ratio.plot(x, [r["grad_ratio"] if r["grad_ratio"] is not None else float("nan") for r in st],
-                          color=c, lw=lw, label=f"{name}: ratio")
-            ax_cos.plot(x, [r["grad_cos"] if r["grad_cos"] is not None else float("nan") for r in st],
-                        color=c, lw=lw, ls=":", label=f"{name}: cosine")
-            ax_sat.plot(x, [r["sat_rows_infonce"] for r in st], color=c, lw=lw, label=f"{name}: InfoNCE")
-            ax_sat.plot(x, [r["sat_rows_hn"] for r in st], color=c, lw=lw, ls="--", label=f"{name}: HN")
-        ep = run["epochs"]
-        if ep:
-            e = [r["epoch"] + 1 + dodge for r in ep]
-            ax_active.plot(e, [r["share_active_infonce"] for r in ep], marker=mk, color=c, lw=lw,
-                           label=f"{name}: active (InfoNCE)")
-            ax_active.plot(e, [r["share_infonce_grad_zero"] for r in ep], marker=mk, ls=":", color=c, lw=lw,
-                           mfc="none", label=f"{name}: ∇InfoNCE = 0")
-        for direction, ls, fill in (("t2i", "-", c), ("i2t", "--", "none")):
-            ev = [r for r in epoch_table(run) if r.get(f"{direction}_R@1") is not None]
-            if not ev:
-                continue
-            ex = [r["epoch"] + dodge for r in ev]
-            ax_r1.plot(ex, [r[f"{direction}_R@1"] for r in ev], marker=mk, ls=ls, color=c, lw=lw, mfc=fill,
-                       label=f"{name}: {direction}", zorder=3 + k)
-            ci = [(x_, *r[f"{direction}_R@1_ci95"]) for x_, r in zip(ex, ev) if r.get(f"{direction}_R@1_ci95")]
-            if ci:
-                cx, lo, hi = zip(*ci)
-                band = ax_r1.fill_between(cx, lo, hi, color=c, alpha=0.12 if direction == "t2i" else 0.07, lw=0)
-                band.set_gid(f"{name}: {direction} 95% interval")  # named, but kept out of the crowded legend
-                bands += [*lo, *hi]
-            bands += [r[f"{direction}_R@1"] for r in ev]
-    if bands:  # at least 10 points tall and never cut inside an interval
-        lo_, hi_ = min(bands), max(bands)
-        pad = max(1.0, (10.0 - (hi_ - lo_)) / 2)
-        ax_r1.set_ylim(max(0.0, lo_ - pad), min(100.0, hi_ + pad))
-    panels = ((ax_train, "training loss (faint: each logged step; solid: smoothed)", "loss", False, "optimizer step"),
-              (ax_lr, "learning rate", "learning rate", False, "optimizer step"),
-              (ax_loss, "loss on the same batch", "loss (log scale)", True, "optimizer step"),
-              (ax_norm, "full-parameter gradient norm", "‖∇θ L‖₂ (log scale)", True, "optimizer step"),
-              (ax_ratio, "‖∇HN‖/‖∇InfoNCE‖ (solid) and cosine (dotted)", "gradient-norm ratio (log scale)", True,
-               "optimizer step"),
-              (ax_sat, "rows with positive prob. exactly 1", "share of softmax rows", False, "optimizer step"),
-              (ax_active, "per epoch: share active / exact-zero", "share of diagnosed batches", False, "epoch"),
-              (ax_r1, "held-out R@1 after epoch (shaded: 95% interval)", "R@1 (%)", False, "epoch"))
-    for ax, title, ylabel, log_scale, xlabel in panels:
+    (train, lr, loss, norm), (ratio, sat, active, r1) = fig.subplots(2, 4)
+    cos = ratio.twinx()
+    cos.set_ylim(-1.05, 1.05)
+    cos.set_ylabel("gradient cosine (dotted)", fontsize=8)
+    return fig, _Panels(train, lr, loss, norm, ratio, cos, sat, active, r1)
+
+
+def _run_style(run: dict[str, Any], k: int, n_runs: int) -> _Style:
+    """The style of the ``k``-th of ``n_runs`` runs: later runs thinner, per-epoch points dodged about the epoch."""
+    return _Style(run["name"], PALETTE[k % len(PALETTE)], max(2.4 - 0.8 * k, 0.9), MARKERS[k % len(MARKERS)],
+                  0.08 * (k - (n_runs - 1) / 2), k)
+
+
+def _plot_training_log(p: _Panels, run: dict[str, Any], s: _Style) -> None:
+    """``log.jsonl``: the training loss (raw, faint; smoothed) and the learning rate per logged step; a run that
+    stopped early gets a dotted line at its last step (named in the loss panel's legend)."""
+    log = [r for r in run["log"] if r.get("loss") is not None]
+    if log:
+        lx, ly = [r["step"] for r in log], [r["loss"] for r in log]
+        p.train.plot(lx, ly, color=s.colour, alpha=0.25, lw=0.8, label=f"{s.name}: raw")
+        p.train.plot(lx, _smooth(ly), color=s.colour, lw=s.lw, label=f"{s.name}: smoothed")
+        lr = [r for r in log if r.get("lr") is not None]
+        p.lr.plot([r["step"] for r in lr], [r["lr"] for r in lr], color=s.colour, lw=s.lw, label=s.name)
+    if stop := stopped_at(run):
+        for ax in (p.train, p.lr):
+            ax.axvline(run["meta"]["steps"], color=s.colour, ls=":", lw=1)
+        p.train.plot([], [], color=s.colour, ls=":", label=f"{s.name}: {stop}")
+
+
+def _plot_step_diagnostics(p: _Panels, st: Sequence[dict[str, Any]], s: _Style) -> None:
+    """The diagnosed steps: both losses and both gradient norms on the same batch (an exactly-zero InfoNCE
+    gradient marked with an x at the panel's floor), their ratio and cosine, and the saturated softmax rows."""
+    x, c, lw = [r["step"] for r in st], s.colour, s.lw
+    p.loss.plot(x, [max(r["loss_infonce"], 1e-12) for r in st], color=c, lw=lw, label=f"{s.name}: InfoNCE")
+    p.loss.plot(x, [max(r["loss_hn"], 1e-12) for r in st], color=c, lw=lw, ls="--", label=f"{s.name}: HN")
+    p.norm.plot(x, [r["gnorm_infonce"] or float("nan") for r in st], color=c, lw=lw, label=f"{s.name}: ‖∇InfoNCE‖")
+    p.norm.plot(x, [r["gnorm_hn"] or float("nan") for r in st], color=c, lw=lw, ls="--", label=f"{s.name}: ‖∇HN‖")
+    zeros = [r["step"] for r in st if r["infonce_grad_zero"]]
+    if zeros:
+        floor = min([r["gnorm_hn"] for r in st if r["gnorm_hn"]] or [1e-12])
+        p.norm.scatter(zeros, [floor] * len(zeros), marker="x", color=c, label=f"{s.name}: ∇InfoNCE exactly 0")
+    p.ratio.plot(x, [r["grad_ratio"] if r["grad_ratio"] is not None else float("nan") for r in st],
+                 color=c, lw=lw, label=f"{s.name}: ratio")
+    p.cos.plot(x, [r["grad_cos"] if r["grad_cos"] is not None else float("nan") for r in st],
+               color=c, lw=lw, ls=":", label=f"{s.name}: cosine")
+    p.sat.plot(x, [r["sat_rows_infonce"] for r in st], color=c, lw=lw, label=f"{s.name}: InfoNCE")
+    p.sat.plot(x, [r["sat_rows_hn"] for r in st], color=c, lw=lw, ls="--", label=f"{s.name}: HN")
+
+
+def _plot_epoch_shares(ax: Any, ep: Sequence[dict[str, Any]], s: _Style) -> None:
+    """Per epoch: the share of diagnosed batches with an active InfoNCE loss, and with an exactly-zero gradient."""
+    e = [r["epoch"] + 1 + s.dodge for r in ep]
+    ax.plot(e, [r["share_active_infonce"] for r in ep], marker=s.marker, color=s.colour, lw=s.lw,
+            label=f"{s.name}: active (InfoNCE)")
+    ax.plot(e, [r["share_infonce_grad_zero"] for r in ep], marker=s.marker, ls=":", color=s.colour, lw=s.lw,
+            mfc="none", label=f"{s.name}: ∇InfoNCE = 0")
+
+
+def _plot_r1(ax: Any, run: dict[str, Any], s: _Style) -> list[float]:
+    """Held-out R@1 per evaluated epoch, each direction with its 95% interval as a named band (kept out of the
+    legend); returns every value and interval end drawn."""
+    spanned: list[float] = []
+    for direction, ls, fill in (("t2i", "-", s.colour), ("i2t", "--", "none")):
+        ev = [r for r in epoch_table(run) if r.get(f"{direction}_R@1") is not None]
+        if not ev:
+            continue
+        ex = [r["epoch"] + s.dodge for r in ev]
+        ax.plot(ex, [r[f"{direction}_R@1"] for r in ev], marker=s.marker, ls=ls, color=s.colour, lw=s.lw, mfc=fill,
+                label=f"{s.name}: {direction}", zorder=3 + s.k)
+        ci = [(x_, *r[f"{direction}_R@1_ci95"]) for x_, r in zip(ex, ev) if r.get(f"{direction}_R@1_ci95")]
+        if ci:
+            cx, lo, hi = zip(*ci)
+            band = ax.fill_between(cx, lo, hi, color=s.colour, alpha=0.12 if direction == "t2i" else 0.07, lw=0)
+            band.set_gid(f"{s.name}: {direction} 95% interval")  # named, but kept out of the crowded legend
+            spanned += [*lo, *hi]
+        spanned += [r[f"{direction}_R@1"] for r in ev]
+    return spanned
+
+
+def _fit_r1_axis(ax: Any, spanned: Sequence[float]) -> None:
+    """The R@1 axis: at least 10 points tall, within 0–100, and never cut inside an interval."""
+    lo, hi = min(spanned), max(spanned)
+    pad = max(1.0, (10.0 - (hi - lo)) / 2)
+    ax.set_ylim(max(0.0, lo - pad), min(100.0, hi + pad))
+
+
+def _finish_panels(p: _Panels) -> None:
+    """Titles and axis labels; a panel of zeros said in words; log scales where there is data; legends where
+    something is labelled; whole epochs on the epoch axes."""
+    for name, title, ylabel, log_scale, xlabel in _PANELS:
+        ax = getattr(p, name)
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(ylabel, fontsize=9)
         ax.set_xlabel(xlabel)
-        if ax in (ax_sat, ax_active):
+        if name in _FLAT_NOTED:
             _note_if_flat(ax, title)
         if log_scale and ax.has_data():
             ax.set_yscale("log")
@@ -294,9 +374,8 @@ def report_figure(runs: Sequence[dict[str, Any]]) -> Any:
             ax.legend(fontsize=7)
         if xlabel == "epoch":
             ax.xaxis.get_major_locator().set_params(integer=True)
-    if ax_cos.get_legend_handles_labels()[0]:
-        ax_cos.legend(fontsize=7, loc="lower right")
-    return fig
+    if p.cos.get_legend_handles_labels()[0]:
+        p.cos.legend(fontsize=7, loc="lower right")
 
 
 def _plot(runs: Sequence[dict[str, Any]], output: Path) -> Path:
