@@ -84,6 +84,7 @@ from hnbench.results import (
     ResultFormatError,
     metric_values,
     per_query_path,
+    read_per_item,
     read_per_query,
     read_result,
     share_text,
@@ -199,7 +200,9 @@ def collect(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, list[tuple[str, 
         try:
             result = read_result(f)
             if result.per_query and os.path.lexists(per_query_path(result)):
-                read_per_query(result)  # its R@K must be those of its per-query ranks (metrics_against)
+                # its R@K must be those of its per-query ranks (metrics_against); a choice result's numbers those of
+                # its per-item scores
+                (read_per_item if result.task_spec().per_item else read_per_query)(result)
             rows.append(_row(result))
             for name, _, ok in metric_values(result):
                 if ok is None and name.split()[-1] in {f"R@{k}" for k in KS}:
@@ -367,6 +370,8 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
                         "model": [mk.text(m + _mark(p)) + (" †" if k == "reported" else "")
                                   for m, k, p in zip(t["model"], t["kind"], _scorers(t))]})
     for col in _columns(task):
+        if task is not None and task.name != "retrieval" and not t[col].notna().any():
+            continue  # a metric none of the table's rows holds (the choice task writes its rule's metrics only)
         shown = t[col].round(2)
         distinct = sorted(shown.dropna().unique(), reverse=True) if shown.notna().sum() >= 2 else []
         cells = []

@@ -85,7 +85,8 @@ from hnbench.tasks import Task
 logger = logging.getLogger(__name__)
 
 __all__ = ["EvalResult", "ResultFormatError", "atomic_write_bytes", "check_target", "metric_values", "metrics_against",
-           "per_query_path", "per_query_version", "read_per_query", "read_result", "upgrade_record", "write_result",
+           "per_query_path", "per_query_version", "read_per_item", "read_per_query", "read_result", "upgrade_record",
+           "write_result",
            "write_result_pair", "share_text"]  # atomic_write_bytes: re-exported from hnbench.io, where it lives now
 
 SCHEMA_VERSION = 2
@@ -155,6 +156,9 @@ class EvalResult:
         if self.task != "retrieval":
             task = self.task_spec()
             metrics = [c.partition(" ")[2] for c in task.columns]
+            # a metric no group holds (the choice task writes its rule's metrics only) is left out
+            metrics = [m for m in metrics if any(not math.isnan(task.value(self.metrics, f"{g} {m}"))
+                                                 for g in task.groups)] or metrics
             cells: list[list[Any]] = []
             exact, shown = False, []
             for g in task.groups:
@@ -170,7 +174,8 @@ class EvalResult:
                 cells[-1].append((self.metrics.get(g) or {}).get("n_queries"))
             table = tabulate(cells, headers=[self.task, *metrics, "queries"], tablefmt=fmt)
             table += f"\n{budget}" if budget else ""
-            return table + (f"\n{_interval_note(', '.join(shown), exact)}." if shown else "")
+            note = f"{', '.join(shown)} [{task.ci_rule}]" if task.ci_rule else _interval_note(', '.join(shown), exact)
+            return table + (f"\n{note}." if shown else "")
         ks = [k for k in self.metrics.get("t2i", {}) if k.startswith("R@")]
         rows, exact = [], False
         for direction in ("t2i", "i2t"):
@@ -543,20 +548,45 @@ def per_query_version(frame: Any, where: str | Path) -> int:
     return version
 
 
-def read_per_query(result: EvalResult) -> Any:
-    """The per-query DataFrame of a result, any per-query schema version (``frame.attrs["schema_version"]``;
-    version-1 files have no ``topk_*`` columns), checked against the sha256 its JSON records."""
+def _read_parquet_beside(result: EvalResult, what: str) -> tuple[Any, Path]:
+    """The parquet a result names as ``per_query`` (beside its JSON, bounded, checked against the sha256 the JSON
+    records) as a DataFrame, and its path."""
     import pandas as pd  # only for the per-query file: reading a result JSON does not load pandas
 
     path = per_query_path(result)
-    data = read_untrusted(path, f"the per-query file of {result.path}", limit=MAX_TABLE_BYTES, error=ResultFormatError)
+    data = read_untrusted(path, f"the {what} of {result.path}", limit=MAX_TABLE_BYTES, error=ResultFormatError)
     if result.per_query_sha256 and hashlib.sha256(data).hexdigest() != result.per_query_sha256:
-        raise ResultFormatError(f"{result.path}: its per-query file {path.name} does not match it (sha256 differs: "
+        raise ResultFormatError(f"{result.path}: its {what} {path.name} does not match it (sha256 differs: "
                                 "the two come from different runs); rerun the evaluation")
     try:
         frame = pd.read_parquet(io.BytesIO(data))
     except (OSError, ValueError) as e:
-        raise ResultFormatError(f"{path}: not a readable per-query file ({e})") from e
+        raise ResultFormatError(f"{path}: not a readable {what} ({e})") from e
+    return frame, path
+
+
+def read_per_item(result: EvalResult) -> Any:
+    """The per-item DataFrame of a result whose task stores one (:attr:`hnbench.tasks.Task.per_item`: the choice
+    task's per-item scores), checked against the sha256 its JSON records and its numbers re-computed from it."""
+    check = result.task_spec().target("per_item")
+    if check is None:
+        raise ResultFormatError(f"{result.path}: a {result.task} result has no per-item file")
+    frame, path = _read_parquet_beside(result, "per-item file")
+    wrong = check(result, frame)
+    if wrong:
+        raise ResultFormatError(f"{result.path}: its metrics do not match its per-item file {path.name} "
+                                f"({'; '.join(wrong[:4])}): the JSON was edited, or the two come from different runs")
+    return frame
+
+
+def read_per_query(result: EvalResult) -> Any:
+    """The per-query DataFrame of a result, any per-query schema version (``frame.attrs["schema_version"]``;
+    version-1 files have no ``topk_*`` columns), checked against the sha256 its JSON records. A task whose file
+    holds per-item scores instead (:func:`read_per_item`) is refused, one line."""
+    if result.task_spec().per_item is not None:
+        raise ResultFormatError(f"{result.path}: a {result.task} result: its file beside it holds per-item scores "
+                                "(hnbench.results.read_per_item), not retrieval's per-query ranks")
+    frame, path = _read_parquet_beside(result, "per-query file")
     frame.attrs = {"schema_version": per_query_version(frame, path)}
     wrong = metrics_against(result, frame)
     if wrong:

@@ -39,7 +39,11 @@ def load_synthdense(
     """
     protocol = protocol or split or DEFAULT_PROTOCOL
     if protocol not in PROTOCOLS:
-        raise ConfigError(f"synthdense has protocols {list(PROTOCOLS)}, not {protocol!r}")
+        from hnbench.data.synthdense_choice import PROTOCOLS as CHOICE
+
+        also = (f"; {protocol!r} is a protocol of its compositional variant, scored by --task choice"
+                if protocol in CHOICE else f" (its compositional variant, --task choice: {', '.join(CHOICE)})")
+        raise ConfigError(f"synthdense has protocols {list(PROTOCOLS)}, not {protocol!r}{also}")
     config = config or SynthDenseConfig(**overrides)
     root = generate_synthdense(synthdense_dir(config, data_root), config, progress=progress)
     ds = load_imagefolder(root / protocol, name="synthdense", skip_invalid=skip_invalid,

@@ -17,6 +17,9 @@ A task is one module in this package holding a :class:`Task` (its ``TASK``), reg
   the task has one group); a classification accuracy is never a column beside a recall.
 - ``texts``: what its text side encodes (``"captions"``, zero-shot's ``"class prompts"``): only captions' share cut
   by the context (the result's ``tokens`` block) is shown beside the scores as the model's text budget.
+- ``per_item``: ``"module:attr"`` of ``check(result, frame) -> [mismatch]`` for a task whose result has a per-item
+  file beside it (the choice task's stored scores, read by :func:`hnbench.results.read_per_item`): where the
+  JSON's numbers differ from those the file gives; ``ci_rule``: what its intervals are, said under its tables.
 
 This module stays light (no numpy, no torch): reading a result file asks it.
 """
@@ -58,10 +61,12 @@ class Task:
     # what its texts are: "captions" (its tokens block is the captions' text budget, shown beside its scores on the
     # leaderboard) or another word ("class prompts") for texts that are not captions (the budget is not shown)
     texts: str = "captions"
+    per_item: str | None = None  # "module:attr" of check(result, frame): its per-item file against its JSON
+    ci_rule: str = ""  # what its 95% intervals are, said under its tables ("": retrieval's rule)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def target(self, which: str) -> Any:
-        """The ``load``, ``run``, ``check`` or ``check_settings`` function (imported now)."""
+        """The ``load``, ``run``, ``check``, ``check_settings`` or ``per_item`` function (imported now)."""
         ref = getattr(self, which)
         if not ref:
             return None

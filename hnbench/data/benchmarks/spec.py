@@ -77,6 +77,9 @@ class BenchmarkSpec:
     resources: tuple[Resource, ...] = ()
     data_dir: str = ""  # folder name under <cache>/benchmarks/ used when no --data-root is given
     notes: str = ""
+    # the one task that scores it ("choice": option-choice items, hnbench.data.choices); None: an image–caption set,
+    # read by every task that reads one (retrieval, monotonicity, hardness)
+    task: str | None = None
 
     def protocol(self, name: str | None) -> Protocol:
         """The protocol called ``name`` (or one of its aliases); the default when ``name`` is None."""
