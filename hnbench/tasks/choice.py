@@ -168,7 +168,7 @@ def check_items(result: EvalResult, frame: Any) -> list[str]:
         return [f"its per-item scores cannot be re-scored ({e})"]
     wrong = []
     recorded = (result.metrics or {}).get("choice") or {}
-    for key in (*scoring.metrics, "accuracy", "micro", "n_queries"):
+    for key in dict.fromkeys((*scoring.metrics, "accuracy", "micro", "n_queries")):
         value = recorded.get(key)
         if key not in got or not isinstance(value, (int, float)) or isinstance(value, bool):
             if key in got:

@@ -87,7 +87,8 @@ class BenchmarkSpec:
         for p in self.protocols:
             if wanted == p.name or wanted in p.aliases:
                 return p
-        known = ", ".join(f"{p.name} ({p.n_images or '?'} images)" for p in self.protocols)
+        known = ", ".join(f"{p.name} ({n} items)" if (n := getattr(p, "n_items", None)) else
+                          f"{p.name} ({p.n_images or '?'} images)" for p in self.protocols)
         raise ConfigError(f"{self.name} has no protocol {name!r}; known: {known}")
 
     def default_root(self) -> Path:

@@ -55,7 +55,14 @@ def _rows_parquet(files: list[Path], b: ChoiceBuilder) -> tuple[list[dict[str, A
     import datasets
     from hnbench.data.base import HFImages
 
-    ds = datasets.load_dataset("parquet", data_files=[str(f) for f in files], split="train")
+    quiet = not b.ctx.progress and not datasets.are_progress_bars_disabled()
+    if quiet:  # datasets' "Generating train split" bar: only where hnbench shows progress
+        datasets.disable_progress_bars()
+    try:
+        ds = datasets.load_dataset("parquet", data_files=[str(f) for f in files], split="train")
+    finally:
+        if quiet:
+            datasets.enable_progress_bars()
     missing = [f for f in FIELDS if f not in ds.column_names]
     if missing:
         raise DataError(f"winoground: {files[0]} has no column {', '.join(map(repr, missing))} (the release's columns: "
@@ -106,10 +113,11 @@ def read_winoground(root: Path, proto: ChoiceProtocol, ctx: LoadContext) -> Choi
             positions.append(tuple(image_ref(root, root / "data" / "images", f"{n}.png", where[i], ctx)
                                    if isinstance(n, str) and n else None for n in names))
     seen: dict[Any, str] = {}
+    needed = FIELDS if layout == "jsonl" else [f for f in FIELDS if f not in IMAGE_ROLES]  # parquet: image columns
     for i, r in enumerate(rows):
         if not r:
             continue  # reported above (an image cell without an image)
-        lacking = [f for f in FIELDS if f not in r]
+        lacking = [f for f in needed if f not in r]
         if lacking:
             b.refuse(where[i], f"no {', '.join(map(repr, lacking))} (each example has {', '.join(FIELDS)})")
             continue
