@@ -370,7 +370,7 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
                         "model": [mk.text(m + _mark(p)) + (" †" if k == "reported" else "")
                                   for m, k, p in zip(t["model"], t["kind"], _scorers(t))]})
     for col in _columns(task):
-        if task is not None and task.name != "retrieval" and not t[col].notna().any():
+        if task is not None and task.sparse_columns and not t[col].notna().any():
             continue  # a metric none of the table's rows holds (the choice task writes its rule's metrics only)
         shown = t[col].round(2)
         distinct = sorted(shown.dropna().unique(), reverse=True) if shown.notna().sum() >= 2 else []

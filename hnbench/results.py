@@ -156,9 +156,9 @@ class EvalResult:
         if self.task != "retrieval":
             task = self.task_spec()
             metrics = [c.partition(" ")[2] for c in task.columns]
-            # a metric no group holds (the choice task writes its rule's metrics only) is left out
-            metrics = [m for m in metrics if any(not math.isnan(task.value(self.metrics, f"{g} {m}"))
-                                                 for g in task.groups)] or metrics
+            if task.sparse_columns:  # a metric no group holds (the choice task writes its rule's metrics only)
+                metrics = [m for m in metrics if any(not math.isnan(task.value(self.metrics, f"{g} {m}"))
+                                                     for g in task.groups)] or metrics
             cells: list[list[Any]] = []
             exact, shown = False, []
             for g in task.groups:

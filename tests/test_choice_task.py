@@ -179,9 +179,10 @@ def test_synthdense_compositional_runs_offline_and_equals_the_rule_on_its_scores
         assert item["m"][0] == pytest.approx((tv @ iv[0]).numpy(), abs=1e-5)
     again = choice_eval(micro_config, "synthdense", None, "compositional", tmp_path / "out", dataset_options=SMALL)
     assert again.settings["encoding"]["encoded"] == {"images": 0, "texts": 0} and again.metrics == result.metrics
-    one = choice_eval(micro_config, "synthdense", None, "swap-rel", dataset_options=SMALL)
-    assert one.metrics["choice"]["n_queries"] == kinds.count("swap-rel")
-    assert metric(one) == pytest.approx(100 * right[np.array(kinds) == "swap-rel"].mean(), abs=1e-9)
+    for kind in KINDS:  # each kind's own protocol: micro over its items
+        one = choice_eval(micro_config, "synthdense", None, kind, dataset_options=SMALL)
+        assert one.metrics["choice"]["n_queries"] == kinds.count(kind) and "micro" not in one.metrics["choice"]
+        assert metric(one) == pytest.approx(100 * right[np.array(kinds) == kind].mean(), abs=1e-9), kind
 
 
 # --- per-item scores: stored, checked, re-scored ------------------------------------------------------------

@@ -37,8 +37,8 @@ from hnbench.io import Problems, content_digest, loads_json, read_text_utf8, sha
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ChoiceBuilder", "ChoiceProtocol", "ChoiceSet", "CroppedImages", "JoinedImages", "check_choices",
-           "load_choice_benchmark", "load_choices", "read_json_file"]
+__all__ = ["ChoiceBuilder", "ChoiceProtocol", "ChoiceSet", "CroppedImages", "JoinedImages", "load_choice_benchmark",
+           "read_json_file", "refuse_other_tasks"]
 
 TASK = "choice"  # the task that scores these sets (BenchmarkSpec.task of their specs)
 
@@ -477,51 +477,6 @@ def recheck_item_counts(ds: ChoiceSet) -> ChoiceSet:
 
 
 # --- loading ---------------------------------------------------------------------------------------------
-def _is_choice(spec: Any) -> bool:
-    return getattr(spec, "task", None) == TASK
-
-
-def choice_benchmarks() -> list[str]:
-    """The registered benchmarks scored by ``--task choice``."""
-    from hnbench.data.benchmarks import BENCHMARKS
-
-    return sorted(name for name, spec in BENCHMARKS.items() if _is_choice(spec))
-
-
-def check_choices(spec: Any, **options: Any) -> None:
-    """Refuse, before anything loads, data ``--task choice`` cannot score: anything but an option-choice
-    benchmark or synthdense's compositional protocols, and a protocol the benchmark does not have."""
-    from hnbench.data.benchmarks import BENCHMARKS
-    from hnbench.data.synthdense_choice import PROTOCOLS
-
-    name = str(spec.dataset or "")
-    known = f"{', '.join(choice_benchmarks())} or synthdense (protocols {', '.join(PROTOCOLS)})"
-    if name.lower() == "synthdense":
-        protocol = spec.protocol or spec.split
-        if protocol is None or protocol not in PROTOCOLS:
-            raise ConfigError(f"--task choice on synthdense needs --protocol {' | '.join(PROTOCOLS)} (its compositional "
-                              f"variant), not {protocol or 'the default (test, an image–caption set)'}")
-        return
-    bench = BENCHMARKS.get(name.lower())
-    if bench is None or not _is_choice(bench):
-        raise ConfigError(f"--task choice scores option-choice items: {known}; {name!r} is "
-                          + ("an image–caption benchmark (--task retrieval)" if bench is not None else "not one"))
-    bench.protocol(spec.protocol or spec.split)  # an unknown protocol: one line naming the known ones
-
-
-def load_choices(spec: Any, **options: Any) -> ChoiceSet:
-    """The choice task's loader (:attr:`hnbench.tasks.Task.load`): the item set ``spec`` names."""
-    from hnbench.data.benchmarks import get_benchmark
-    from hnbench.data.synthdense_choice import load_synthdense_choices
-
-    spec.validate()
-    check_choices(spec)
-    opts = {**spec.loader_options(), **options}
-    if str(spec.dataset).lower() == "synthdense":
-        return load_synthdense_choices(**opts)
-    return load_choice_benchmark(get_benchmark(str(spec.dataset)), **opts)
-
-
 def refuse_other_tasks(name: str, **_: Any) -> Any:
     """What loading an option-choice benchmark as an image–caption set gives: one line saying which task scores it."""
     raise ConfigError(f"{name} is an option-choice benchmark, not an image–caption set: score it with "

@@ -28,12 +28,13 @@ from hnbench.choice_rules import Aggregation, Scoring
 from hnbench.data.benchmarks.protocol import LoadContext
 from hnbench.data.choices import ChoiceBuilder, ChoiceSet, choice_protocol, image_ref
 from hnbench.data.synthdense import CELLS, SHAPES, SynthDenseConfig, generate_synthdense
+from hnbench.data.synthdense_loader import CHOICE_PROTOCOLS, synthdense_dir
 from hnbench.errors import ConfigError, DataError
 
 __all__ = ["KINDS", "PROTOCOLS", "load_synthdense_choices", "scene_items"]
 
-KINDS = ("swap-att", "swap-rel", "replace-obj", "reorder")
-PROTOCOLS = ("compositional", *KINDS)
+PROTOCOLS = CHOICE_PROTOCOLS  # "compositional" (all kinds), then one per kind
+KINDS = CHOICE_PROTOCOLS[1:]
 ROLES = ("positive", "negative")
 SPLIT = "test"
 _CELL_WORDS = {c: c.replace("-", " ") for c in CELLS}
@@ -107,8 +108,6 @@ def load_synthdense_choices(data_root: str | None = None, protocol: str | None =
                             **overrides: Any) -> ChoiceSet:
     """The compositional variant's items under ``protocol`` (generating synthdense on first use, as
     :func:`hnbench.data.synthdense_loader.load_synthdense`; ``overrides``: config fields)."""
-    from hnbench.data.synthdense_loader import synthdense_dir
-
     proto, kinds = _protocol(protocol or split or "compositional")
     config = config or SynthDenseConfig(**overrides)
     if SPLIT not in config.n_families or not config.n_families[SPLIT]:

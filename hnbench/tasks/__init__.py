@@ -19,7 +19,8 @@ A task is one module in this package holding a :class:`Task` (its ``TASK``), reg
   by the context (the result's ``tokens`` block) is shown beside the scores as the model's text budget.
 - ``per_item``: ``"module:attr"`` of ``check(result, frame) -> [mismatch]`` for a task whose result has a per-item
   file beside it (the choice task's stored scores, read by :func:`hnbench.results.read_per_item`): where the
-  JSON's numbers differ from those the file gives; ``ci_rule``: what its intervals are, said under its tables.
+  JSON's numbers differ from those the file gives; ``ci_rule``: what its intervals are, said under its tables;
+  ``sparse_columns``: its columns are the union of its protocols' metrics, a table shows those its rows hold.
 
 This module stays light (no numpy, no torch): reading a result file asks it.
 """
@@ -63,6 +64,8 @@ class Task:
     texts: str = "captions"
     per_item: str | None = None  # "module:attr" of check(result, frame): its per-item file against its JSON
     ci_rule: str = ""  # what its 95% intervals are, said under its tables ("": retrieval's rule)
+    # its columns are the union of its protocols' metrics (the choice task's): a table shows only those its rows hold
+    sparse_columns: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def target(self, which: str) -> Any:

@@ -45,10 +45,11 @@ TASK = Task(
     main_score="accuracy",
     main_of=("choice accuracy",),
     columns=("choice accuracy", "choice text", "choice image", "choice TOT", "choice micro"),
-    load="hnbench.data.choices:load_choices",
+    load="hnbench.data.choice_loading:load_choices",
     run="hnbench.tasks.choice:run",
-    check="hnbench.data.choices:check_choices",
+    check="hnbench.data.choice_loading:check_choices",
     per_item="hnbench.tasks.choice:check_items",
+    sparse_columns=True,
     ci_rule="95% interval over the items: † exact binomial (Clopper–Pearson) for an accuracy; percentile bootstrap "
             "for a macro average (items resampled within each group) and Winoground's group score",
     note="Accuracy in % by each protocol's official rule (SugarCrepe: pos > neg; Winoground: the group score; "
