@@ -267,3 +267,19 @@ def test_sugarcrepe_eval_end_to_end_writes_a_result_and_its_per_item_file(sc_roo
     res = json.loads(json_path.read_text())
     assert res["task"] == "choice" and res["main_score"]["name"] == "accuracy"
     assert (tmp_path / "out" / res["per_query"]).is_file()
+
+
+def test_an_undecodable_image_is_one_line_or_with_skip_invalid_its_records_are_dropped(sc_root, micro_config,
+                                                                                       tmp_path, capsys):
+    from benchmark_fixtures import truncate
+
+    data = json.loads((sc_root / "data" / "swap_obj.json").read_text())
+    truncate(sc_root / "val2017" / data["107"]["filename"])
+    assert _run(micro_config, "sugarcrepe", sc_root, "swap-obj", tmp_path / "out") == 2
+    assert_one_line_error(capsys.readouterr().err, data["107"]["filename"], "cannot decode")
+    result = choice_eval(micro_config, "sugarcrepe", sc_root, "swap-obj", tmp_path / "out", skip_invalid=True,
+                         allow_count_mismatch=True)
+    shown = [k for k, rec in data.items() if rec["filename"] == data["107"]["filename"]]
+    assert sorted(stored(result)) == sorted(f"swap_obj/{k}" for k in data if k not in shown)
+    assert result.dataset["skipped"] == {"unreadable image": len(shown)}
+    assert result.dataset["meta"]["count_check"]["status"] == "mismatch allowed"

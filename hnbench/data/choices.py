@@ -121,11 +121,15 @@ class JoinedImages(ImageSource):
         return src.content_bytes(j)
 
     def content_digests(self, positions: Sequence[int]) -> list[bytes | None]:
-        out: list[bytes | None] = []
+        """Each part's digests, asked of its source in one call per source."""
+        out: dict[int, bytes | None] = {}
+        by_source: dict[int, list[int]] = {}
         for i in positions:
-            src, j = self.parts[i]
-            out.extend(src.content_digests([j]))
-        return out
+            by_source.setdefault(id(self.parts[i][0]), []).append(i)
+        for members in by_source.values():
+            src = self.parts[members[0]][0]
+            out.update(zip(members, src.content_digests([self.parts[i][1] for i in members])))
+        return [out[i] for i in positions]
 
     def describe(self, i: int) -> str:
         src, j = self.parts[i]
@@ -510,7 +514,7 @@ def load_choice_benchmark(spec: Any, *, data_root: str | Path | None = None, pro
     module, _, attr = proto.reader.partition(":")
     builder: ChoiceBuilder = getattr(importlib.import_module(module), attr)(root, proto, ctx)
     ds = builder.build(proto, root)
-    ds.meta.update(benchmark=spec.name, scoring=proto.scoring.to_dict(), crop=proto.crop)
+    ds.meta.update(benchmark=spec.name, crop=proto.crop)  # the scoring: in the result's settings
     if (root / DOWNLOAD_RECORD).is_file():
         ds.meta["download"] = read_record(root)
     ds.meta["count_check"] = check_item_counts(ds, proto, allow_count_mismatch, expected_counts)

@@ -131,7 +131,7 @@ def load_synthdense_choices(data_root: str | None = None, protocol: str | None =
                 b.add(f"{row['id']}/{kind}", [ref], list(items[kind]), kind, {"kind": kind})
     ds = b.build(proto, folder)
     ds.meta.update(benchmark="synthdense", generator_fingerprint=config.fingerprint(), root=str(root),
-                   scoring=proto.scoring.to_dict(), kinds=list(kinds),
+                   kinds=list(kinds),
                    count_check={"status": "generated (no published count)", "loaded": ds.parts()})
     return ds
 

@@ -204,6 +204,7 @@ def run(encoder: Any, data: Any, settings: Any, output_dir: str | Path | None = 
     if img.bad:  # --skip-invalid: the items showing an unreadable image are dropped (counted), the counts rechecked
         old = {image_id: i for i, image_id in enumerate(data.image_ids)}
         job.data = data = recheck_item_counts(data.drop_images(sorted(img.bad)))
+        job.dataset.update(fingerprint=data.fingerprint(), meta=data.meta)  # the items scored, as retrieval records
         image_vectors = image_vectors[[old[i] for i in data.image_ids]]
     txt = encode_texts(encoder, data.texts, batch_size=s.text_batch_size or max(s.batch_size, 64), amp=s.amp,
                        progress=s.progress, cache=cache, num_workers=s.num_workers)
