@@ -134,6 +134,11 @@ for _name, _module in (("docci", "docci"), ("dci", "dci"), ("long-dci", "long_dc
                        ("coco", "coco"), ("flickr30k", "flickr30k"), ("sharegpt4v", "sharegpt4v"), ("iiw", "iiw")):
     BENCHMARK_SPECS.register(_name, f"hnbench.data.benchmarks.{_module}:SPEC")
     DATASETS.register(_name, "hnbench.data.benchmarks:load", name=_name)
+# option-choice benchmarks (--task choice, hnbench.data.choices): loaded as an image–caption set, they refuse in one line
+for _name, _target in (("sugarcrepe", "sugarcrepe:SPEC"), ("sugarcrepe-pp", "sugarcrepe:SPEC_PP"),
+                       ("winoground", "winoground:SPEC"), ("aro", "aro:SPEC")):
+    BENCHMARK_SPECS.register(_name, f"hnbench.data.benchmarks.{_target}")
+    DATASETS.register(_name, "hnbench.data.choices:refuse_other_tasks", name=_name)
 
 # --- evaluation tasks: name → its Task (inputs, metrics, main score), one module each in hnbench/tasks/ ---
 TASKS: Registry[Task] = Registry("task", default="retrieval")
@@ -142,6 +147,9 @@ TASKS.register("zeroshot", "hnbench.tasks.zeroshot:TASK",
                help="zero-shot classification of a labelled image set: top-1, top-5 accuracy")
 TASKS.register("monotonicity", "hnbench.tasks.monotonicity:TASK",
                help="caption-length monotonicity, HiMo@K: Pearson r of prefix index and image–text cosine")
+TASKS.register("choice", "hnbench.tasks.choice:TASK",
+               help="option choice on compositional benchmarks (sugarcrepe, sugarcrepe-pp, winoground, aro, synthdense's "
+                    "compositional protocols): accuracy by each benchmark's official rule")
 
 # --- protocol families: name → the paper whose table its protocols reproduce -----------------------------
 #: protocol family → the paper (and table) whose numbers its protocols reproduce (each protocol declares its

@@ -90,7 +90,8 @@ def _run_eval(args: argparse.Namespace, model: ModelSpec, data: DataSpec) -> int
     ds, m = result.dataset, result.model
     print(f"{m['arch']} ({m['pretrained'] or 'random init'}, ctx {m['context_length']}) on "
           f"{ds['name']}/{ds['protocol'] or 'default'}: {ds['n_images']} images, "
-          + (f"{ds['n_captions']} captions, " if "n_captions" in ds else f"{ds.get('n_classes')} classes, ")  # zeroshot
+          + (f"{ds['n_captions']} captions, " if "n_captions" in ds else f"{ds['n_items']} items, " if "n_items" in ds
+             else f"{ds.get('n_classes')} classes, ")  # zeroshot; choice: its items
           + f"{result.tokens['n_truncated']} truncated")
     name_from = (ds.get("meta") or {}).get("name_from")  # a manifest or image folder named without --name
     if name_from in ("file", "folder"):

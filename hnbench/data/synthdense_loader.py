@@ -13,6 +13,8 @@ from hnbench.io import cache_dir
 
 PROTOCOLS = ("test", "train")
 DEFAULT_PROTOCOL = "test"
+# the compositional variant's protocols (option-choice items, --task choice: hnbench.data.synthdense_choice)
+CHOICE_PROTOCOLS = ("compositional", "swap-att", "swap-rel", "replace-obj", "reorder")
 
 
 def synthdense_dir(config: SynthDenseConfig, data_root: str | Path | None = None) -> Path:
@@ -39,7 +41,10 @@ def load_synthdense(
     """
     protocol = protocol or split or DEFAULT_PROTOCOL
     if protocol not in PROTOCOLS:
-        raise ConfigError(f"synthdense has protocols {list(PROTOCOLS)}, not {protocol!r}")
+        also = (f"; {protocol!r} is a protocol of its compositional variant, scored by --task choice"
+                if protocol in CHOICE_PROTOCOLS else
+                f" (its compositional variant, --task choice: {', '.join(CHOICE_PROTOCOLS)})")
+        raise ConfigError(f"synthdense has protocols {list(PROTOCOLS)}, not {protocol!r}{also}")
     config = config or SynthDenseConfig(**overrides)
     root = generate_synthdense(synthdense_dir(config, data_root), config, progress=progress)
     ds = load_imagefolder(root / protocol, name="synthdense", skip_invalid=skip_invalid,

@@ -69,7 +69,7 @@ def _run(source: Source, built: Built) -> tuple[dict[str, Any], list[tuple[str, 
         if ci is not None:
             ci95[key] = [fraction(ci[0][0]), fraction(ci[0][1])]
 
-    if r.task == "zeroshot":
+    if "classification" in r.task_spec().groups:  # zero-shot classification's metrics
         task = "zeroshot_classification"
         m = r.metrics.get("classification") or {}
         for k in top_ks(m):

@@ -268,12 +268,17 @@ def _data(result: EvalResult) -> Data:
                 spec is not None or name in DATASETS, spec)
 
 
+#: the metric groups the export targets hold: retrieval's directions and zero-shot classification
+EXPORTED_GROUPS = frozenset({"t2i", "i2t", "classification"})
+
+
 def _refusal(result: EvalResult) -> str | None:
     """Why no export target can hold ``result``; None when they can."""
     s = result.settings or {}
-    if result.task == "monotonicity":
-        return ("caption-length monotonicity (HiMo@K) has no counterpart in any export target (model cards, "
-                "CLIP_benchmark, MTEB, open_clip)")
+    groups = result.task_spec().groups
+    if not set(groups) & EXPORTED_GROUPS:
+        return (f"its task's metrics ({', '.join(groups)}: {result.task}) have no counterpart in any export target "
+                "(model cards, CLIP_benchmark, MTEB, open_clip)")
     if s.get("limit"):
         return (f"a seeded {s['limit']}-image subset (--limit), not the benchmark's protocol: a published number "
                 "must be of the whole set")

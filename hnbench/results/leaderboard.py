@@ -83,7 +83,7 @@ from hnbench.results.record import (
     ResultFormatError,
     metric_values,
     per_query_path,
-    read_per_query,
+    read_beside,
     read_result,
     share_text,
 )
@@ -200,7 +200,9 @@ def collect(paths: Sequence[str | Path]) -> tuple[pd.DataFrame, list[tuple[str, 
         try:
             result = read_result(f)
             if result.per_query and os.path.lexists(per_query_path(result)):
-                read_per_query(result)  # its R@K must be those of its per-query ranks (metrics_against)
+                # its R@K must be those of its per-query ranks (metrics_against); a choice result's numbers those of
+                # its per-item scores
+                read_beside(result)
             rows.append(_row(result))
             for name, _, ok in metric_values(result):
                 if ok is None and name.split()[-1] in {f"R@{k}" for k in KS}:
@@ -384,6 +386,8 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
                         "model": [mk.text(m + _mark(p)) + (" †" if k == "reported" else "")
                                   for m, k, p in zip(t["model"], t["kind"], _scorers(t))]})
     for col in task.board_columns():
+        if task.sparse_columns and not t[col].notna().any():
+            continue  # a metric none of the table's rows holds (the choice task writes its rule's metrics only)
         shown = t[col].round(2)
         distinct = sorted(shown.dropna().unique(), reverse=True) if shown.notna().sum() >= 2 else []
         cells = []

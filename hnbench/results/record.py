@@ -82,7 +82,8 @@ from hnbench.tasks import Task
 logger = logging.getLogger(__name__)
 
 __all__ = ["EvalResult", "ResultFormatError", "atomic_write_bytes", "check_target", "metric_values", "metrics_against",
-           "per_query_path", "per_query_version", "read_per_query", "read_result", "upgrade_record", "write_result",
+           "per_query_path", "per_query_version", "read_beside", "read_per_item", "read_per_query", "read_result",
+           "upgrade_record", "write_result",
            "write_result_pair", "share_text"]  # atomic_write_bytes: re-exported from hnbench.io, where it lives now
 
 SCHEMA_VERSION = 2
@@ -488,20 +489,52 @@ def per_query_version(frame: Any, where: str | Path) -> int:
     return version
 
 
-def read_per_query(result: EvalResult) -> Any:
-    """The per-query DataFrame of a result, any per-query schema version (``frame.attrs["schema_version"]``;
-    version-1 files have no ``topk_*`` columns), checked against the sha256 its JSON records."""
-    import pandas as pd  # only for the per-query file: reading a result JSON does not load pandas
+def _read_parquet_beside(result: EvalResult, what: str) -> tuple[Any, Path]:
+    """The parquet a result names as ``per_query`` (beside its JSON, bounded, checked against the sha256 the JSON
+    records) as a DataFrame, and its path."""
+    import pandas as pd  # only for the file beside a result: reading a result JSON does not load pandas
 
     path = per_query_path(result)
-    data = read_untrusted(path, f"the per-query file of {result.path}", limit=MAX_TABLE_BYTES, error=ResultFormatError)
+    data = read_untrusted(path, f"the {what} of {result.path}", limit=MAX_TABLE_BYTES, error=ResultFormatError)
     if result.per_query_sha256 and hashlib.sha256(data).hexdigest() != result.per_query_sha256:
-        raise ResultFormatError(f"{result.path}: its per-query file {path.name} does not match it (sha256 differs: "
+        raise ResultFormatError(f"{result.path}: its {what} {path.name} does not match it (sha256 differs: "
                                 "the two come from different runs); rerun the evaluation")
     try:
         frame = pd.read_parquet(io.BytesIO(data))
     except (OSError, ValueError) as e:
-        raise ResultFormatError(f"{path}: not a readable per-query file ({e})") from e
+        raise ResultFormatError(f"{path}: not a readable {what} ({e})") from e
+    return frame, path
+
+
+def read_per_item(result: EvalResult) -> Any:
+    """The per-item DataFrame of a result whose task stores one (:attr:`hnbench.tasks.Task.per_item`: the choice
+    task's per-item scores), checked against the sha256 its JSON records and its numbers re-computed from it
+    (:meth:`hnbench.tasks.Task.check_per_item`)."""
+    task = result.task_spec()
+    if not task.per_item:
+        raise ResultFormatError(f"{result.path}: a {result.task} result has no per-item file")
+    frame, path = _read_parquet_beside(result, "per-item file")
+    wrong = task.check_per_item(result, frame)
+    if wrong:
+        raise ResultFormatError(f"{result.path}: its metrics do not match its per-item file {path.name} "
+                                f"({'; '.join(wrong[:4])}): the JSON was edited, or the two come from different runs")
+    return frame
+
+
+def read_beside(result: EvalResult) -> Any:
+    """The file beside a result, as its task stores it: per-item scores (:func:`read_per_item`) or per-query ranks
+    (:func:`read_per_query`), each checked against the JSON."""
+    return read_per_item(result) if result.task_spec().per_item else read_per_query(result)
+
+
+def read_per_query(result: EvalResult) -> Any:
+    """The per-query DataFrame of a result, any per-query schema version (``frame.attrs["schema_version"]``;
+    version-1 files have no ``topk_*`` columns), checked against the sha256 its JSON records. A task whose file
+    holds per-item scores instead (:func:`read_per_item`) is refused, one line."""
+    if result.task_spec().per_item:
+        raise ResultFormatError(f"{result.path}: a {result.task} result: its file beside it holds per-item scores "
+                                "(hnbench.results.record.read_per_item), not retrieval's per-query ranks")
+    frame, path = _read_parquet_beside(result, "per-query file")
     frame.attrs = {"schema_version": per_query_version(frame, path)}
     wrong = metrics_against(result, frame)
     if wrong:

@@ -16,8 +16,11 @@ asks the task, never a task's name:
 - **capabilities**: ``per_query`` (it writes a per-query file: ``compare``, ``browse`` and the leaderboard's paired
   tests read it), ``limit`` (``--limit`` takes a seeded subset of its data), ``distributed`` (it runs under
   ``torchrun``), ``scorers`` (a pairwise ``--scorer`` may score it), ``named_files`` (its name is part of its result
-  files' names) and ``pre_task_layout`` (the first task: a board of its results alone, their CSV rows and their
-  suite columns keep the layout they had before there were tasks);
+  files' names), ``pre_task_layout`` (the first task: a board of its results alone, their CSV rows and their
+  suite columns keep the layout they had before there were tasks), ``per_item`` (the file beside its results holds
+  per-item scores, which :meth:`check_per_item` checks the JSON against: the choice task's), ``sparse_columns`` (its
+  columns are the union of its protocols' metrics: a table shows those its rows hold) and ``ci_rule`` (what its
+  intervals are, said under its tables; "": retrieval's rule);
 - **steps**: :meth:`check` (bad data refused before anything loads), :meth:`check_settings` (the settings only it
   reads), :meth:`load` (after the checks, before the model loads), :meth:`accepts` (the loaded data it scores),
   :meth:`run` (the pipeline → :class:`hnbench.results.record.EvalResult`);
@@ -82,6 +85,9 @@ class Task:
     scorers: bool = False
     named_files: bool = True
     pre_task_layout: bool = False
+    per_item: bool = False
+    sparse_columns: bool = False
+    ci_rule: str = ""
 
     # --- steps --------------------------------------------------------------------------------------------
     def check(self, spec: Any, **options: Any) -> None:
@@ -103,6 +109,11 @@ class Task:
             data_spec: Any = None) -> Any:
         """Score ``encoder`` on loaded ``data``; write the result (and its per-query file) under ``output_dir``."""
         raise NotImplementedError(f"task {self.name} has no pipeline")
+
+    def check_per_item(self, result: Recorded, frame: Any) -> list[str]:
+        """Where ``result``'s JSON differs from the per-item file beside it (a :attr:`per_item` task's); empty when
+        they agree."""
+        return []
 
     # --- options ------------------------------------------------------------------------------------------
     def option_names(self) -> list[str]:
@@ -161,6 +172,9 @@ class Task:
         from tabulate import tabulate
 
         metrics = [c.partition(" ")[2] for c in self.columns]
+        if self.sparse_columns:  # a metric no group holds (the choice task writes its rule's metrics only)
+            metrics = [m for m in metrics if any(not math.isnan(self.value(result.metrics, f"{g} {m}"))
+                                                 for g in self.groups)] or metrics
         cells: list[list[Any]] = []
         exact, shown = False, []
         for g in self.groups:
@@ -177,7 +191,8 @@ class Task:
         table = tabulate(cells, headers=[self.name, *metrics, "queries"], tablefmt=fmt)
         budget = result.text_budget()
         table += f"\n{budget}" if budget else ""
-        return table + (f"\n{interval_note(', '.join(shown), exact)}." if shown else "")
+        note = f"{', '.join(shown)} [{self.ci_rule}]" if self.ci_rule else interval_note(', '.join(shown), exact)
+        return table + (f"\n{note}." if shown else "")
 
     def row_fields(self, result: Recorded) -> dict[str, Any]:
         """What a leaderboard row of ``result`` carries beside its columns (what :meth:`reported_key` reads)."""

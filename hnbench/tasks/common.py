@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from hnbench.results.record import EvalResult, check_target, write_result
+from hnbench.results.record import EvalResult, check_target, write_result_pair
 from hnbench.tasks import Task
 
 
@@ -41,9 +41,11 @@ class TaskRun:
         return self.cache
 
     def finish(self, metrics: dict[str, Any], ci95: dict[str, Any], img: Any, txt: Any, *,
-               ci95_method: dict[str, Any] | None = None, **dataset: Any) -> EvalResult:
+               ci95_method: dict[str, Any] | None = None, per_query: bytes | None = None,
+               **dataset: Any) -> EvalResult:
         """The result of the run (``ci95_method``: how each interval was made, where the task records it;
-        ``dataset``: counts added to the data record), written if there is an output."""
+        ``per_query``: the bytes of its per-item parquet, written beside the JSON as a pair; ``dataset``: counts
+        added to the data record), written if there is an output."""
         self.timings.update(encode_images=img.seconds, encode_texts=txt.seconds,
                             total=time.perf_counter() - self.t0)
         data = self.data
@@ -60,7 +62,7 @@ class TaskRun:
                                    "cached": {"images": img.n_cached, "texts": txt.n_cached}}},
             timings={k: round(v, 4) for k, v in self.timings.items()})
         if self.output_dir is not None:
-            write_result(result, self.output_dir, overwrite=self.settings.overwrite)
+            write_result_pair(result, self.output_dir, per_query, overwrite=self.settings.overwrite)
         return result
 
 

@@ -88,6 +88,9 @@ class BenchmarkSpec:
     data_dir: str = ""  # folder name under <cache>/benchmarks/ used when no --data-root is given
     notes: str = ""
     hub: HubIds = HubIds()  # its Hugging Face Hub ids, where known (``hnbench export``)
+    # the one task that scores it ("choice": option-choice items, hnbench.data.choices); None: an image–caption set,
+    # read by every task that reads one (retrieval, monotonicity, hardness)
+    task: str | None = None
 
     def protocol(self, name: str | None) -> Protocol:
         """The protocol called ``name`` (or one of its aliases); the default when ``name`` is None."""
@@ -95,7 +98,8 @@ class BenchmarkSpec:
         for p in self.protocols:
             if wanted == p.name or wanted in p.aliases:
                 return p
-        known = ", ".join(f"{p.name} ({p.n_images or '?'} images)" for p in self.protocols)
+        known = ", ".join(f"{p.name} ({n} items)" if (n := getattr(p, "n_items", None)) else
+                          f"{p.name} ({p.n_images or '?'} images)" for p in self.protocols)
         raise ConfigError(f"{self.name} has no protocol {name!r}; known: {known}")
 
     def default_root(self) -> Path:

@@ -36,6 +36,15 @@ def caption_stats(captions: Sequence[str]) -> dict[str, Any]:
     }
 
 
+def _choice_info(p: Any) -> dict[str, Any]:
+    """What an option-choice protocol adds to its listing: its published item count and rule."""
+    from hnbench.data.choices import ChoiceProtocol
+
+    if not isinstance(p, ChoiceProtocol):
+        return {}
+    return {"n_items": p.n_items, "counts": dict(p.counts), "scoring": p.scoring.to_dict()}
+
+
 def spec_info(spec: BenchmarkSpec) -> dict[str, Any]:
     """A spec as plain JSON: source, terms, layout, protocols with their counts, downloadable files."""
     return {
@@ -46,8 +55,10 @@ def spec_info(spec: BenchmarkSpec) -> dict[str, Any]:
                        "n_captions": p.n_captions, "caption_rule": p.caption,
                        "caption_rule_text": " ".join((CAPTION_RULES[p.caption].__doc__ or "").replace("``", "").split()),
                        "keeps_empty_captions": p.keep_empty, "description": p.description,
-                       "aliases": list(p.aliases), "needs": [f"{s.filename} ({s.where})" for s in p.lists]}
+                       "aliases": list(p.aliases), "needs": [f"{s.filename} ({s.where})" for s in p.lists],
+                       **_choice_info(p)}
                       for p in spec.protocols],
+        "task": spec.task,
         "files": [{"file": r.filename, "source": r.url or (r.hf_repo and f"huggingface.co/datasets/{r.hf_repo}")
                    or "by hand", "sha256": r.sha256, "superseded_sha256": [h for h, _ in r.superseded],
                    "optional": r.optional, "manual": r.manual}
@@ -69,6 +80,17 @@ def describe(
         if data_root is None and not spec.default_root().is_dir():
             info["data"] = (f"no data found: pass --data-root DIR ({spec.layout}) or run "
                             f"`hnbench datasets download {name}`")
+            return info
+        if spec.task is not None:  # option-choice items (hnbench.data.choices): counts, no caption statistics
+            from hnbench.data.choices import load_choice_benchmark
+
+            items = load_choice_benchmark(spec, data_root=data_root, protocol=protocol, split_file=split_file or (),
+                                          skip_invalid=skip_invalid, allow_count_mismatch=allow_count_mismatch,
+                                          progress=progress, allow_outside_paths=allow_outside_paths)
+            info.update(protocol=items.protocol, data_root=items.source, n_items=items.n_items,
+                        n_images=items.n_images, n_texts=items.n_texts, fingerprint=items.fingerprint(),
+                        count_check=items.meta.get("count_check"), files=items.meta.get("files"),
+                        skipped={k: len(v) for k, v in items.skipped.items()})
             return info
         ds = load_benchmark(spec, data_root=data_root, protocol=protocol, split_file=split_file,
                             skip_invalid=skip_invalid, allow_count_mismatch=allow_count_mismatch, progress=progress,
@@ -95,7 +117,8 @@ def list_rows() -> list[dict[str, Any]]:
             rows.append({"name": name, "title": DATASETS.help(name) or "(registered loader)", "protocols": [],
                          "license": ""})
             continue
-        protos = [f"{p.name}{'*' if p.name == spec.default_protocol else ''} ({p.n_images or '?'})"
+        protos = [f"{p.name}{'*' if p.name == spec.default_protocol else ''} ("
+                  + (f"{_choice_info(p)['n_items'] or '?'} items)" if _choice_info(p) else f"{p.n_images or '?'})")
                   for p in spec.protocols]
         rows.append({"name": name, "title": spec.title, "protocols": protos, "license": spec.license})
     return rows
@@ -109,13 +132,23 @@ def render_info(info: dict[str, Any]) -> str:
             lines.append(f"  {key}: {info[key]}")
     for p in info.get("protocols", []):
         default = " (default)" if p["name"] == info.get("default_protocol") else ""
+        if "scoring" in p:  # an option-choice protocol: items and rule, no captions
+            lines.append(f"  protocol {p['name']}{default}: {p['n_items'] or '?'} items "
+                         f"({', '.join(f'{k} {v:,}' for k, v in p['counts'].items())}) {p['description']}")
+            continue
         needs = f"; needs {', '.join(p['needs'])}" if p["needs"] else ""
         lines.append(f"  protocol {p['name']}{default}: {p['n_images']} images / {p['n_captions']} captions, "
                      f"[{', '.join(p['families'])}] {p['description']}{needs}")
         lines.append(f"    caption rule {p['caption_rule']}: {p['caption_rule_text']}")
     if "data" in info:
         lines.append(f"  data: {info['data']}")
-    if "n_images" in info:
+    if "n_items" in info:
+        check = info.get("count_check") or {}
+        lines += [f"  loaded {info['protocol']} from {info['data_root']}: {info['n_items']} items, {info['n_images']} "
+                  f"images, {info['n_texts']} texts (count check: {check.get('status', 'n/a')}; skipped: "
+                  f"{info['skipped'] or 'none'})", f"  fingerprint: {info['fingerprint']}"]
+        lines += [f"  file {f['file']}: sha256 {f['sha256'][:16]}… verified={f['verified']}" for f in info["files"] or []]
+    elif "n_images" in info:
         cs, check = info["caption_stats"], info.get("count_check") or {}
         w, t = cs["words"], cs["tokens"]
         status = check.get("status", "n/a")
