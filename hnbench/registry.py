@@ -1,14 +1,22 @@
-"""The one registry: names → lazy ``"module:attr"`` targets for datasets, model families, text encoders,
-losses and recipes, each declared once here. Importing this module imports nothing heavy (no torch): a
-target is imported on first :meth:`Registry.get`; keyword arguments given at registration are bound then.
+"""The one registry: names → lazy ``"module:attr"`` targets for data sets and benchmarks (with their readers and
+caption rules), tasks, suites, model families, scorers, text encoders, losses, objectives and recipes, each declared
+once here. Importing this module imports nothing heavy (no torch): a target is imported on first :meth:`Registry.get`;
+keyword arguments given at registration are bound then.
+
+**Plugins**: a module named in ``HNBENCH_PLUGINS`` (comma-separated) or declared as an entry point in the group
+``hnbench.plugins`` is imported on the first read of any registry (:func:`load_plugins`), before any choice is
+checked or any parser built; it registers its entries here (``TASKS.register("mytask", MyTask(...))``). A plugin
+that fails to import is one line naming it. Every registry is read live: nothing copies a registry's contents, so an
+entry registered later (a plugin imported after the CLI) counts too.
 
 CLI choices and help, ``hnbench datasets list`` and the "did you mean" errors are generated from these.
 """
-
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.metadata
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,14 +28,57 @@ if TYPE_CHECKING:  # for the entries' types only: importing them here would load
     from torch import Tensor
 
     from hnbench.data.base import ImageTextDataset
-    from hnbench.data.benchmarks.spec import BenchmarkSpec
     from hnbench.models.base import Encoder
     from hnbench.tasks import Task
 
-__all__ = ["BENCHMARK_SPECS", "DATASETS", "LOSSES", "MODELS", "MODEL_ZOO", "OBJECTIVES", "RECIPES", "RECIPE_DIR",
-           "SCORERS", "SUITES", "TASKS",
-           "TEXT_ENCODERS", "Registry",
-           "Target", "model_family"]
+__all__ = ["BENCHMARK_SPECS", "CAPTION_RULES", "DATASETS", "LOSSES", "MODELS", "MODEL_ZOO", "OBJECTIVES",
+           "PLUGIN_GROUP", "PLUGIN_VARIABLE", "READERS", "RECIPES", "RECIPE_DIR", "SCORERS", "SUITES", "TASKS",
+           "TEXT_ENCODERS", "Registry", "Target", "load_plugins", "model_family"]
+
+PLUGIN_VARIABLE = "HNBENCH_PLUGINS"  # modules to import, comma-separated
+PLUGIN_GROUP = "hnbench.plugins"  # the entry-point group of installed plugins
+
+
+class _Plugins:
+    """Which plugins were imported (once per process; :func:`load_plugins`)."""
+
+    loaded = False
+    loading = False
+    names: list[str] = []
+
+
+def _plugin_sources() -> list[tuple[str, Any]]:
+    """(what names it, how to load it) of every plugin: the variable's modules, then the entry points."""
+    found: list[tuple[str, Any]] = [(f"{name} ({PLUGIN_VARIABLE})", functools.partial(importlib.import_module, name))
+                                    for name in (n.strip() for n in os.environ.get(PLUGIN_VARIABLE, "").split(","))
+                                    if name]
+    for ep in sorted(importlib.metadata.entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        found.append((f"{ep.name} = {ep.value} (entry point {PLUGIN_GROUP})", ep.load))
+    return found
+
+
+def load_plugins() -> list[str]:
+    """Import every plugin once (``HNBENCH_PLUGINS``, then the ``hnbench.plugins`` entry points); returns what was
+    loaded. An entry point may name a module (imported) or a function (called with no arguments). A plugin that
+    fails is one :class:`~hnbench.errors.ConfigError` line naming it; called again, the failure is said again."""
+    if _Plugins.loaded or _Plugins.loading:
+        return list(_Plugins.names)
+    _Plugins.loading, _Plugins.names = True, []
+    try:
+        for what, load in _plugin_sources():
+            try:
+                loaded = load()
+                if callable(loaded) and not isinstance(loaded, type):
+                    loaded()
+            except Exception as e:  # a plugin's own failure, whatever it is: one line naming it
+                message = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                raise ConfigError(f"plugin {what} failed to load: {type(e).__name__}"
+                                  + (f": {message}" if message else "")) from e
+            _Plugins.names.append(what)
+        _Plugins.loaded = True
+    finally:
+        _Plugins.loading = False
+    return list(_Plugins.names)
 
 RECIPE_DIR = Path(__file__).parent / "train" / "recipes"
 RECIPE_SUFFIXES = (".toml", ".yaml", ".yml")
@@ -54,6 +105,8 @@ class Registry(Generic[T]):
 
     A target is a ``"module:attr"`` string (or :class:`Target`), or the object itself. Entries may also
     claim prefixes of the values they handle (``hf:``), matched by :meth:`match`, which falls back to ``default``.
+    Every read loads the plugins first (:func:`load_plugins`); :meth:`register` does not, so a plugin registers
+    while it is being loaded.
     """
 
     def __init__(self, kind: str, default: str | None = None):
@@ -65,7 +118,8 @@ class Registry(Generic[T]):
 
     def register(self, name: str, target: Any, /, *, help: str = "", prefixes: tuple[str, ...] = (),
                  **kwargs: Any) -> None:
-        """Declare ``name`` → ``target`` (``"module:attr"``; ``kwargs`` bound when it resolves)."""
+        """Declare ``name`` → ``target`` (``"module:attr"``; ``kwargs`` bound when it resolves); a name registered
+        again is replaced (a plugin may replace a built-in entry)."""
         key = name.lower()
         if isinstance(target, str):
             target = Target(target, kwargs)
@@ -76,21 +130,34 @@ class Registry(Generic[T]):
         self._spelling[key] = name
         self._prefixes.update({p: key for p in prefixes})
 
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (and the prefixes it claims); nothing if it is not registered."""
+        key = name.lower()
+        for store in (self._targets, self._help, self._spelling):
+            store.pop(key, None)
+        self._prefixes = {p: k for p, k in self._prefixes.items() if k != key}
+
+    def _keys(self) -> list[str]:
+        """Every registered key, in registration order, the plugins loaded first."""
+        load_plugins()
+        return list(self._targets)
+
     def names(self) -> list[str]:
-        return sorted((self._spelling.get(k, k) for k in self._targets), key=str.lower)
+        return sorted((self._spelling.get(k, k) for k in self._keys()), key=str.lower)
 
     def declared(self) -> list[str]:
         """The names in the order they were registered (the leaderboard orders its benchmarks so)."""
-        return [self._spelling.get(k, k) for k in self._targets]
+        return [self._spelling.get(k, k) for k in self._keys()]
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name.lower() in self._targets
+        return isinstance(name, str) and name.lower() in self._keys()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def help(self, name: str) -> str:
         """The one-line description registered with ``name`` ("" if none)."""
+        load_plugins()
         return self._help.get(name.lower(), "")
 
     def describe(self) -> str:
@@ -99,11 +166,13 @@ class Registry(Generic[T]):
 
     def prefixes(self, name: str) -> list[str]:
         """The value prefixes ``name`` claims (``hf:``), in the order registered."""
+        load_plugins()
         return [p for p, key in self._prefixes.items() if key == name.lower()]
 
     def match(self, value: str) -> str | None:
         """The entry whose longest registered prefix ``value`` starts with (a prefix may be a whole name), else
         the default."""
+        load_plugins()
         hits = [p for p in self._prefixes if value.startswith(p)]
         return self._prefixes[max(hits, key=len)] if hits else self.default
 
@@ -114,7 +183,7 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         """The object registered as ``name``, imported now if it was not yet."""
         key = name.lower()
-        if key not in self._targets:
+        if key not in self._keys():
             raise self.error(name)
         target = self._targets[key]
         if isinstance(target, str):
@@ -125,20 +194,70 @@ class Registry(Generic[T]):
         return cast(T, target)  # what was registered under this registry's declared type
 
 
+class DataSets(Registry[Callable[..., "ImageTextDataset"]]):
+    """:data:`DATASETS`: hnbench's own sets, registered here, and every benchmark of :data:`BENCHMARK_SPECS` (a
+    benchmark is registered once, as its spec; it loads as a data set through :func:`hnbench.data.benchmarks.load`)."""
+
+    def __init__(self, kind: str, benchmarks: Registry[Any]):
+        super().__init__(kind)
+        self.benchmarks = benchmarks
+
+    def _keys(self) -> list[str]:
+        own = super()._keys()
+        return own + [k for k in self.benchmarks._keys() if k not in own]
+
+    def get(self, name: str) -> Callable[..., ImageTextDataset]:
+        key = name.lower()
+        if key not in self._targets and key in self.benchmarks:
+            return cast(Callable[..., "ImageTextDataset"], Target("hnbench.data.benchmarks:load", {"name": key}).resolve())
+        return super().get(name)
+
+    def _spelling_of(self, key: str) -> str:
+        return self._spelling.get(key) or self.benchmarks._spelling.get(key, key)
+
+    def names(self) -> list[str]:
+        return sorted((self._spelling_of(k) for k in self._keys()), key=str.lower)
+
+    def declared(self) -> list[str]:
+        return [self._spelling_of(k) for k in self._keys()]
+
+
 # --- datasets: hnbench's own set and the dense-caption benchmarks (one spec module each) -------------
-DATASETS: Registry[Callable[..., ImageTextDataset]] = Registry("dataset")
-BENCHMARK_SPECS: Registry[BenchmarkSpec] = Registry("benchmark")  # name → its BenchmarkSpec (hnbench.data.benchmarks.BENCHMARKS)
+# A benchmark is registered once, as its spec (name → its BenchmarkSpec; hnbench.data.benchmarks.BENCHMARKS is a view
+# of it); DATASETS holds hnbench's own sets and reads every benchmark from BENCHMARK_SPECS.
+BENCHMARK_SPECS: Registry[Any] = Registry("benchmark")  # of BenchmarkSpec (its module reads READERS: no import)
+DATASETS: Registry[Callable[..., ImageTextDataset]] = DataSets("dataset", BENCHMARK_SPECS)
 DATASETS.register("synthdense", "hnbench.data.synthdense_loader:load_synthdense",
                   help="hnbench's generated dense-caption set (protocols test, train)")
-for _name, _module in (("docci", "docci"), ("dci", "dci"), ("long-dci", "long_dci"), ("urban1k", "urban1k"),
-                       ("coco", "coco"), ("flickr30k", "flickr30k"), ("sharegpt4v", "sharegpt4v"), ("iiw", "iiw")):
-    BENCHMARK_SPECS.register(_name, f"hnbench.data.benchmarks.{_module}:SPEC")
-    DATASETS.register(_name, "hnbench.data.benchmarks:load", name=_name)
-# option-choice benchmarks (--task choice, hnbench.data.choices): loaded as an image–caption set, they refuse in one line
-for _name, _target in (("sugarcrepe", "sugarcrepe:SPEC"), ("sugarcrepe-pp", "sugarcrepe:SPEC_PP"),
+for _name, _target in (("docci", "docci:SPEC"), ("dci", "dci:SPEC"), ("long-dci", "long_dci:SPEC"),
+                       ("urban1k", "urban1k:SPEC"), ("coco", "coco:SPEC"), ("flickr30k", "flickr30k:SPEC"),
+                       ("sharegpt4v", "sharegpt4v:SPEC"), ("iiw", "iiw:SPEC"),
+                       # option-choice benchmarks (--task choice, hnbench.data.choices; their specs name the task)
+                       ("sugarcrepe", "sugarcrepe:SPEC"), ("sugarcrepe-pp", "sugarcrepe:SPEC_PP"),
                        ("winoground", "winoground:SPEC"), ("aro", "aro:SPEC")):
     BENCHMARK_SPECS.register(_name, f"hnbench.data.benchmarks.{_target}")
-    DATASETS.register(_name, "hnbench.data.choices:refuse_other_tasks", name=_name)
+
+# --- how a release becomes a test set: a protocol names its reader and its caption rule (Protocol.reader, .caption) --
+READERS: Registry[Callable[..., Any]] = Registry("release reader")  # (root, protocol, LoadContext) → records
+for _name, _target in (("docci-jsonlines", "readers:read_docci"), ("dci-splits", "readers:read_dci_splits"),
+                       ("dci-lists", "readers:read_dci_lists"), ("long-dci", "readers:read_long_dci"),
+                       ("urban1k-folders", "readers:read_urban1k"),
+                       ("coco-captions-json", "readers_suite:read_coco_captions"),
+                       ("karpathy-json", "readers_suite:read_karpathy"), ("flickr-token", "readers_suite:read_flickr_token"),
+                       ("sharegpt4v-json", "readers_suite:read_sharegpt4v"), ("iiw-jsonl", "readers_suite:read_iiw"),
+                       ("iiw-flair-json", "readers_suite:read_iiw_fine_grained"),
+                       ("flickr-kaggle-csv", "readers_suite:read_flickr_kaggle_csv"),
+                       ("clipbench-flickr-txt", "readers_suite:read_clipbench_flickr_txt"),
+                       ("caption-list-json", "readers_suite:read_caption_list_json")):
+    READERS.register(_name, f"hnbench.data.benchmarks.{_target}")
+CAPTION_RULES: Registry[Callable[[Any], str]] = Registry("caption rule")  # an annotation → the caption scored
+for _name, _attr in (("description", "_description"), ("first-nonempty-line", "_first_nonempty_line"),
+                     ("longclip-first-line", "_longclip_first_line"),
+                     ("longclip-first-line-sentences", "_longclip_first_line_sentences"),
+                     ("short+extra", "_short_extra"), ("short+extra-sentences", "_sentences"), ("extra", "_extra"),
+                     # rules on a caption string (the suite's benchmarks: COCO, Flickr30k, ShareGPT4V, IIW)
+                     ("raw", "_raw"), ("newline-space", "_newline_space"), ("sentences", "rejoin_sentences")):
+    CAPTION_RULES.register(_name, f"hnbench.data.benchmarks.readers:{_attr}")
 
 # --- evaluation tasks: name → its Task (inputs, metrics, main score), one module each in hnbench/tasks/ ---
 TASKS: Registry[Task] = Registry("task", default="retrieval")
@@ -265,5 +384,5 @@ OBJECTIVES.register("structxlip", "hnbench.train.objectives.structxlip:build",
 # --- built-in training recipes: every TOML/YAML file in hnbench/train/recipes/ (target: its path) ----
 RECIPES: Registry[Path] = Registry("recipe")
 for _path in sorted(RECIPE_DIR.glob("*")):
-    if _path.suffix in RECIPE_SUFFIXES and _path.stem not in RECIPES:  # x.toml before x.yaml
+    if _path.suffix in RECIPE_SUFFIXES and _path.stem.lower() not in RECIPES._targets:  # x.toml before x.yaml
         RECIPES.register(_path.stem, _path)

@@ -14,7 +14,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.registry import SCORERS, TASKS
@@ -31,17 +31,25 @@ from hnbench.validate import (
     check_output_dir,
 )
 
-__all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "check_declared", "from_options", "identity_fields",
+__all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "check_declared", "choices_of", "from_options", "help_of", "identity_fields",
            "negated_help", "option", "option_help", "resume_free", "same_as"]
 
 
+class Listing(Protocol):
+    """What an option's ``choices`` or ``registry`` may be beside a sequence: a registry, read when used."""
+
+    def names(self) -> list[str]: ...
+
+    def describe(self) -> str: ...
+
+
 def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None = None, flag: str | None = None,
-           choices: Sequence[str] | None = None, cli: bool = True, record: bool | str = False,
+           choices: Sequence[str] | Listing | None = None, cli: bool = True, record: bool | str = False,
            resume_free: bool = False, identity: bool = False, sep: str | None = None, minimum: float | None = None,
            above: float | None = None, maximum: float | None = None, below: float | None = None,
            reads: Sequence[str] | None = None, default_factory: Any = dataclasses.MISSING, off: str | None = None,
            renamed_from: str | None = None, odd: bool = False, not_above: str | None = None,
-           **argparse_extra: Any) -> Any:
+           registry: Listing | None = None, **argparse_extra: Any) -> Any:
     """A dataclass field with the metadata the CLI, resume check and result record read.
 
     ``flag`` defaults to ``--field-name`` (a bool whose default is True becomes ``--no-<flag>``);
@@ -56,13 +64,21 @@ def option(default: Any = dataclasses.MISSING, *, help: str, group: str | None =
     ``not_above`` (another field's name) is at most that field's value (all checked by :func:`check_minimums`,
     naming the flags of the class being checked: a field reused with :func:`same_as` under another name is
     named by its own flag); ``choices`` are
-    the only values a field takes (checked by :func:`check_choices`, None allowed where it is the default);
+    the only values a field takes (checked by :func:`check_choices`, None allowed where it is the default): a
+    sequence, or a registry (:class:`hnbench.registry.Registry`), whose names are read when they are checked or the
+    flags are made, so a plugin's entries count (:func:`choices_of`); ``registry``: a registry the help lists
+    without limiting the values to it (a data set: a registered name or a path); ``help`` may name the registry's
+    entries as ``{choices}`` (each with its help) or ``{names}`` (the names alone), filled when shown
+    (:func:`help_of`);
     ``reads``: the kinds of data that read a data field (:class:`hnbench.specs.DataSpec`); ``off``: for a bool
     that is on by default, what its ``--no-<flag>`` does (``help`` says what the option does when on; the
     flag's help is generated from both, :func:`negated_help`); ``renamed_from``: the flag's former spelling,
     still accepted with a deprecation line; other keywords (nargs, const, metavar) go to argparse as they are.
     """
-    meta = {"help": help, "off": off, "renamed_from": renamed_from, "group": group, "flag": flag, "choices": tuple(choices) if choices else None,
+    live: Listing | None = None if choices is None or isinstance(choices, Sequence) else choices  # read when used
+    meta = {"help": help, "off": off, "renamed_from": renamed_from, "group": group, "flag": flag,
+            "choices": live or (tuple(choices) if isinstance(choices, Sequence) and choices else None),
+            "registry": live or registry,
             "cli": cli, "record": record, "resume_free": resume_free, "identity": identity, "sep": sep,
             "minimum": minimum, "above": above, "maximum": maximum, "below": below, "odd": odd,
             "not_above": not_above, "reads": tuple(reads) if reads else None, "argparse": argparse_extra}
@@ -81,17 +97,34 @@ def same_as(cls: type, name: str, default: Any = dataclasses.MISSING, **changes:
     return dataclasses.field(default=f.default if default is dataclasses.MISSING else default, metadata=meta)
 
 
+def choices_of(meta: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """A field's choices (``meta``: its metadata), a registry's read now: None where any value goes."""
+    choices = meta.get("choices")
+    if choices is None:
+        return None
+    return tuple(choices.names()) if callable(getattr(choices, "names", None)) else tuple(choices)
+
+
+def help_of(meta: Mapping[str, Any]) -> str:
+    """A field's help (``meta``: its metadata), with its registry's entries where it names them: ``{choices}``
+    (``name (help), ...``) or ``{names}`` (``name, ...``), read now."""
+    text: str = meta["help"]
+    registry = meta.get("registry")
+    if registry is not None:
+        text = text.replace("{choices}", registry.describe()).replace("{names}", ", ".join(registry.names()))
+    return text
+
+
 def negated_help(meta: Mapping[str, Any]) -> str:
     """The help of a default-on bool's ``--no-<flag>`` (``meta``: its field's metadata): what that flag does
     (``off``), then what the option does when left on."""
     off = meta.get("off") or "turn this off"
-    return f"{off} (without it: {meta['help']})"
+    return f"{off} (without it: {help_of(meta)})"
 
 
 def option_help(cls: type, name: str) -> str:
-    """The help text declared for field ``name`` of ``cls``."""
-    text: str = next(f.metadata["help"] for f in dataclasses.fields(cls) if f.name == name)
-    return text
+    """The help text declared for field ``name`` of ``cls`` (its registry's entries filled in)."""
+    return help_of(next(f.metadata for f in dataclasses.fields(cls) if f.name == name))
 
 
 def resume_free(cls: type) -> frozenset[str]:
@@ -151,7 +184,7 @@ def check_choices(settings: Any, *, with_key: bool = False) -> None:
     """Fields declaring ``choices`` hold one of them, compared exactly (None where None is the default); the
     message names the flag, or with ``with_key`` the field (a recipe's key)."""
     for f in dataclasses.fields(settings):
-        value, choices = getattr(settings, f.name), f.metadata.get("choices")
+        value, choices = getattr(settings, f.name), choices_of(f.metadata)
         if choices and value not in choices and not (value is None and f.default is None):
             raise ConfigError(f"{_label(f, with_key)} must be one of {', '.join(choices)}, got {value!r}")
 
@@ -214,8 +247,8 @@ class EvalSettings:
 
     device: str = option("cpu", group="model", record=True, help="cpu, cuda, cuda:N or mps (default: cpu)")
     # recorded (and in the file name) only when not retrieval, so every retrieval result keeps its name
-    task: str = option("retrieval", group="evaluation", record="if_set", identity=True, choices=TASKS.names(),
-                       help=f"what to measure (default: retrieval): {TASKS.describe()}")
+    task: str = option("retrieval", group="evaluation", record="if_set", identity=True, choices=TASKS,
+                       help="what to measure (default: retrieval): {choices}")
     batch_size: int = option(64, group="evaluation", record=True, minimum=1, help="images per encoder batch (default 64)")
     precision: str = option("fp32", group="evaluation", record=True, identity=True, choices=PRECISIONS,
                             help="model weights precision; the images are cast to it (all three run on CPU and CUDA)")
@@ -241,8 +274,8 @@ class EvalSettings:
     limit: int | None = option(None, group="evaluation", record="if_set", identity=True, minimum=1, metavar="N",
                                help="score a seeded subset of N images (seed: --seed) and their captions, for a quick "
                                     "look: recorded in the result, which is never ranked with full runs")
-    scorer: str = option("cosine", group="evaluation", record="if_set", identity=True, choices=SCORERS.names(),
-                         help=f"how a pair is scored (default: cosine): {SCORERS.describe()}. A pairwise scorer "
+    scorer: str = option("cosine", group="evaluation", record="if_set", identity=True, choices=SCORERS,
+                         help="how a pair is scored (default: cosine): {choices}. A pairwise scorer "
                               "scores every (image, caption) pair exactly, in blocks (memory: the items' states, "
                               "never an N×M token tensor); only the model's family offers it; its states are never "
                               "cached")

@@ -52,8 +52,8 @@ def data_kind(dataset: str) -> str | None:
 class DataSpec:
     """Which data a run reads: every option a loader takes, with the kinds of data that read it."""
 
-    dataset: str | None = option(None, group="data", reads=DATA_KINDS,
-                                 help=f"registered name ({', '.join(DATASETS.names())}) or a path: JSONL/CSV manifest, "
+    dataset: str | None = option(None, group="data", reads=DATA_KINDS, registry=DATASETS,
+                                 help="registered name ({names}) or a path: JSONL/CSV manifest, "
                                       "image folder with metadata.jsonl, HF dataset dir/parquet, hf:ORG/NAME")
     data_root: str | None = option(None, group="data", reads=_REGISTERED,
                                    help="where a registered benchmark's files are (default: the download location)")
@@ -240,8 +240,9 @@ def _flag(f: dataclasses.Field[Any]) -> str:
 class ModelSpec:
     """Which model a run uses."""
 
-    model: str | None = option(None, group="model", help=f"model name, by family: {MODELS.describe()}; or a "
-                                                         "model-zoo name (hnbench models: longclip-l14, ...)")
+    model: str | None = option(None, group="model", registry=MODELS,
+                               help="model name, by family: {choices}; or a model-zoo name (hnbench models: "
+                                    "longclip-l14, ...)")
     pretrained: str | None = option(None, group="model", help="open_clip tag (needs the internet), an hf: model's hub "
                                                               "revision, or a local checkpoint (.safetensors / .pt / "
                                                               ".pth / .bin)")

@@ -141,7 +141,7 @@ def test_graph_is_the_whole_package():
     graph = import_graph()
     assert {"hnbench", "hnbench.cli", "hnbench.train.trainer", "hnbench.data.benchmarks.spec"} <= set(graph)
     assert "hnbench.registry" in graph["hnbench"]
-    assert {"hnbench.data.benchmarks.readers", "hnbench.data.benchmarks.protocol"} <= graph["hnbench.data.benchmarks.spec"]
+    assert {"hnbench.data.benchmarks.readers_suite", "hnbench.data.benchmarks.protocol"} <= graph["hnbench.data.benchmarks.spec"]
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) is not None
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 

@@ -45,6 +45,7 @@ from hnbench.cli.results import add_browse_parser, add_compare_parser, add_leade
 from hnbench.cli.train import add_train_parser, add_train_report_parser
 from hnbench.errors import HnbenchError
 from hnbench.publish.command import add_parser as add_export_parser
+from hnbench.registry import load_plugins
 
 __all__ = ["DEMO_DATA", "DEMO_MODEL", "build_parser", "eval_settings", "main", "settings_from_args", "spec_from_args"]
 
@@ -92,6 +93,11 @@ def _configure_logging(verbose: bool, quiet: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:  # the plugins register their entries before any flag or choice is made from the registries
+        load_plugins()
+    except HnbenchError as e:
+        print(f"hnbench: error: {e}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose, args.quiet)
     try:

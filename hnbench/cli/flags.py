@@ -15,7 +15,7 @@ import typing
 from collections.abc import Collection
 from typing import Any, TypeAlias, TypeVar
 
-from hnbench.settings import EvalSettings, HardnessSettings, field_types, negated_help
+from hnbench.settings import EvalSettings, HardnessSettings, choices_of, field_types, help_of, negated_help
 from hnbench.specs import DataSpec, ModelSpec
 
 __all__ = ["RENAMED", "Parser", "Subparsers", "add_global_flags", "add_model_list_args", "add_settings_args",
@@ -76,7 +76,7 @@ def add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = F
             continue
         into = group(p, meta.get("group") or "options")
         default = None if f.default is dataclasses.MISSING else f.default
-        kw: dict[str, Any] = {"dest": f.name, "help": meta["help"].replace("%", "%%"), **meta.get("argparse", {})}
+        kw: dict[str, Any] = {"dest": f.name, "help": help_of(meta).replace("%", "%%"), **meta.get("argparse", {})}
         kind = kinds[f.name][0]  # X | None → X
         origin = typing.get_origin(kind)
         if kind is bool and default is True:
@@ -98,8 +98,9 @@ def add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = F
             default = list(default) if isinstance(default, (list, tuple)) else default
         elif kind in (int, float, str):
             kw.setdefault("type", kind)
-        if meta.get("choices"):
-            kw["choices"] = list(meta["choices"])
+        choices = choices_of(meta)  # a registry's, read now: a plugin's entries are choices too
+        if choices:
+            kw["choices"] = list(choices)
         else:
             kw.setdefault("metavar", flag[2:].upper().replace("-", "_"))
         if f.name in required:

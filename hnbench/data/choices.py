@@ -38,7 +38,7 @@ from hnbench.metrics.choice import Scoring
 logger = logging.getLogger(__name__)
 
 __all__ = ["ChoiceBuilder", "ChoiceProtocol", "ChoiceSet", "CroppedImages", "JoinedImages", "load_choice_benchmark",
-           "read_json_file", "refuse_other_tasks"]
+           "read_json_file"]
 
 
 
@@ -480,12 +480,6 @@ def recheck_item_counts(ds: ChoiceSet) -> ChoiceSet:
 
 
 # --- loading ---------------------------------------------------------------------------------------------
-def refuse_other_tasks(name: str, **_: Any) -> Any:
-    """What loading an option-choice benchmark as an image–caption set gives: one line saying which task scores it."""
-    raise ConfigError(f"{name} is an option-choice benchmark, not an image–caption set: score it with "
-                      f"hnbench eval --task choice --dataset {name} ...")
-
-
 def load_choice_benchmark(spec: Any, *, data_root: str | Path | None = None, protocol: str | None = None,
                           split: str | None = None, skip_invalid: bool = False, allow_count_mismatch: bool = False,
                           expected_counts: Mapping[str, int] | None = None, progress: bool = False,

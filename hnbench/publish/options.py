@@ -42,8 +42,8 @@ _URL = re.compile(r"https?://[^\s\"'<>\\]+")
 class ExportSettings:
     """What :func:`hnbench.publish.export` writes and how it names things (everything but the result files)."""
 
-    format: str | None = option(None, choices=EXPORT_FORMATS.names(), group="export",
-                         help=f"the target format: {EXPORT_FORMATS.describe()}")
+    format: str | None = option(None, choices=EXPORT_FORMATS, group="export",
+                                help="the target format: {choices}")
     output: str | None = option(None, group="export", metavar="DIR",
                                 help="the folder to write into: new, empty, or one an earlier export wrote (its "
                                      f"{MANIFEST} lists its files); nothing else is ever replaced")

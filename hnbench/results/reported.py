@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,22 @@ def _protocol_families() -> dict[str, dict[str, str]]:
 
 
 #: protocol family (of the published CSV, and ``train``) → {benchmark: hnbench protocol name}
-PROTOCOL_FAMILIES: dict[str, dict[str, str]] = _protocol_families()
+
+
+class _Families(Mapping[str, dict[str, str]]):
+    """:func:`_protocol_families`, read from the registered specs each time (a plugin's benchmark counts)."""
+
+    def __getitem__(self, family: str) -> dict[str, str]:
+        return _protocol_families()[family]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_protocol_families())
+
+    def __len__(self) -> int:
+        return len(_protocol_families())
+
+
+PROTOCOL_FAMILIES: Mapping[str, dict[str, str]] = _Families()
 
 #: context length of a published backbone: "ViT-L/14 248tok" → 248; no "…tok" suffix → CLIP's 77
 DEFAULT_CONTEXT_LENGTH = 77

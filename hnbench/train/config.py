@@ -35,9 +35,9 @@ class TrainConfig:
     dataset_options: dict[str, Any] = option(default_factory=dict, cli=False,
                                              help="the dataset's other DataSpec fields and loader options (flags "
                                                   "--split-file, --caption-column, ...; recipe / --set)")
-    objective: str = option("clip", group="objective", choices=tuple(OBJECTIVES.names()),
+    objective: str = option("clip", group="objective", choices=OBJECTIVES,
                             help="the fine-tuning framework whose terms are trained (its global term: --loss)")
-    loss: str = option("hn", group="objective", choices=tuple(LOSSES.names()),
+    loss: str = option("hn", group="objective", choices=LOSSES,
                        help="the objective's global term: HN-CLIP or the CLIP InfoNCE loss")
     gamma: float = option(0.5, minimum=0, group="objective", help="HN margin weight γ (paper: 0.5)")
     epochs: int = option(1, group="optimisation", help="passes over the training images")

@@ -1,7 +1,7 @@
 """A benchmark protocol and what its reader gets: the types shared by ``spec.py`` and ``readers.py``.
 
-A :class:`Protocol` names the reader and caption rule (keys of ``readers_suite.READERS`` and
-``readers.CAPTION_RULES``) that turn a release into a test set; a reader gets a :class:`LoadContext`
+A :class:`Protocol` names the reader and caption rule (names in :data:`hnbench.registry.READERS` and
+:data:`hnbench.registry.CAPTION_RULES`: a plugin registers its own) that turn a release into a test set; a reader gets a :class:`LoadContext`
 and reports skipped items and metadata through it.
 """
 
@@ -40,7 +40,7 @@ class SplitList:
 @dataclass(frozen=True)
 class Layout:
     """Another release file of the same protocol (another author's copy of the same set, in its own format): its
-    reader (a key of ``readers_suite.READERS``) and the options that differ from the protocol's (``file``,
+    reader (a name in :data:`hnbench.registry.READERS`) and the options that differ from the protocol's (``file``,
     ``dirs``, ``from``, ...); ``keep_empty`` where that file's reference loader keeps blank captions (None: the
     protocol's)."""
 
@@ -57,8 +57,8 @@ class Protocol:
     families: tuple[str, ...]
     n_images: int | None
     n_captions: int | None
-    reader: str  # key of readers_suite.READERS (which includes readers.READERS)
-    caption: str  # key of readers.CAPTION_RULES
+    reader: str  # a name in hnbench.registry.READERS
+    caption: str  # a name in hnbench.registry.CAPTION_RULES
     description: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
     lists: tuple[SplitList, ...] = ()

@@ -3,7 +3,7 @@
 Each reader takes the data root, a :class:`~hnbench.data.benchmarks.protocol.Protocol` and a
 :class:`~hnbench.data.benchmarks.protocol.LoadContext`, and returns ``(image_id, image_path, [caption])``
 records in the order the reference code uses. Caption text is made by the protocol's named rule in
-:data:`CAPTION_RULES`, so the rule that ran is recorded with the result.
+:data:`hnbench.registry.CAPTION_RULES`, so the rule that ran is recorded with the result.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import csv
 import json
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from tqdm import tqdm
 from hnbench.data.benchmarks.protocol import LoadContext, Protocol
 from hnbench.errors import DataError
 from hnbench.io import allow_long_csv_fields, loads_json, sha256_file
+from hnbench.registry import CAPTION_RULES
 
 logger = logging.getLogger(__name__)
 
@@ -88,14 +89,6 @@ def _newline_space(text: str) -> str:
     return text.replace("\n", " ")
 
 
-CAPTION_RULES: dict[str, Callable[[Any], str]] = {
-    "description": _description, "first-nonempty-line": _first_nonempty_line,
-    "longclip-first-line": _longclip_first_line, "longclip-first-line-sentences": _longclip_first_line_sentences,
-    "short+extra": _short_extra, "short+extra-sentences": _sentences,
-    "extra": _extra,
-    # rules on a caption string (the suite's benchmarks: COCO, Flickr30k, ShareGPT4V, IIW)
-    "raw": _raw, "newline-space": _newline_space, "sentences": rejoin_sentences,
-}
 
 
 def find_dir(root: Path, candidates: tuple[str, ...], marker: str, what: str) -> Path:
@@ -158,7 +151,7 @@ def read_docci(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]
     """``docci_descriptions.jsonlines`` rows whose ``split`` is in the protocol's splits, file order."""
     base = find_dir(root, ("", "docci"), "docci_descriptions.jsonlines", "DOCCI's docci_descriptions.jsonlines")
     path, splits = base / "docci_descriptions.jsonlines", set(protocol.options["splits"])
-    rule = CAPTION_RULES[protocol.caption]
+    rule = CAPTION_RULES.get(protocol.caption)
     require_dir(base / "images", ctx.name, "the images are docci_images.tar.gz (`hnbench datasets download docci`)")
     records = []
     for where, row in jsonl_objects(path, ctx):
@@ -181,7 +174,7 @@ def _dci_record(ann_path: Path, photos: Path, protocol: Protocol, ctx: LoadConte
     keys = ("image", "short_caption", "extra_caption")
     if ann is None or not _fields_ok(ann, keys, str(ann_path), ctx, "annotation"):
         return None
-    return Path(ann["image"]).stem, str(photos / ann["image"]), [CAPTION_RULES[protocol.caption](ann)]
+    return Path(ann["image"]).stem, str(photos / ann["image"]), [CAPTION_RULES.get(protocol.caption)(ann)]
 
 
 def read_dci_splits(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
@@ -312,7 +305,7 @@ def _rebuild_long_dci(root: Path, protocol: Protocol, ctx: LoadContext) -> list[
         if len(ann["extra_caption"]) == 0:
             dropped += 1
             continue
-        caption = CAPTION_RULES[protocol.caption](ann)
+        caption = CAPTION_RULES.get(protocol.caption)(ann)
         records.append((Path(ann["image"]).stem, str(base / "photos" / ann["image"]), [caption]))
     ctx.meta.update(list_source="rebuilt from DCI annotations (TULIP's construction)", dropped_empty=dropped)
     return records
@@ -332,7 +325,7 @@ def read_urban1k(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Recor
         raise DataError(f"urban1k: {base / 'image'} not found (Urban1k.zip has image/ beside caption/)")
     captions = {p.stem: p for p in (base / "caption").glob("*.txt")}
     images = {p.stem: p for p in (base / "image").iterdir() if p.suffix.lower() in IMAGE_SUFFIXES}
-    rule, records, blank_first = CAPTION_RULES[protocol.caption], [], []
+    rule, records, blank_first = CAPTION_RULES.get(protocol.caption), [], []
     for stem in sorted(captions.keys() | images.keys(), key=_stem_key):
         if stem not in images:
             ctx.invalid(str(captions[stem]), f"caption without an image (no image/{stem}.jpg)",
@@ -357,7 +350,3 @@ def read_urban1k(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Recor
     return records
 
 
-READERS: dict[str, Callable[[Path, Protocol, LoadContext], list[Record]]] = {
-    "docci-jsonlines": read_docci, "dci-splits": read_dci_splits, "dci-lists": read_dci_lists,
-    "long-dci": read_long_dci, "urban1k-folders": read_urban1k,
-}

@@ -1,6 +1,6 @@
 """Readers for the long-caption suite's other benchmarks: COCO, Flickr30k, ShareGPT4V and IIW.
 
-Same contract as :mod:`hnbench.data.benchmarks.readers` (whose readers :data:`READERS` includes): each
+Same contract as :mod:`hnbench.data.benchmarks.readers` (both registered in :data:`hnbench.registry.READERS`): each
 returns ``(image_id, image_path, [caption])`` records in the order the reference code uses, captions made
 by the protocol's named rule. A protocol's ``options`` name its release file (``file``), the folders
 under the data root it may sit in (``dirs``) and where it comes from (``from``, written by the spec from
@@ -20,15 +20,15 @@ import logging
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from hnbench.data.benchmarks.protocol import LoadContext, Protocol
-from hnbench.data.benchmarks.readers import CAPTION_RULES, IMAGE_SUFFIXES, Record, jsonl_objects
-from hnbench.data.benchmarks.readers import READERS as DENSE_READERS
+from hnbench.data.benchmarks.readers import IMAGE_SUFFIXES, Record, jsonl_objects
 from hnbench.errors import DataError
 from hnbench.io import loads_json
+from hnbench.registry import CAPTION_RULES
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ def read_coco_captions(root: Path, protocol: Protocol, ctx: LoadContext) -> list
     unknown = sorted(set(caps) - set(files))
     if unknown:
         raise _malformed(path, f"annotations of listed images only (image_id {unknown[0]} is in no 'images' entry)")
-    first_k, rule = protocol.options.get("first_k"), CAPTION_RULES[protocol.caption]
+    first_k, rule = protocol.options.get("first_k"), CAPTION_RULES.get(protocol.caption)
     image_dirs = protocol.options["image_dirs"]
     items = [(Path(files[i]).stem, [f"{d}/{files[i]}" for d in image_dirs],
               [rule(c) for c in caps.get(i, [])[:first_k]]) for i in sorted(files)]
@@ -245,7 +245,7 @@ def read_karpathy(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Reco
     data = _read_json(path, ctx)
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise _malformed(path, "a JSON object with an 'images' list (Karpathy's dataset_*.json)")
-    split, rule, items, splits = protocol.options["split"], CAPTION_RULES[protocol.caption], [], Counter[str]()
+    split, rule, items, splits = protocol.options["split"], CAPTION_RULES.get(protocol.caption), [], Counter[str]()
     for n, entry in enumerate(data["images"]):
         if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str) or not isinstance(
                 entry.get("split"), str) or not isinstance(entry.get("sentences"), list):
@@ -280,7 +280,7 @@ def read_flickr_token(root: Path, protocol: Protocol, ctx: LoadContext) -> list[
     field less its last two characters (``#k``), the caption the second field (a ``#`` inside it is text),
     its line break dropped; images in order of first appearance, captions in file order."""
     path = release_file(root, protocol, ctx)
-    rule, caps = CAPTION_RULES[protocol.caption], dict[str, list[str]]()
+    rule, caps = CAPTION_RULES.get(protocol.caption), dict[str, list[str]]()
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
             fields = line.rstrip("\r\n").split("\t")
@@ -300,7 +300,7 @@ def read_flickr_kaggle_csv(root: Path, protocol: Protocol, ctx: LoadContext) -> 
     tokenizer drops it anyway), so the other captions equal the token file's; images in order of first
     appearance, 5 lines each (TULIP takes every fifth line's image)."""
     path = release_file(root, protocol, ctx)
-    rule, caps = CAPTION_RULES[protocol.caption], dict[str, list[str]]()
+    rule, caps = CAPTION_RULES.get(protocol.caption), dict[str, list[str]]()
     nan = []
     with open(path, encoding="utf-8") as f:
         next(f, None)  # the header: image_name| comment_number| comment
@@ -326,7 +326,7 @@ def read_clipbench_flickr_txt(root: Path, protocol: Protocol, ctx: LoadContext) 
     images in order of first appearance. A caption that itself holds ``.jpg,`` is split at the first one
     (CLIP_benchmark's two-way unpacking would fail on it)."""
     path = release_file(root, protocol, ctx)
-    rule, caps = CAPTION_RULES[protocol.caption], dict[str, list[str]]()
+    rule, caps = CAPTION_RULES.get(protocol.caption), dict[str, list[str]]()
     with open(path, encoding="utf-8") as f:
         next(f, None)  # the header: image,caption
         for n, line in enumerate(f, start=2):
@@ -350,7 +350,7 @@ def read_caption_list_json(root: Path, protocol: Protocol, ctx: LoadContext) -> 
     data = _read_json(path, ctx)
     if not isinstance(data, list):
         raise _malformed(path, "a JSON list of {image, caption} objects")
-    rule, items = CAPTION_RULES[protocol.caption], []
+    rule, items = CAPTION_RULES.get(protocol.caption), []
     for n, entry in enumerate(data):
         caption = entry.get("caption") if isinstance(entry, dict) else None
         captions = [caption] if isinstance(caption, str) else caption
@@ -417,7 +417,7 @@ def read_sharegpt4v(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Re
     file name anywhere under the data root. Ground truth is by record index, as every paper's code: a file name
     that two records share stays two gallery items (ids ``NAME@index``), listed in ``meta.repeated_images``."""
     path = release_file(root, protocol, ctx)
-    n, rule = protocol.options["n"], CAPTION_RULES[protocol.caption]
+    n, rule = protocol.options["n"], CAPTION_RULES.get(protocol.caption)
     try:
         head = json_list_head(path, n)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -451,7 +451,7 @@ def read_iiw(root: Path, protocol: Protocol, ctx: LoadContext) -> list[Record]:
     """LoTLIP's ``iiw_retrieval.py`` (and FLAIR's): ``DOCCI_Test``, ``IIW-400``, ``DCI_Test`` (``data.jsonl`` each)
     in that order, one pair a row; the image key is ``image`` or else ``image/key``, with ``.jpg`` added when it
     has none, looked for in LoTLIP's ``docci/``, ``docci_aar/``, ``dci/`` and then by name; caption ``IIW``."""
-    rule, items, counts = CAPTION_RULES[protocol.caption], [], {}
+    rule, items, counts = CAPTION_RULES.get(protocol.caption), [], {}
     for subset, folder in protocol.options["subsets"]:
         path = release_file(root, protocol, ctx, key=subset)
         rows = 0
@@ -478,7 +478,7 @@ def read_iiw_fine_grained(root: Path, protocol: Protocol, ctx: LoadContext) -> l
     anns = data.get("annotations") if isinstance(data, dict) else None
     if not isinstance(anns, list):
         raise _malformed(path, "a JSON object with an 'annotations' list (FLAIR's test_annotations.json)")
-    rule = CAPTION_RULES[protocol.caption]
+    rule = CAPTION_RULES.get(protocol.caption)
     caps: dict[str, list[str]] = {}
     for n, ann in enumerate(anns):
         if not isinstance(ann, dict) or not isinstance(ann.get("image"), str) or not isinstance(ann.get("caption"), str):
@@ -489,9 +489,3 @@ def read_iiw_fine_grained(root: Path, protocol: Protocol, ctx: LoadContext) -> l
     return located(root, items, protocol, ctx, protocol.options["images_from"])
 
 
-READERS: dict[str, Callable[[Path, Protocol, LoadContext], list[Record]]] = {
-    **DENSE_READERS, "coco-captions-json": read_coco_captions, "karpathy-json": read_karpathy,
-    "flickr-token": read_flickr_token, "sharegpt4v-json": read_sharegpt4v, "iiw-jsonl": read_iiw,
-    "iiw-flair-json": read_iiw_fine_grained, "flickr-kaggle-csv": read_flickr_kaggle_csv,
-    "clipbench-flickr-txt": read_clipbench_flickr_txt, "caption-list-json": read_caption_list_json,
-}

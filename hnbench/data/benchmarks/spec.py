@@ -23,10 +23,10 @@ from typing import Any
 from hnbench.data.base import FileImages, ImageTextDataset, build_dataset, check_inside, is_blank_caption
 from hnbench.data.benchmarks.pairs import check_pairs
 from hnbench.data.benchmarks.protocol import LoadContext, Protocol, SplitList
-from hnbench.data.benchmarks.readers import CAPTION_RULES
-from hnbench.data.benchmarks.readers_suite import READERS, release_layout
+from hnbench.data.benchmarks.readers_suite import release_layout
 from hnbench.errors import ConfigError, DataError
 from hnbench.io import cache_dir, loads_json, sha256_file
+from hnbench.registry import CAPTION_RULES, READERS
 
 logger = logging.getLogger(__name__)
 
@@ -237,12 +237,12 @@ def load_benchmark(
     ctx = LoadContext(name=spec.name, skip_invalid=skip_invalid, progress=progress, lists=lists,
                       allow_outside_paths=allow_outside_paths)
     proto = release_layout(root, proto, ctx)  # the protocol as read from the release file present (Protocol.layouts)
-    records = READERS[proto.reader](root, proto, ctx)
+    records = READERS.get(proto.reader)(root, proto, ctx)
     if not allow_outside_paths:
         for image_id, ref, _ in records:
             check_inside(root, os.path.abspath(ref), f"{spec.name}: image {image_id!r}", "these files")
     meta = {"benchmark": spec.name, "protocol_families": list(proto.families), "caption_rule": proto.caption,
-            "caption_rule_text": CAPTION_RULES[proto.caption].__doc__, **ctx.meta}
+            "caption_rule_text": CAPTION_RULES.get(proto.caption).__doc__, **ctx.meta}
     if proto.keep_empty:
         empty = [image_id for image_id, _, texts in records if any(is_blank_caption(t) for t in texts)]
         meta["empty_captions"] = empty

@@ -9,9 +9,8 @@ import numpy as np
 
 from hnbench.data import load_dataset
 from hnbench.data.benchmarks import BENCHMARKS, get_benchmark
-from hnbench.data.benchmarks.readers import CAPTION_RULES
 from hnbench.data.benchmarks.spec import BenchmarkSpec, load_benchmark
-from hnbench.registry import DATASETS
+from hnbench.registry import CAPTION_RULES, DATASETS
 
 
 def _summary(x: np.ndarray) -> dict[str, float]:
@@ -53,7 +52,7 @@ def spec_info(spec: BenchmarkSpec) -> dict[str, Any]:
         "default_protocol": spec.default_protocol, "notes": spec.notes,
         "protocols": [{"name": p.name, "families": list(p.families), "n_images": p.n_images,
                        "n_captions": p.n_captions, "caption_rule": p.caption,
-                       "caption_rule_text": " ".join((CAPTION_RULES[p.caption].__doc__ or "").replace("``", "").split()),
+                       "caption_rule_text": " ".join((CAPTION_RULES.get(p.caption).__doc__ or "").replace("``", "").split()),
                        "keeps_empty_captions": p.keep_empty, "description": p.description,
                        "aliases": list(p.aliases), "needs": [f"{s.filename} ({s.where})" for s in p.lists],
                        **_choice_info(p)}
