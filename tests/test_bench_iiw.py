@@ -84,7 +84,7 @@ def test_iiw_fine_grained_has_many_captions_per_image(tmp_path):
     assert ds.meta["protocol_families"] == ["flair-splits"]
 
 
-def test_iiw_wrong_counts_and_missing_files_are_refused_in_one_line(micro_config, tmp_path, capsys, monkeypatch):
+def test_iiw_wrong_counts_and_missing_files_are_refused(micro_config, tmp_path, capsys, monkeypatch):
     build_iiw(tmp_path / "iiw")
     with pytest.raises(DataError, match=r"loaded 3 images / 3 captions, expected 612 / 612"):
         load("iiw", data_root=tmp_path / "iiw")
