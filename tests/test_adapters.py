@@ -1,6 +1,6 @@
-"""issue 24 item 1 (models side): one adapter per model family, asked by ``remembered``, PEFT loading and the
-loader instead of branching on family names; the README's "Adding a model family" block, registered from this
-test module, is fingerprinted, cached, rebuilt on a changed checkpoint and trained with LoRA."""
+"""One adapter per model family, asked by ``remembered``, PEFT loading and the loader instead of branching on
+family names; the README's "Adding a model family" block, registered from this test module, is fingerprinted,
+cached, rebuilt on a changed checkpoint and trained with LoRA."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def _eval(model: str, manifest: Path, out: Path, cache: Path):
                     batch_size=4)
 
 
-def test_issue24_a_family_registered_in_a_test_module_is_remembered_and_rebuilt(folder_family, tmp_path):
+def test_a_family_registered_in_a_test_module_is_remembered_and_rebuilt(folder_family, tmp_path):
     d = _write_folder(tmp_path / "x", seed=0)
     manifest, cache, model = _manifest(tmp_path), tmp_path / "cache", f"folder:{tmp_path / 'x'}"
     assert family_of(model) is folder_family
@@ -103,7 +103,7 @@ def test_issue24_a_family_registered_in_a_test_module_is_remembered_and_rebuilt(
     assert changed.model["fingerprint"] == load_model(model).info.fingerprint
 
 
-def test_issue24_a_plain_loader_family_is_never_taken_for_a_random_init(monkeypatch, tmp_path):
+def test_a_plain_loader_family_is_never_taken_for_a_random_init(monkeypatch, tmp_path):
     """The wrong cache hit: a family registered as a loader function (no adapter) used to be remembered as a
     seeded random init, so its changed weights were never read again."""
     from hnbench.models.openclip import load_openclip, register_model_config
@@ -126,7 +126,7 @@ def test_issue24_a_plain_loader_family_is_never_taken_for_a_random_init(monkeypa
 
 
 @pytest.mark.slow
-def test_issue24_the_readme_family_trains_with_lora_and_its_adapter_reloads(folder_family, tmp_path):
+def test_the_readme_family_trains_with_lora_and_its_adapter_reloads(folder_family, tmp_path):
     pytest.importorskip("peft")
     from hnbench.train.trainer import TrainConfig, train
 
@@ -143,7 +143,7 @@ def test_issue24_the_readme_family_trains_with_lora_and_its_adapter_reloads(fold
     assert torch.allclose(adapter.encode_texts(tokens), merged.encode_texts(tokens), atol=1e-5)
 
 
-def test_issue24_open_clip_and_hf_adapters_re_express_the_trainer_split(micro_config, hf_clip_dir, tmp_path):
+def test_open_clip_and_hf_adapters_re_express_the_trainer_split(micro_config, hf_clip_dir, tmp_path):
     """The adapters' tower split and LoRA targets are the trainer's own (identical results), and their export
     reloads to the same embeddings."""
     from hnbench.models.towers import CLIPTowers
@@ -168,7 +168,7 @@ def test_issue24_open_clip_and_hf_adapters_re_express_the_trainer_split(micro_co
         assert pre.padding == ("longest" if enc.dynamic_padding else "context")
 
 
-def test_issue24_encoder_members_are_declared_not_read_by_getattr():
+def test_encoder_members_are_declared_not_read_by_getattr():
     """Every member callers use is in the Encoder protocol; no caller reads an encoder member by getattr."""
     declared = set(vars(Encoder)) | set(Encoder.__annotations__)
     assert {"dynamic_padding", "transform_description", "has_images", "image_transform"} <= declared
@@ -179,13 +179,13 @@ def test_issue24_encoder_members_are_declared_not_read_by_getattr():
     assert offenders == []
 
 
-def test_issue24_random_init_is_the_open_clip_adapters_answer(micro_config):
+def test_random_init_is_the_open_clip_adapters_answer(micro_config):
     family = family_of("hnb-micro")
     assert family.weight_files("hnb-micro", None, str(micro_config)) == [RANDOM_INIT]
     assert family.weight_files("hf-hub:timm/x", None, None) is None
 
 
-def test_issue24_long_clip_stretch_is_the_open_clip_adapters(micro_config, hf_clip_dir):
+def test_long_clip_stretch_goes_through_the_open_clip_adapter(micro_config, hf_clip_dir):
     """Long-CLIP's stretch goes through the adapter with the same result as the Long-CLIP module's function;
     a family without it says so in one line."""
     from hnbench.errors import ConfigError

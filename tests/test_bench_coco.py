@@ -1,4 +1,4 @@
-"""Issue 23: COCO 5k — val2017 (first 5 captions / all) and Karpathy's test split, on replicas of the real files."""
+"""COCO 5k — val2017 (first 5 captions / all) and Karpathy's test split, on replicas of the real files."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def _paths(ds) -> list[str]:
     return [Path(ds.images.paths[i]).name for i in ds.caption_image]
 
 
-def test_issue23_coco_val2017_first5_in_annotation_order(tmp_path):
+def test_coco_val2017_takes_the_first_five_captions_in_annotation_order(tmp_path):
     build_coco_val2017(tmp_path)
     ds = load("coco", data_root=tmp_path, expected_counts={"n_images": 3, "n_captions": 15})
     assert ds.protocol == "val2017" and ds.meta["caption_rule"] == "raw"
@@ -78,7 +78,7 @@ def test_issue23_coco_val2017_first5_in_annotation_order(tmp_path):
     assert get_benchmark("coco").protocol("val2017-first5").name == "val2017"
 
 
-def test_issue23_coco_val2017_all_keeps_every_caption(tmp_path):
+def test_coco_val2017_all_keeps_every_caption(tmp_path):
     build_coco_val2017(tmp_path)
     ds = load("coco", data_root=tmp_path, protocol="val2017-all", expected_counts={"n_images": 3, "n_captions": 18})
     assert ds.captions == COCO_CAPTIONS[139] + COCO_CAPTIONS[285] + COCO_CAPTIONS[632]
@@ -86,7 +86,7 @@ def test_issue23_coco_val2017_all_keeps_every_caption(tmp_path):
     assert ds.caption_ids[:2] == ["000000000139#0", "000000000139#1"]
 
 
-def test_issue23_coco_karpathy_test_leaves_restval_out(tmp_path):
+def test_coco_karpathy_test_leaves_restval_out(tmp_path):
     build_karpathy_coco(tmp_path)
     ds = load("coco", data_root=tmp_path, protocol="karpathy-test", expected_counts={"n_images": 2, "n_captions": 11})
     assert ds.image_ids == ["COCO_val2014_000000391895", "COCO_val2014_000000060623"]  # file order, test only
@@ -97,7 +97,7 @@ def test_issue23_coco_karpathy_test_leaves_restval_out(tmp_path):
     assert all(Path(p).parent.name == "val2014" for p in ds.images.paths)
 
 
-def test_issue23_coco_real_counts_are_checked(tmp_path):
+def test_coco_real_counts_are_checked(tmp_path):
     build_coco_val2017(tmp_path)
     with pytest.raises(DataError, match=r"loaded 3 images / 15 captions, expected 5000 / 25000 \(coco spec, protocol "
                                         r"val2017\).*--allow-count-mismatch"):
@@ -109,7 +109,7 @@ def test_issue23_coco_real_counts_are_checked(tmp_path):
         load("coco", data_root=tmp_path, protocol="karpathy-test")
 
 
-def test_issue23_coco_missing_release_file_and_image_are_one_line(micro_config, tmp_path, capsys, monkeypatch):
+def test_coco_missing_release_file_and_image_are_one_line(micro_config, tmp_path, capsys, monkeypatch):
     build_coco_val2017(tmp_path / "coco")
     use_counts(monkeypatch, "coco", karpathy_test=(2, 11), val2017=(3, 15))
     argv = eval_argv(micro_config, "coco", tmp_path / "coco", tmp_path / "out")
@@ -129,7 +129,7 @@ def test_issue23_coco_missing_release_file_and_image_are_one_line(micro_config, 
                           "annotations_trainval2017.zip", "images.cocodataset.org/annotations")
 
 
-def test_issue23_coco_eval_end_to_end(micro_config, tmp_path, monkeypatch):
+def test_coco_val2017_eval_queries_every_caption_and_image(micro_config, tmp_path, monkeypatch):
     build_coco_val2017(tmp_path / "coco")
     use_counts(monkeypatch, "coco", val2017=(3, 15))
     out = tmp_path / "out"
@@ -141,7 +141,7 @@ def test_issue23_coco_eval_end_to_end(micro_config, tmp_path, monkeypatch):
     assert (res["metrics"]["t2i"]["n_queries"], res["metrics"]["i2t"]["n_queries"]) == (15, 3)  # multi-positive
 
 
-def test_issue23_readme_table_matches_the_suite_specs():
+def test_readme_benchmark_table_matches_the_specs():
     """README's benchmark table: each new benchmark's row names every protocol, its counts and the default."""
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     for name in ("coco", "flickr30k", "sharegpt4v", "iiw"):
@@ -153,7 +153,7 @@ def test_issue23_readme_table_matches_the_suite_specs():
         assert cells[2].startswith(f"`{default.name}` (`{default.caption}`)"), row
 
 
-def test_issue23_reported_numbers_sit_beside_the_same_protocol_only(micro_config, tmp_path, monkeypatch):
+def test_reported_numbers_sit_beside_the_same_protocol_only(micro_config, tmp_path, monkeypatch):
     """Long-CLIP's model-zoo numbers (val2017 first-5, the full Flickr30k) map onto those protocols only."""
     rows = reported_rows()
     zoo = rows[rows["source"] == "longclip-model-zoo"].set_index(["model", "arch", "benchmark"])

@@ -1,4 +1,5 @@
-"""Issue 23 (performance): generated Flickr30k-full data in the real layout, and the benchmark's blocked minimal loop."""
+"""Generated Flickr30k-full data in the real layout (for the performance benchmark), and the benchmark's
+blocked minimal loop."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hnbench.data.synthdense import FLICKR_TOKEN, SynthDenseError, flickr_captio
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_issue23_generated_flickr30k_is_read_by_the_full_protocol(tmp_path):
+def test_generated_flickr30k_is_read_by_the_full_protocol(tmp_path):
     root = generate_flickr30k(tmp_path / "f", 7)
     lines = (root / FLICKR_TOKEN).read_text(encoding="utf-8").splitlines()
     assert len(lines) == 35 and lines[0].startswith("1000000000.jpg#0\t") and lines[9].startswith("1000000001.jpg#4\t")
@@ -34,7 +35,7 @@ def test_issue23_generated_flickr30k_is_read_by_the_full_protocol(tmp_path):
     assert Path(ds.images.paths[3]).parent.name == "flickr30k-images"
 
 
-def test_issue23_generated_flickr30k_is_reused_and_never_overwrites(tmp_path):
+def test_generated_flickr30k_is_reused_and_never_overwrites(tmp_path):
     root = generate_flickr30k(tmp_path / "f", 3)
     token = root / FLICKR_TOKEN
     before = token.stat().st_mtime_ns
@@ -52,7 +53,7 @@ def test_issue23_generated_flickr30k_is_reused_and_never_overwrites(tmp_path):
         generate_flickr30k(tmp_path / "none", 0)
 
 
-def test_issue23_flickr_captions_are_a_pure_function_of_the_scene(tmp_path):
+def test_flickr_captions_are_a_pure_function_of_the_scene(tmp_path):
     a = generate_flickr30k(tmp_path / "a", 2)
     b = generate_flickr30k(tmp_path / "b", 2)
     assert (a / FLICKR_TOKEN).read_bytes() == (b / FLICKR_TOKEN).read_bytes()
@@ -73,7 +74,7 @@ def _bench(name: str):
     return mod
 
 
-def test_issue23_blocked_minimal_recall_equals_the_full_matrix(monkeypatch):
+def test_blocked_minimal_recall_equals_the_full_matrix(monkeypatch):
     bench, full = _bench("bench_flickr_full"), _bench("bench_eval")
     g = torch.Generator().manual_seed(0)
     img = torch.nn.functional.normalize(torch.randn(37, 8, generator=g), dim=1)
@@ -85,7 +86,7 @@ def test_issue23_blocked_minimal_recall_equals_the_full_matrix(monkeypatch):
     assert 0 < blocked[0][0] < blocked[0][2] < 1 and 0 < blocked[1][0] < blocked[1][2] <= 1
 
 
-def test_issue23_generated_flickr30k_has_karpathys_splits(tmp_path):
+def test_generated_flickr30k_has_karpathys_splits(tmp_path):
     root = generate_flickr30k(tmp_path / "f", 1016)
     full = load("flickr30k", data_root=root, protocol="full", expected_counts={"n_images": 1016, "n_captions": 5080})
     test = load("flickr30k", data_root=root, protocol="karpathy-test")  # the published 1,000 / 5,000

@@ -1,4 +1,4 @@
-"""Issue 23: Flickr30k — the full token file and Karpathy's test / val splits, on replicas of the real files."""
+"""Flickr30k — the full token file and Karpathy's test / val splits, on replicas of the real files."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def build_karpathy_flickr(root: Path) -> Path:
     return root
 
 
-def test_issue23_flickr30k_full_reads_the_token_file_as_longclip(tmp_path):
+def test_flickr30k_full_reads_the_token_file_as_longclip_does(tmp_path):
     build_token_file(tmp_path)
     ds = load("flickr30k", data_root=tmp_path, expected_counts={"n_images": 3, "n_captions": 15})
     assert ds.protocol == "full" and ds.image_ids == ["1000092795", "10002456", "1000268201"]  # file order
@@ -54,7 +54,7 @@ def test_issue23_flickr30k_full_reads_the_token_file_as_longclip(tmp_path):
     assert ds.meta["captions_per_image"] == {"5": 3} and ds.meta["protocol_families"] == ["longclip-splits", "tulip-splits"]
 
 
-def test_issue23_flickr30k_karpathy_test_and_val(tmp_path):
+def test_flickr30k_karpathy_test_and_val_come_from_karpathys_split_file(tmp_path):
     build_token_file(tmp_path)
     build_karpathy_flickr(tmp_path)
     test = load("flickr30k", data_root=tmp_path, protocol="karpathy-test",
@@ -66,7 +66,7 @@ def test_issue23_flickr30k_karpathy_test_and_val(tmp_path):
     assert val.meta["protocol_families"] == ["flair-splits"]
 
 
-def test_issue23_flickr30k_counts_and_bad_lines(tmp_path):
+def test_flickr30k_wrong_counts_and_malformed_token_lines_are_refused(tmp_path):
     build_token_file(tmp_path)
     with pytest.raises(DataError, match=r"loaded 3 images / 15 captions, expected 31783 / 158915"):
         load("flickr30k", data_root=tmp_path)
@@ -81,7 +81,7 @@ def test_issue23_flickr30k_counts_and_bad_lines(tmp_path):
         load("flickr30k", data_root=tmp_path, allow_count_mismatch=True)
 
 
-def test_issue23_flickr30k_missing_files_are_one_line(micro_config, tmp_path, capsys, monkeypatch):
+def test_flickr30k_missing_files_are_one_line(micro_config, tmp_path, capsys, monkeypatch):
     build_token_file(tmp_path / "f")
     use_counts(monkeypatch, "flickr30k", full=(3, 15), karpathy_test=(1, 5))
     argv = eval_argv(micro_config, "flickr30k", tmp_path / "f", tmp_path / "out")
@@ -101,7 +101,7 @@ def test_issue23_flickr30k_missing_files_are_one_line(micro_config, tmp_path, ca
                           "shannon.cs.illinois.edu/DenotationGraph")
 
 
-def test_issue23_flickr30k_eval_end_to_end(micro_config, tmp_path, monkeypatch):
+def test_flickr30k_full_eval_queries_every_caption_and_image(micro_config, tmp_path, monkeypatch):
     build_token_file(tmp_path / "f")
     use_counts(monkeypatch, "flickr30k", full=(3, 15))
     out = tmp_path / "out"

@@ -1,5 +1,5 @@
-"""Issue 23: IIW (ImageInWords) — 612 (sentence re-join), 612-raw and FLAIR's fine-grained captions, with the
-release's three image-key conventions, on a replica of google/imageinwords' datasets/ and FLAIR's JSON."""
+"""IIW (ImageInWords) — 612 (sentence re-join), 612-raw and FLAIR's fine-grained captions, with the release's
+three image-key conventions, on a replica of google/imageinwords' datasets/ and FLAIR's JSON."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def build_flair_fine_grained(root: Path) -> Path:
     return root
 
 
-def test_issue23_iiw_612_order_keys_and_sentence_rejoin(tmp_path):
+def test_iiw_612_keeps_lotlips_order_completes_image_keys_and_rejoins_sentences(tmp_path):
     build_iiw(tmp_path)
     ds = load("iiw", data_root=tmp_path, expected_counts={"n_images": 3, "n_captions": 3})
     assert ds.protocol == "612" and ds.image_ids == ["test_00731", "aar_test_04600", "sa_1545038"]  # LoTLIP's order
@@ -67,14 +67,14 @@ def test_issue23_iiw_612_order_keys_and_sentence_rejoin(tmp_path):
     assert raw.captions == [row["IIW"] for row, _, _ in ROWS.values()]
 
 
-def test_issue23_iiw_images_found_where_the_releases_unpack(tmp_path):
+def test_iiw_images_found_where_the_releases_unpack(tmp_path):
     build_iiw(tmp_path, lotlip_layout=False)
     ds = load("iiw", data_root=tmp_path, expected_counts={"n_images": 3, "n_captions": 3})
     assert [str(Path(p).relative_to(tmp_path).parent) for p in ds.images.paths] == [
         "docci/images", "docci_aar/images", "densely_captioned_images/photos"]
 
 
-def test_issue23_iiw_fine_grained_many_captions_per_image(tmp_path):
+def test_iiw_fine_grained_has_many_captions_per_image(tmp_path):
     build_iiw(tmp_path)
     build_flair_fine_grained(tmp_path)
     ds = load("iiw", data_root=tmp_path, protocol="fine-grained", expected_counts={"n_images": 3, "n_captions": 6})
@@ -84,7 +84,7 @@ def test_issue23_iiw_fine_grained_many_captions_per_image(tmp_path):
     assert ds.meta["protocol_families"] == ["flair-splits"]
 
 
-def test_issue23_iiw_counts_and_missing_files(micro_config, tmp_path, capsys, monkeypatch):
+def test_iiw_wrong_counts_and_missing_files_are_refused(micro_config, tmp_path, capsys, monkeypatch):
     build_iiw(tmp_path / "iiw")
     with pytest.raises(DataError, match=r"loaded 3 images / 3 captions, expected 612 / 612"):
         load("iiw", data_root=tmp_path / "iiw")
@@ -107,7 +107,7 @@ def test_issue23_iiw_counts_and_missing_files(micro_config, tmp_path, capsys, mo
     assert (res["dataset"]["protocol"], res["dataset"]["n_images"], res["metrics"]["t2i"]["n_queries"]) == ("612", 3, 3)
 
 
-def test_issue23_iiw_malformed_row_is_named(tmp_path):
+def test_iiw_malformed_row_is_named(tmp_path):
     build_iiw(tmp_path)
     path = tmp_path / "datasets" / "IIW-400" / "data.jsonl"
     path.write_text(path.read_text() + json.dumps({"image/key": "aar_test_04601"}) + "\n")  # no IIW description
@@ -118,7 +118,7 @@ def test_issue23_iiw_malformed_row_is_named(tmp_path):
     assert ds.skipped == {"malformed annotation": [f"{path}:2"]} and ds.meta["subsets"]["IIW-400"] == 1
 
 
-def test_issue23_download_plans_name_each_release(tmp_path):
+def test_download_plans_name_each_release(tmp_path):
     from hnbench.data.benchmarks import download, get_benchmark
 
     def steps(name: str) -> dict:

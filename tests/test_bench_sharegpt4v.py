@@ -1,5 +1,5 @@
-"""Issue 23: ShareGPT4V-1k / -10k — the head of the caption JSON, three caption rules, SA-1B images found by
-name, missing images named, index ground truth, and the shipped pairs-list check, on a replica."""
+"""ShareGPT4V-1k / -10k — the head of the caption JSON, three caption rules, SA-1B images found by name,
+missing images named, index ground truth, and the shipped pairs-list check, on a replica."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def small(monkeypatch):
     return apply
 
 
-def test_issue23_sharegpt4v_1k_rules_and_images_anywhere(tmp_path, small):
+def test_sharegpt4v_1k_caption_rules_and_images_found_anywhere_by_name(tmp_path, small):
     build_sharegpt4v(tmp_path)
     small()
     ds = load("sharegpt4v", data_root=tmp_path)
@@ -77,7 +77,7 @@ def test_issue23_sharegpt4v_1k_rules_and_images_anywhere(tmp_path, small):
     assert BENCHMARK_SPECS.get("sharegpt4v").protocol("10k-sentences").options["n"] == 10000  # the real spec
 
 
-def test_issue23_sharegpt4v_real_counts_and_malformed_records(tmp_path):
+def test_sharegpt4v_malformed_records_and_wrong_counts_are_refused(tmp_path):
     build_sharegpt4v(tmp_path, n=3)
     # the real spec reads 1,000 records: it reaches the replica's malformed 4th one, named by index
     with pytest.raises(DataError, match=r"malformed release file: expected record 3 an object with an 'image'"):
@@ -90,7 +90,7 @@ def test_issue23_sharegpt4v_real_counts_and_malformed_records(tmp_path):
         load("sharegpt4v", data_root=tmp_path)
 
 
-def test_issue23_sharegpt4v_json_head_equals_json_load(tmp_path):
+def test_sharegpt4v_json_head_equals_json_load(tmp_path):
     path = tmp_path / "x.json"
     items = [{"a": "x" * k, "b": [k, {"c": "]},["}]} for k in range(30)]
     path.write_text("\ufeff \n[\n" + ",\n  ".join(json.dumps(x) for x in items) + "\n]\n")
@@ -99,7 +99,7 @@ def test_issue23_sharegpt4v_json_head_equals_json_load(tmp_path):
             assert json_list_head(path, n, chunk=chunk) == items[:n]
 
 
-def test_issue23_sharegpt4v_missing_images_named_with_count(micro_config, tmp_path, small, capsys):
+def test_sharegpt4v_missing_images_are_named_with_their_count(micro_config, tmp_path, small, capsys):
     build_sharegpt4v(tmp_path / "sv")
     small()
     for i in (1, 3):
@@ -123,7 +123,7 @@ def test_issue23_sharegpt4v_missing_images_named_with_count(micro_config, tmp_pa
     assert main(info) == 0 and "missing images (2): sa_545505.jpg, sa_545507.jpg" in capsys.readouterr().out
 
 
-def test_issue23_sharegpt4v_repeated_image_keeps_index_ground_truth(tmp_path, small, caplog):
+def test_sharegpt4v_repeated_image_keeps_index_ground_truth(tmp_path, small, caplog):
     build_sharegpt4v(tmp_path, images={2: "sa_545504.jpg"})  # records 0 and 2 share one photo
     small()
     with caplog.at_level(logging.WARNING):
@@ -133,7 +133,7 @@ def test_issue23_sharegpt4v_repeated_image_keeps_index_ground_truth(tmp_path, sm
     assert ds.meta["repeated_images"] == {"sa_545504.jpg": [0, 2]} and "appear in more than one record" in caplog.text
 
 
-def test_issue23_sharegpt4v_pairs_list_says_which_pairs_differ(micro_config, tmp_path, small, capsys):
+def test_sharegpt4v_pairs_list_says_which_pairs_differ(micro_config, tmp_path, small, capsys):
     build_sharegpt4v(tmp_path / "sv")
     small()
     shipped = write_pairs_list(load("sharegpt4v", data_root=tmp_path / "sv"), tmp_path / "lists" / "sv-1k.tsv")

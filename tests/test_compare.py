@@ -224,8 +224,8 @@ def _md_tables(md: str) -> list[pd.DataFrame]:
     return out
 
 
-def test_issue21_a_manifest_copied_under_another_name_is_the_same_data(results, micro_config, tmp_path, capsys):
-    """Defect 4: identity is content, the name a label: a copy of the manifest under another file name has the
+def test_a_manifest_copied_under_another_name_is_the_same_data(results, micro_config, tmp_path, capsys):
+    """Identity is content, the name a label: a copy of the manifest under another file name has the
     same data fingerprint, and compare accepts the pair (it refused it: "dataset name differs")."""
     original = read_result(results["b"])
     source = Path(original.dataset["source"])

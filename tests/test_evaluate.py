@@ -169,7 +169,7 @@ def test_fp32_encoding_turns_tf32_off_and_restores_it():
     assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before
 
 
-def test_issue21_a_new_result_changing_setting_renames_the_result_file(micro_encoder, tmp_path):
+def test_a_new_result_changing_setting_renames_the_result_file(micro_encoder, tmp_path):
     """Which settings name a result file is derived from ``option(identity=True)``: a field added to
     EvalSettings (here in a subclass made in the test, nothing else edited) changes the file name when it is
     set, and leaves it as it was at its default (recorded "if_set")."""
@@ -198,7 +198,7 @@ def test_issue21_a_new_result_changing_setting_renames_the_result_file(micro_enc
     assert Path(other.path).name == names[0]
 
 
-def test_issue21_stored_results_keep_their_file_names():
+def test_stored_results_keep_their_file_names():
     """The identity settings are derived now; every stored result (written before) re-derives its own stem."""
     stored = sorted((REPO / "leaderboards" / "results").rglob("*.json"))
     assert len(stored) > 50

@@ -1,4 +1,5 @@
-"""The hnbench module graph has no import cycles, and every module imports in dependency order.
+"""The hnbench module graph has no import cycles, every module imports in dependency order, the intended
+arrows between the layers hold (see ``ARROWS``), and the package keeps few top-level modules.
 
 The graph is built statically with :mod:`ast` from every ``import`` statement in every module of the
 package, at module level and inside functions alike: an import inside a function still runs, only later,
@@ -18,6 +19,10 @@ third-party dependencies, which are not hnbench modules and so never appear in t
   name) is an edge to the module the name resolves to (``hnbench.results.compare``).
 - Imports under ``if TYPE_CHECKING:`` count too: they do not run, but a type two modules need of each
   other belongs in a lower module (house style), and a type checker follows them like any import.
+
+The arrows are checked on the direct edges of this graph: a module of a lower layer never imports one of
+the layers named above it. (``hnbench.registry`` names every layer's modules, by string and under
+``TYPE_CHECKING``, so a path through it is no arrow between the layers.)
 """
 
 from __future__ import annotations
@@ -150,6 +155,90 @@ def test_no_import_cycles():
     """No hnbench module reaches itself through imports, at module level or inside functions."""
     cycle = _find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(reversed(cycle or []))
+
+
+# (importers, the packages they never import): each a rule of the layering, named by its test id
+ARROWS = [
+    pytest.param(("hnbench.metrics", "hnbench.search"), ("hnbench.models", "hnbench.data"),
+                 id="metrics-and-search-never-import-models-or-data"),
+    pytest.param(("hnbench.evaluation",), ("hnbench.train",), id="evaluation-never-imports-train"),
+    pytest.param(("hnbench.data",), ("hnbench.train",), id="data-never-imports-train"),
+    pytest.param(("hnbench.results",), ("hnbench.models", "hnbench.evaluation", "hnbench.train"),
+                 id="results-never-import-models-evaluation-or-train"),
+    pytest.param(("hnbench.models",), ("hnbench.train", "hnbench.evaluation"),
+                 id="models-never-import-train-or-evaluation"),
+    pytest.param(("hnbench.tasks",), ("hnbench.train",), id="tasks-never-import-train"),
+]
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    """Whether ``module`` is one of ``packages`` or a module below one of them."""
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def arrow_violations(graph: dict[str, set[str]], importers: tuple[str, ...], imported: tuple[str, ...]) -> list[str]:
+    """Each edge of ``graph`` from a module within ``importers`` to one within ``imported``, as ``a -> b``."""
+    return [f"{module} -> {target}" for module in sorted(graph) if _within(module, importers)
+            for target in sorted(graph[module]) if _within(target, imported)]
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    """The package's import graph, built once for the arrow tests (they only read it)."""
+    return import_graph()
+
+
+@pytest.mark.parametrize(("importers", "imported"), ARROWS)
+def test_intended_import_arrows_hold(graph, importers, imported):
+    """No module of a lower layer imports a module of the layers it must not know, at any depth of the code."""
+    assert any(_within(m, importers) for m in graph) and any(_within(m, imported) for m in graph)  # real layers
+    offending = arrow_violations(graph, importers, imported)
+    assert offending == [], (f"{' and '.join(importers)} must never import {' or '.join(imported)}; "
+                             f"offending edges: {'; '.join(offending)}")
+
+
+# each way of importing a module the rules of ``_edges`` know, to write a made-up violation with
+_STYLES = ["import {target}", "from {package} import {name}", "def f():\n    from {target} import x\n",
+           "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import {target}\n"]
+
+
+def _first_module(package: str) -> str:
+    """``package`` itself where it is a plain module (``hnbench.metrics``), else its first submodule by name."""
+    if package in MODULES and MODULES[package].name != "__init__.py":
+        return package
+    return next(m for m in sorted(MODULES) if m.startswith(package + ".") and not m.endswith(".__main__"))
+
+
+def _violations_to_make() -> list[object]:
+    """For each rule, each (importer, forbidden package) pair: a module of the importer given a made-up import of
+    a real module of the forbidden package, written in one of ``_STYLES`` (each style used in turn)."""
+    cases = []
+    for arrow in ARROWS:
+        importers, imported = arrow.values
+        for importer in importers:
+            for package in imported:
+                module, target = _first_module(importer), _first_module(package)
+                style = _STYLES[len(cases) % len(_STYLES)]
+                cases.append(pytest.param(importers, imported, module, target, style,
+                                          id=f"{arrow.id}:{module}->{target}"))
+    return cases
+
+
+@pytest.mark.parametrize(("importers", "imported", "module", "target", "style"), _violations_to_make())
+def test_each_arrow_catches_a_made_up_violation(graph, importers, imported, module, target, style, tmp_path):
+    """A module of the importing layer given a made-up import of the forbidden layer fails the rule, naming the
+    edge, whichever way the import is written (module level, in a function, under TYPE_CHECKING)."""
+    package, _, name = target.rpartition(".")
+    source = style.format(target=target, package=package, name=name)
+    assert arrow_violations(graph, importers, imported) == []  # the module as it is
+    made_up = {**graph, module: _edges_of(source, module, tmp_path)}
+    assert arrow_violations(made_up, importers, imported) == [f"{module} -> {target}"]
+
+
+def test_the_package_has_at_most_12_top_level_modules():
+    """Code lives in the packages (cli/, data/, models/, ...); hnbench/*.py stays a short list of shared modules."""
+    top = sorted(p.name for p in PACKAGE_DIR.glob("*.py"))
+    assert "__init__.py" in top and len(top) <= 12, f"{len(top)} top-level modules: {', '.join(top)}"
 
 
 def test_every_module_imports_in_dependency_order():

@@ -214,7 +214,7 @@ def test_reported_rows_are_marked_and_only_join_their_protocol(results_dir):
 
 def test_published_rows_cover_the_csv_and_map_protocols():
     raw, rows = load_published(), reported_rows()
-    retrieval = raw[raw["direction"] != "classification"]  # a zero-shot row is one row (issue 23)
+    retrieval = raw[raw["direction"] != "classification"]  # a zero-shot row is one row
     assert (rows["task"] == "retrieval").sum() * 2 == len(retrieval)
     # a family, or (this issue's rows) a protocol name of the benchmark: tests/test_reported_suite.py
     assert set(retrieval.loc[~retrieval["source"].str.contains("@"), "protocol"]) <= set(PROTOCOL_FAMILIES)
@@ -222,7 +222,7 @@ def test_published_rows_cover_the_csv_and_map_protocols():
     assert (hn["protocol"], hn["context_length"], hn["t2i R@1"], hn["i2t R@10"]) == ("goal", 248, 80.69, 94.65)
     spec = REPO.parent / "shared" / "spec" / "published-results.csv"
     if spec.exists():
-        # the spec's rows, then hnbench's own additions (issue 23: the suite's reference numbers)
+        # the spec's rows, then hnbench's own additions (the suites' reference numbers)
         # (read as frames: the packaged file has the zero-shot columns the spec's older schema lacks)
         pd.testing.assert_frame_equal(load_published().iloc[:len(load_published(spec))], load_published(spec))
 
@@ -303,7 +303,7 @@ def test_committed_board_is_current(tmp_path, monkeypatch, name):
     assert fresh == text
 
 
-# --- issue 21: tables keyed by data, context length a column ------------------------------------------
+# --- tables keyed by data, context length a column -------------------------------------------------
 @pytest.fixture(scope="module")
 def same_name_sets(tmp_path_factory, micro_config) -> Path:
     """Real results: one model at context 8 and 16 on a 10-image manifest.jsonl, and at 16 on another,
@@ -319,8 +319,8 @@ def same_name_sets(tmp_path_factory, micro_config) -> Path:
     return root / "results"
 
 
-def test_issue21_two_data_sets_of_one_name_get_two_titled_tables(same_name_sets):
-    """Defect 4: two different sets both called manifest.jsonl are never ranked together nor supersede each
+def test_two_data_sets_of_one_name_get_two_titled_tables(same_name_sets):
+    """Two different sets both called manifest.jsonl are never ranked together nor supersede each
     other; each table's title names the data (name, image count, short fingerprint)."""
     fps = {read_result(p).dataset["n_images"]: read_result(p).dataset["fingerprint"]
            for p in same_name_sets.glob("*.json")}
@@ -332,8 +332,8 @@ def test_issue21_two_data_sets_of_one_name_get_two_titled_tables(same_name_sets)
     assert "superseded" not in leaderboard([same_name_sets])
 
 
-def test_issue21_context_length_is_a_column_and_a_filter(same_name_sets, tmp_path, capsys):
-    """Defect 5: results of one benchmark at two context lengths share a table, the context a column (and the
+def test_context_length_is_a_column_and_a_filter(same_name_sets, tmp_path, capsys):
+    """Results of one benchmark at two context lengths share a table, the context a column (and the
     label tells the two rows of one model apart); --context-length keeps one."""
     t = tables(leaderboard([same_name_sets]))
     (ten,) = [df for title, df in t.items() if "10 images" in title]
@@ -349,7 +349,7 @@ def test_issue21_context_length_is_a_column_and_a_filter(same_name_sets, tmp_pat
     assert sorted(csv["context_length"]) == [8, 16, 16] and csv["data_fingerprint"].nunique() == 2
 
 
-def test_issue21_one_model_at_two_context_lengths_is_two_labelled_rows(tmp_path):
+def test_one_model_at_two_context_lengths_is_two_labelled_rows(tmp_path):
     """The same weights (one fingerprint) scored at 77 and 248 tokens: two rows of one table, told apart by
     their context length; neither supersedes the other."""
     for ctx, r1 in ((77, 40), (248, 50)):
@@ -361,7 +361,7 @@ def test_issue21_one_model_at_two_context_lengths_is_two_labelled_rows(tmp_path)
     assert list(df["context"]) == ["248", "77"] and "superseded" not in md
 
 
-def test_issue21_two_revisions_of_one_benchmark_are_two_tables_and_two_borda_columns(tmp_path):
+def test_two_revisions_of_one_benchmark_are_two_tables_and_two_borda_columns(tmp_path):
     """DOCCI scored on two data revisions: two tables titled with their fingerprints, and in the Borda rank
     one column each (a model is never credited for a table of data it was not compared on)."""
     for model, fp, r1 in ((A, "data-one", 40), (B, "data-one", 30), (A, "data-two", 20)):
@@ -380,7 +380,7 @@ def test_issue21_two_revisions_of_one_benchmark_are_two_tables_and_two_borda_col
     assert row(borda, "ViT-B-32 (openai)")["docci (data-two) rank"] == "1" and row(borda, "ViT-B-32 (laion)")["docci (data-two) rank"] == "—"
 
 
-def test_issue25_board_says_what_its_brackets_are(results_dir):
+def test_board_says_what_its_brackets_are(results_dir):
     """An R@K interval may be exact (Clopper–Pearson) where the bootstrap degenerates: the board's legend says
     both, in the one sentence every page uses (hnbench.metrics.CI_RULE)."""
     from hnbench.metrics import CI_RULE

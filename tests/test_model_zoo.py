@@ -1,5 +1,5 @@
-"""Issue 24, item 6: the model zoo (``--model NAME``, ``hnbench models``), training-only keys per family, and
-checkpoints of a known family refused when given to another one's loader.
+"""The model zoo (``--model NAME``, ``hnbench models``), training-only keys per family, and checkpoints of a
+known family refused when given to another one's loader.
 
 Weights "on this machine" are real files in a temporary Hugging Face cache laid out as huggingface_hub lays it out
 (``models--ORG--NAME/refs/main`` + ``snapshots/COMMIT/FILE``); the network is never asked (conftest sets
@@ -25,7 +25,7 @@ from hnbench.results.reported import load_published
 ROOT = Path(__file__).resolve().parents[1]
 TINY_WEIGHTS = ROOT / "hnbench" / "assets" / "hnbench-tiny-synthdense.safetensors"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-# the releases issue 24 names, by the names they are registered under
+# the releases the zoo must hold, by the names they are registered under
 ASKED = ("longclip-b16", "longclip-l14", "himo-clip-l14", "siglip2-b16", "siglip2-b16-hf", "metaclip2-h14",
          "pe-core-l14", "tulip-l14", "lotlip-b16", "goal-b16-docci", "goal-b16-dci", "goal-l14-docci", "goal-l14-dci",
          "structxlip-b16-docci", "fg-clip2-base", "jina-clip-v2", "dreamlip-b16", "dci_pick1", "dci_pick1_nl0")
@@ -66,8 +66,8 @@ def tiny_entry(monkeypatch) -> zoo.ZooEntry:
     return TINY
 
 
-# --- item 1: the registered entries --------------------------------------------------------------------
-def test_issue24_zoo_registers_every_asked_release_once():
+# --- the registered entries ---------------------------------------------------------------------------
+def test_zoo_registers_every_asked_release_once():
     assert set(ASKED) <= set(MODEL_ZOO.names())
     declared = {v.name for v in vars(zoo).values() if isinstance(v, zoo.ZooEntry)}
     assert declared == set(MODEL_ZOO.names())  # every entry declared in zoo.py is listed, and only those
@@ -80,7 +80,7 @@ def test_issue24_zoo_registers_every_asked_release_once():
     assert all(text.count(f'("{name}", ') == 1 for name in ASKED)
 
 
-def test_issue24_zoo_names_collide_with_no_architecture_or_prefix():
+def test_zoo_names_collide_with_no_architecture_or_prefix():
     import open_clip
 
     from hnbench.models.openclip import register_builtin_configs
@@ -96,7 +96,7 @@ def test_issue24_zoo_names_collide_with_no_architecture_or_prefix():
         assert name.lower() not in {n.lower() for n in MODELS.names()}, name
 
 
-def test_issue24_zoo_weights_sources_and_published_keys():
+def test_zoo_entries_declare_valid_weights_sources_and_published_keys():
     rows = load_published()
     published = set(zip(rows["source"], rows["method"], strict=True)) | set(zip(
         rows["source"], rows["method"], rows["backbone"], strict=True))
@@ -129,8 +129,8 @@ def test_issue24_zoo_weights_sources_and_published_keys():
                                                      "goal-l14-dci", "lotlip-b16", "fg-clip2-base"))
 
 
-# --- item 2: --model NAME ------------------------------------------------------------------------------
-def test_issue24_eval_zoo_name_loads_its_weights_and_records_the_name(tmp_path, hub, tiny_entry):
+# --- --model NAME -------------------------------------------------------------------------------------
+def test_eval_zoo_name_loads_its_weights_and_records_the_name(tmp_path, hub, tiny_entry):
     _hub_cache(hub, "hnbench-test/tiny", "tiny.safetensors", TINY_WEIGHTS)
     out = tmp_path / "out"
     assert main(["-q", "eval", "--model", "tiny-zoo-test", "--dataset", "synthdense", "--limit", "8",
@@ -147,7 +147,7 @@ def test_issue24_eval_zoo_name_loads_its_weights_and_records_the_name(tmp_path, 
 
 
 @pytest.mark.slow
-def test_issue24_zoo_name_works_for_hardness_suite_and_train(tmp_path, hub, tiny_entry):
+def test_zoo_name_works_for_hardness_suite_and_train(tmp_path, hub, tiny_entry):
     import hnbench
 
     _hub_cache(hub, "hnbench-test/tiny", "tiny.safetensors", TINY_WEIGHTS)
@@ -166,13 +166,13 @@ def test_issue24_zoo_name_works_for_hardness_suite_and_train(tmp_path, hub, tiny
     assert hnbench.train(cfg, progress=False).name == "checkpoint.safetensors"
 
 
-def test_issue24_explicit_pretrained_overrides_the_zoo_weights(hub, tiny_entry):
+def test_explicit_pretrained_overrides_the_zoo_weights(hub, tiny_entry):
     enc = load_model("tiny-zoo-test", "synthdense")  # no hub copy needed: the user's weights win
     assert enc.info.arch == "hnbench-tiny" and enc.info.pretrained == "synthdense"
     assert enc.info.extra["zoo"]["pretrained"] == "synthdense"
 
 
-def test_issue24_zoo_name_in_the_embedding_cache_path_is_recorded_too(tmp_path, hub, tiny_entry):
+def test_zoo_name_in_the_embedding_cache_path_is_recorded_too(tmp_path, hub, tiny_entry):
     from hnbench.evaluation.remembered import load_remembered
 
     _hub_cache(hub, "hnbench-test/tiny", "tiny.safetensors", TINY_WEIGHTS)
@@ -187,7 +187,7 @@ def test_issue24_zoo_name_in_the_embedding_cache_path_is_recorded_too(tmp_path, 
     ("siglip2-b16-hf", ("huggingface.co/google/siglip2-base-patch16-224", "--model with a local copy")),
     ("dci_pick1", ("dl.fbaipublicfiles.com/densely_captioned_images/dci_pick1.tar.gz", "cannot be reached",
                    "--pretrained FILE"))])
-def test_issue24_zoo_download_offline_is_one_line_naming_what_and_where(tmp_path, hub, capsys, monkeypatch, name,
+def test_zoo_download_offline_is_one_line_naming_what_and_where(tmp_path, hub, capsys, monkeypatch, name,
                                                                         words):
     from hnbench.models import tags
 
@@ -200,7 +200,7 @@ def test_issue24_zoo_download_offline_is_one_line_naming_what_and_where(tmp_path
     assert snapshot(tmp_path) == before
 
 
-def test_issue24_zoo_download_that_fails_is_one_line_too(hub, tiny_entry, monkeypatch):
+def test_zoo_download_that_fails_is_one_line_too(hub, tiny_entry, monkeypatch):
     from huggingface_hub import constants
 
     from hnbench.errors import CheckpointError
@@ -217,7 +217,7 @@ def test_issue24_zoo_download_that_fails_is_one_line_too(hub, tiny_entry, monkey
 
 
 @pytest.mark.parametrize("name", ["goal-l14-docci", "tulip-l14", "dreamlip-b16"])
-def test_issue24_manual_zoo_entry_says_where_to_get_the_file(tmp_path, name, capsys):
+def test_manual_zoo_entry_says_where_to_get_the_file(tmp_path, name, capsys):
     before = snapshot(tmp_path)
     assert main(["-q", "eval", "--model", name, "--dataset", "synthdense", "--output", str(tmp_path / "out")]) == 2
     page = str(MODEL_ZOO.get(name).weights.page).split()[0]
@@ -225,15 +225,15 @@ def test_issue24_manual_zoo_entry_says_where_to_get_the_file(tmp_path, name, cap
     assert snapshot(tmp_path) == before
 
 
-def test_issue24_zoo_remote_entry_still_needs_trust_remote_code(tmp_path, capsys):
+def test_zoo_remote_entry_resolves_to_the_remote_family(tmp_path, capsys):
     from hnbench.models.family import family_of
 
     assert family_of("jina-clip-v2").name == "remote"  # the entry's family answers for it
     assert zoo.resolve("jina-clip-v2", None).model == "remote:jinaai/jina-clip-v2"
 
 
-# --- item 3: hnbench models ----------------------------------------------------------------------------
-def test_issue24_list_models_names_families_entries_and_what_is_on_this_machine(hub, tiny_entry, capsys):
+# --- hnbench models -----------------------------------------------------------------------------------
+def test_list_models_names_families_entries_and_what_is_on_this_machine(hub, tiny_entry, capsys):
     import hnbench
 
     frame = hnbench.list_models()
@@ -263,7 +263,7 @@ def test_issue24_list_models_names_families_entries_and_what_is_on_this_machine(
     assert csv_lines[0].startswith("kind,name,family,model,context") and any("dci_pick1," in x for x in csv_lines)
 
 
-def test_issue24_models_markdown_escapes_what_it_shows():
+def test_models_markdown_escapes_what_it_shows():
     import pandas as pd
 
     frame = pd.DataFrame([{"name": "a|b", "family": "x", "model": "<b>m</b>", "context": 1, "weights": "*w*",
@@ -272,12 +272,12 @@ def test_issue24_models_markdown_escapes_what_it_shows():
     assert "a\\|b" in md and "\\<b\\>" in md and "\\*w\\*" in md and "<b>" not in md
 
 
-def test_issue24_models_unknown_family_is_one_line(capsys):
+def test_models_unknown_family_is_one_line(capsys):
     assert main(["models", "--family", "nope"]) == 2
     assert_one_line_error(capsys.readouterr().err, "nope", "open_clip")
 
 
-# --- item 4: training-only keys, per family ------------------------------------------------------------
+# --- training-only keys, per family -------------------------------------------------------------------
 def _longclip_layout(micro, extra: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A Long-CLIP-format release of ``micro``'s towers (its two position tables) with ``extra`` modules."""
     sd = {k: v.clone() for k, v in micro.model.state_dict().items()}
@@ -287,7 +287,7 @@ def _longclip_layout(micro, extra: dict[str, torch.Tensor]) -> dict[str, torch.T
     return {**sd, **extra}
 
 
-def test_issue24_training_only_keys_are_declared_per_family():
+def test_training_only_keys_are_declared_per_family():
     from hnbench.models import checkpoint
     from hnbench.models.family import as_family
 
@@ -298,7 +298,7 @@ def test_issue24_training_only_keys_are_declared_per_family():
     assert dict(as_family("remote").training_only_keys) == {}
 
 
-def test_issue24_smartclip_mask_net_is_dropped_with_a_warning_naming_it(micro_config, tmp_path, caplog):
+def test_smartclip_mask_net_is_dropped_with_a_warning_naming_it(micro_config, tmp_path, caplog):
     torch.manual_seed(0)
     micro = load_model("hnb-micro", model_config=str(micro_config))
     mask_net = {"mask_net.0.weight": torch.randn(8, 32), "mask_net.0.bias": torch.zeros(8),
@@ -313,7 +313,7 @@ def test_issue24_smartclip_mask_net_is_dropped_with_a_warning_naming_it(micro_co
     assert enc.info.fingerprint == micro.info.fingerprint  # the towers, exactly
 
 
-def test_issue24_keep_a_training_only_prefix_when_asked():
+def test_a_training_only_prefix_is_kept_when_asked():
     from hnbench.models.checkpoint import FINELIP_CROSS_NET, drop_training_only
 
     sd = {"a.w": torch.zeros(1), "cross_net.x": torch.ones(1)}
@@ -321,7 +321,7 @@ def test_issue24_keep_a_training_only_prefix_when_asked():
     assert set(drop_training_only(sd, {"a.w"}, "f", FINELIP_CROSS_NET, keep=("cross_net.",))) == set(sd)
 
 
-def test_issue24_unknown_module_in_a_longclip_release_is_refused_listing_it(micro_config, tmp_path, capsys):
+def test_unknown_module_in_a_longclip_release_is_refused_listing_it(micro_config, tmp_path, capsys):
     torch.manual_seed(0)
     micro = load_model("hnb-micro", model_config=str(micro_config))
     path = tmp_path / "odd-B.pt"
@@ -336,7 +336,7 @@ def test_issue24_unknown_module_in_a_longclip_release_is_refused_listing_it(micr
     assert snapshot(tmp_path) == before
 
 
-# --- item 5: another family's checkpoint given to the open_clip loader ----------------------------------
+# --- another family's checkpoint given to the open_clip loader ----------------------------------
 def _tulip_text_only(tmp_path):
     """A distilled TULIP text tower (main_distill_rope.py's student state dict) for the test's tiny architecture."""
     from test_models_tulip import _release_state_dict, _save_release, _tiny_config
@@ -348,7 +348,7 @@ def _tulip_text_only(tmp_path):
     return cfg, arch, _save_release(tmp_path / "tulip-text.pt", text)
 
 
-def test_issue24_tulip_text_tower_given_to_open_clip_names_the_tulip_family(tmp_path, capsys):
+def test_tulip_text_tower_given_to_open_clip_names_the_tulip_family(tmp_path, capsys):
     cfg, arch, path = _tulip_text_only(tmp_path)
     before = snapshot(tmp_path)
     assert main(["-q", "eval", "--model", arch, "--model-config", str(cfg), "--pretrained", str(path),
@@ -358,7 +358,7 @@ def test_issue24_tulip_text_tower_given_to_open_clip_names_the_tulip_family(tmp_
     assert snapshot(tmp_path) == before
 
 
-def test_issue24_tulip_text_only_checkpoint_says_what_it_needs(tmp_path, capsys):
+def test_tulip_text_only_checkpoint_says_what_it_needs(tmp_path, capsys):
     cfg, arch, path = _tulip_text_only(tmp_path)
     assert main(["-q", "eval", "--model", f"tulip:{arch}", "--model-config", str(cfg), "--pretrained", str(path),
                  "--dataset", "synthdense", "--limit", "4", "--output", str(tmp_path / "out")]) == 2
@@ -366,7 +366,7 @@ def test_issue24_tulip_text_only_checkpoint_says_what_it_needs(tmp_path, capsys)
                           "add the teacher's", "visual.* keys")
 
 
-def test_issue24_families_declare_the_signatures_the_open_clip_loader_asks():
+def test_families_declare_the_signatures_the_open_clip_loader_asks():
     from hnbench.models.family import as_family, claimed_elsewhere
 
     sd = {"token_embedding.weight": torch.zeros(1), "transformer.resblocks.0.ln_1.weight": torch.zeros(1)}
@@ -377,8 +377,8 @@ def test_issue24_families_declare_the_signatures_the_open_clip_loader_asks():
     assert claimed_elsewhere(sd, as_family("tulip"), "ViT-L-14") is None  # a family never refuses its own
 
 
-# --- item 6: the README's model zoo section ------------------------------------------------------------
-def test_issue24_readme_model_zoo_table_is_the_registry():
+# --- the README's model zoo section -------------------------------------------------------------------
+def test_readme_model_zoo_table_is_the_registry():
     readme = (ROOT / "README.md").read_text()
     section = readme.split("### Model zoo", 1)[1].split("\n### ", 1)[0]
     assert zoo.zoo_table() in section  # every entry, as registered
@@ -410,7 +410,7 @@ def _url_entry(tmp_path, digest: str | None = None) -> tuple[zoo.ZooEntry, Path]
     return entry, archive
 
 
-def test_issue24_url_release_is_checked_unpacked_and_loaded(tmp_path, monkeypatch):
+def test_url_release_is_checked_unpacked_and_loaded(tmp_path, monkeypatch):
     from hnbench.models import tags
 
     entry, _ = _url_entry(tmp_path)
@@ -425,7 +425,7 @@ def test_issue24_url_release_is_checked_unpacked_and_loaded(tmp_path, monkeypatc
     assert sorted(p.name for p in (tmp_path / "cache" / "models").iterdir()) == ["tiny-url-test"]  # no leftovers
 
 
-def test_issue24_url_release_with_another_sha256_is_refused_and_leaves_nothing(tmp_path, monkeypatch):
+def test_url_release_with_another_sha256_is_refused_and_leaves_nothing(tmp_path, monkeypatch):
     from hnbench.errors import CheckpointError
     from hnbench.models import tags
 

@@ -1,9 +1,9 @@
-"""FLAIR (issue 24 items 3 and 5): a tiny random FLAIR saved in the release's checkpoint layout loads, its global
-features equal a reference forward written here from the authors' ``src/flair/model.py`` / ``transformer.py``
-(``FLAIR.encode_image`` / ``encode_text`` / ``get_logits_as_clip``), and the pairwise scorer ``flair-conditioned``
-equals their ``get_logits`` (the text-conditioned pooling through ``PureAttentionPoolingBlock``) block by block.
-The reference runs the towers and the pooling block through ``torch.nn.MultiheadAttention`` as the authors' modules
-do, independent of ``hnbench.models.flair``."""
+"""FLAIR: a tiny random FLAIR saved in the release's checkpoint layout loads, its global features equal a
+reference forward written here from the authors' ``src/flair/model.py`` / ``transformer.py``
+(``FLAIR.encode_image`` / ``encode_text`` / ``get_logits_as_clip``), and the pairwise scorer
+``flair-conditioned`` equals their ``get_logits`` (the text-conditioned pooling through
+``PureAttentionPoolingBlock``) block by block. The reference runs the towers and the pooling block through
+``torch.nn.MultiheadAttention`` as the authors' modules do, independent of ``hnbench.models.flair``."""
 
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ def release(tmp_path):
 
 
 @pytest.mark.parametrize("wrapped", [True, False], ids=["training-checkpoint", "bare-state-dict"])
-def test_issue24_flair_release_layout_global_features_equal_reference(release, tmp_path, wrapped):
+def test_flair_release_layout_global_features_equal_the_reference(release, tmp_path, wrapped):
     import open_clip
 
     from hnbench.models import load_model
@@ -188,7 +188,7 @@ def test_issue24_flair_release_layout_global_features_equal_reference(release, t
     assert torch.allclose(enc.encode_texts(tok.tokens[:, :int(min(tok.lengths.max(), 77))]), ours_txt, atol=1e-5)
 
 
-def test_issue24_flair_conditioned_scorer_equals_reference_get_logits_in_blocks(release):
+def test_flair_conditioned_scorer_equals_the_reference_get_logits_block_by_block(release):
     from hnbench.models import load_model
     from hnbench.models.family import family_of
 
@@ -223,7 +223,7 @@ def test_issue24_flair_conditioned_scorer_equals_reference_get_logits_in_blocks(
     assert not torch.allclose(full, global_cos, atol=1e-2)
 
 
-def test_issue24_flair_scorer_on_a_remembered_encoder(release, tmp_path):
+def test_flair_scorer_on_a_remembered_encoder_builds_it_only_to_score(release, tmp_path):
     from hnbench.evaluation.remembered import RememberedEncoder, load_remembered
     from hnbench.models.family import family_of
 
@@ -241,7 +241,7 @@ def test_issue24_flair_scorer_on_a_remembered_encoder(release, tmp_path):
                                                                   direct.image_state(pixels)), atol=1e-6)
 
 
-def test_issue24_flair_evaluate_scores_global_mode_on_tiny_synthdense(release, tmp_path):
+def test_flair_evaluate_scores_global_mode_and_records_the_text_budget_on_tiny_synthdense(release, tmp_path):
     from open_clip.tokenizer import SimpleTokenizer
 
     from hnbench.data.synthdense_loader import load_synthdense
@@ -261,7 +261,7 @@ def test_issue24_flair_evaluate_scores_global_mode_on_tiny_synthdense(release, t
     assert r.tokens["n_truncated"] == sum(n > 77 for n in lengths) > 0
 
 
-def test_issue24_flair_conditioned_scorer_end_to_end_equals_the_reference_ranks(release, tmp_path, capsys):
+def test_flair_conditioned_scorer_end_to_end_equals_the_reference_ranks(release, tmp_path, capsys):
     """``hnbench eval --scorer flair-conditioned``: FLAIR's paper scoring over the whole gallery, in blocks, gives
     the ranks of the reference ``get_logits`` over every (image, caption) pair at once; recorded as pairwise."""
     from hnbench.cli import main
@@ -297,7 +297,7 @@ def test_issue24_flair_conditioned_scorer_end_to_end_equals_the_reference_ranks(
 
 
 @pytest.mark.slow
-def test_issue24_flair_cli_eval_on_synthdense_writes_a_global_mode_result(release, tmp_path):
+def test_flair_cli_eval_on_synthdense_writes_a_global_mode_result(release, tmp_path):
     from hnbench.cli import main
 
     cfg, _, ckpt = release
@@ -312,7 +312,7 @@ def test_issue24_flair_cli_eval_on_synthdense_writes_a_global_mode_result(releas
     assert np.isfinite(r["metrics"]["t2i"]["MRR"]) and np.isfinite(r["metrics"]["i2t"]["MRR"])
 
 
-def test_issue24_flair_unexpected_and_missing_keys_one_line(release, manifest, tmp_path, capsys):
+def test_flair_checkpoint_with_unexpected_and_missing_keys_is_one_line(release, manifest, tmp_path, capsys):
     from hnbench.cli import main
 
     cfg, sd, _ = release
@@ -328,7 +328,7 @@ def test_issue24_flair_unexpected_and_missing_keys_one_line(release, manifest, t
     assert snapshot(tmp_path) == before
 
 
-def test_issue24_flair_refusals_one_line_and_the_release_pooling_block(release, manifest, tmp_path, capsys):
+def test_flair_refusals_are_one_line_and_the_release_pooling_block_has_its_published_size(release, manifest, tmp_path, capsys):
     from hnbench.cli import main
     from hnbench.models.flair import RELEASE_CONFIGS, TextConditionedPool
 

@@ -1,6 +1,6 @@
-"""issue 24 item 2: ``hf:`` loads every transformers image–text model through ``AutoModel``, each ``model_type``
-with its declared text policy, checked against transformers' own tokenizer + image processor + model on tiny
-random configs saved with ``save_pretrained`` (tokenizers built from vocabularies written here, no network)."""
+"""``hf:`` loads every transformers image–text model through ``AutoModel``, each ``model_type`` with its
+declared text policy, checked against transformers' own tokenizer + image processor + model on tiny random
+configs saved with ``save_pretrained`` (tokenizers built from vocabularies written here, no network)."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def _hnbench(model_dir: Path, texts: list[str], images: list[Image.Image]) -> tu
 
 
 @pytest.mark.parametrize("fixture", ["siglip_dir", "siglip2_dir"])
-def test_issue24_siglip_policy_equals_max_length_pipeline_not_padding_true(fixture, request):
+def test_siglip_policy_equals_the_max_length_pipeline_not_padding_true(fixture, request):
     model_dir = request.getfixturevalue(fixture)
     enc, text, image = _hnbench(model_dir, CAPTIONS, _images())
     assert enc.info.context_length == 64 and enc.policy.lowercase and not enc.dynamic_padding
@@ -153,7 +153,7 @@ def test_issue24_siglip_policy_equals_max_length_pipeline_not_padding_true(fixtu
     assert (pre.padding, pre.context_length, pre.lowercase) == ("max_length", 64, True)
 
 
-def test_issue24_metaclip2_equals_transformers_pipeline(metaclip2_dir):
+def test_metaclip2_equals_the_transformers_pipeline(metaclip2_dir):
     enc, text, image = _hnbench(metaclip2_dir, CAPTIONS, _images())
     assert enc.info.context_length == 77 and enc.dynamic_padding and not enc.policy.lowercase
     assert torch.allclose(text, _reference_texts(metaclip2_dir, CAPTIONS, padding=True, max_length=77), atol=1e-5)
@@ -164,7 +164,7 @@ def test_issue24_metaclip2_equals_transformers_pipeline(metaclip2_dir):
     assert enc.info.embed_dim == 24 == text.shape[1]
 
 
-def test_issue24_clip_through_automodel_is_as_before(hf_clip_dir):
+def test_clip_through_automodel_keeps_its_policy(hf_clip_dir):
     """CLIP keeps its policy: longest padding, the end-token mask (its pad token is its end token)."""
     from hnbench.models.hf import TEXT_POLICIES
 
@@ -175,7 +175,7 @@ def test_issue24_clip_through_automodel_is_as_before(hf_clip_dir):
     assert torch.allclose(image, _reference_images(hf_clip_dir, _images()), atol=1e-5)
 
 
-def test_issue24_siglip2_naflex_scores_end_to_end(siglip2_dir, tmp_path):
+def test_siglip2_naflex_scores_end_to_end(siglip2_dir, tmp_path):
     """NaFlex images (patches + mask + grid) batch through the data loader like any other."""
     from hnbench.evaluation.evaluate import evaluate
 
@@ -186,7 +186,7 @@ def test_issue24_siglip2_naflex_scores_end_to_end(siglip2_dir, tmp_path):
     assert np.isfinite(r.metrics["t2i"]["MRR"]) and r.model["extra"]["model_type"] == "siglip2"
 
 
-def test_issue24_text_only_transformers_model_is_one_line(tmp_path, capsys):
+def test_text_only_transformers_model_is_refused_in_one_line(tmp_path, capsys):
     from transformers import BertConfig, BertModel
 
     from hnbench.cli import main

@@ -1,8 +1,8 @@
-"""LoTLIP (issue 24 item 3): a tiny random LoTLIP (timm ViT + BERT with 2 corner tokens) saved in the release's
-checkpoint layout loads, scores, and its text embeddings equal a reference forward written here from the authors'
+"""LoTLIP: a tiny random LoTLIP (timm ViT + BERT with 2 corner tokens) saved in the release's checkpoint
+layout loads, scores, and its text embeddings equal a reference forward written here from the authors'
 ``open_clip/hf_model.py`` (``HFTextEncoder.build_attn_mask`` / ``forward``), ``open_clip/model.py``
-(``CustomTextCLIP.encode_text``) and ``open_clip/tokenizer.py`` (``HFTokenizer.__call__``), run as transformers 4.39
-extended a 3-D mask, independent of ``hnbench.models.lotlip``."""
+(``CustomTextCLIP.encode_text``) and ``open_clip/tokenizer.py`` (``HFTokenizer.__call__``), run as
+transformers 4.39 extended a 3-D mask, independent of ``hnbench.models.lotlip``."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def _reference_encode_text(bert, proj, x, pad_token_id=0):
     return F.normalize(features, dim=-1)
 
 
-def test_issue24_lotlip_release_layout_equals_reference_forward(release):
+def test_lotlip_release_layout_equals_the_reference_forward(release):
     from hnbench.models import load_model
 
     cfg, bert_dir, visual, bert, proj, ckpt, _ = release
@@ -126,7 +126,7 @@ def test_issue24_lotlip_release_layout_equals_reference_forward(release):
     assert torch.allclose(enc.encode_images(pixels), expected_img, atol=1e-5)
 
 
-def test_issue24_lotlip_scores_through_evaluate(release, tmp_path):
+def test_lotlip_scores_through_evaluate(release, tmp_path):
     from hnbench.evaluation.evaluate import evaluate
 
     cfg, _, _, _, _, ckpt, _ = release
@@ -139,7 +139,7 @@ def test_issue24_lotlip_scores_through_evaluate(release, tmp_path):
     assert len(list((tmp_path / "out").glob("*.json"))) == 1
 
 
-def test_issue24_lotlip_unexpected_keys_one_line(release, tmp_path, capsys):
+def test_lotlip_checkpoint_with_unexpected_keys_is_one_line_and_writes_nothing(release, tmp_path, capsys):
     from hnbench.cli import main
 
     cfg, _, _, _, _, _, sd = release

@@ -1,5 +1,5 @@
-"""Issue 24 item 4: remote-code models (``remote:DIR``) behind ``--trust-remote-code``, with the declared text
-policies of FG-CLIP (long-text mode) and jina-clip (per-direction task prompt).
+"""Remote-code models (``remote:DIR``) behind ``--trust-remote-code``, with the declared text policies of
+FG-CLIP (long-text mode) and jina-clip (per-direction task prompt).
 
 The model folder is written here in the real remote-code layout: ``config.json`` with ``auto_map`` naming a
 modeling file beside it (a ``PreTrainedModel`` with ``get_image_features`` / ``get_text_features``), a tokenizer and
@@ -98,7 +98,7 @@ def data(tmp_path):
     return write_jsonl(tmp_path / "data" / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs]), pairs
 
 
-def test_issue24_remote_refused_without_trust_one_line(tmp_path, data, capsys):
+def test_remote_model_is_refused_without_trust_in_one_line(tmp_path, data, capsys):
     from hnbench.cli import main
 
     manifest, pairs = data
@@ -128,7 +128,7 @@ def test_issue24_remote_refused_without_trust_one_line(tmp_path, data, capsys):
     assert snapshot(tmp_path) == before
 
 
-def test_issue24_remote_hub_model_needs_a_pinned_commit(tmp_path, data, capsys):
+def test_remote_hub_model_needs_a_pinned_commit(tmp_path, data, capsys):
     from hnbench.cli import main
 
     manifest, _ = data
@@ -140,7 +140,7 @@ def test_issue24_remote_hub_model_needs_a_pinned_commit(tmp_path, data, capsys):
     assert snapshot(tmp_path) == before
 
 
-def test_issue24_remote_jina_scores_with_per_direction_prompts(tmp_path, data):
+def test_remote_jina_scores_with_per_direction_prompts(tmp_path, data):
     from hnbench.evaluation.evaluate import evaluate
     from hnbench.models import load_model
     from hnbench.models.remote import JINA_QUERY
@@ -179,7 +179,7 @@ def test_issue24_remote_jina_scores_with_per_direction_prompts(tmp_path, data):
     assert edited.fingerprint != m["fingerprint"]  # so the embedding cache does not serve the old code's vectors
 
 
-def test_issue24_remote_fgclip_long_text_mode(tmp_path, data):
+def test_remote_fgclip_encodes_in_its_long_text_mode(tmp_path, data):
     from hnbench.models import load_model
 
     _, pairs = data

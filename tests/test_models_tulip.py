@@ -1,6 +1,7 @@
-"""TULIP (issue 24 item 3): a tiny random TULIP saved in the release's checkpoint layout loads, scores, and its
-text embeddings equal a reference forward written here from the authors' ``open_clip/transformer_rope.py``
-(``TextTransformerRoPE.encode_text`` as ``eval_tulip.py`` runs it), independent of ``hnbench.models.tulip``."""
+"""TULIP: a tiny random TULIP saved in the release's checkpoint layout loads, scores, and its text
+embeddings equal a reference forward written here from the authors' ``open_clip/transformer_rope.py``
+(``TextTransformerRoPE.encode_text`` as ``eval_tulip.py`` runs it), independent of
+``hnbench.models.tulip``."""
 
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def release(tmp_path):
     return cfg, arch, sd, _save_release(tmp_path / "tulip.pt", sd)
 
 
-def test_issue24_tulip_release_layout_equals_reference_forward(release):
+def test_tulip_release_layout_equals_the_reference_forward(release):
     import open_clip
 
     from hnbench.models import load_model
@@ -127,7 +128,7 @@ def test_issue24_tulip_release_layout_equals_reference_forward(release):
     assert torch.allclose(enc.encode_texts(tok.tokens[:, :int(tok.lengths.max())]), ours, atol=1e-5)
 
 
-def test_issue24_tulip_scores_through_evaluate(release, tmp_path):
+def test_tulip_scores_through_evaluate(release, tmp_path):
     from hnbench.evaluation.evaluate import evaluate
 
     cfg, arch, _, ckpt = release
@@ -140,7 +141,7 @@ def test_issue24_tulip_scores_through_evaluate(release, tmp_path):
     assert len(list((tmp_path / "out").glob("*.json"))) == 1
 
 
-def test_issue24_tulip_unexpected_keys_one_line(release, tmp_path, capsys):
+def test_tulip_checkpoint_with_unexpected_keys_is_one_line_and_writes_nothing(release, tmp_path, capsys):
     from hnbench.cli import main
 
     cfg, arch, sd, _ = release

@@ -1,5 +1,5 @@
-"""Issue 23 item 4: caption-length monotonicity (``--task monotonicity``, HiMo-Docci's HiMo@K): Pearson r between
-prefix index and image–text cosine per list, mean over lists; closed form on hand-made embeddings."""
+"""Caption-length monotonicity (``--task monotonicity``, HiMo-Docci's HiMo@K): Pearson r between prefix index
+and image–text cosine per list, mean over lists; closed form on hand-made embeddings."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _unit(cos: float) -> list[float]:
     return [cos, math.sqrt(1 - cos * cos)]
 
 
-def test_issue23_himo_closed_form_on_hand_made_embeddings():
+def test_himo_closed_form_on_hand_made_embeddings():
     image = np.array([[1.0, 0.0], [0.0, 1.0]])
     cosines = {"rising": [0.1, 0.4, 0.7], "falling": [0.7, 0.4, 0.1], "v": [0.5, 0.2, 0.5], "curve": [0.2, 0.5, 0.9]}
     texts, lists = [], []
@@ -42,7 +42,7 @@ def test_issue23_himo_closed_form_on_hand_made_embeddings():
     assert math.isnan(pearson([0.3])) and math.isnan(pearson([0.3, 0.3]))
 
 
-def test_issue23_prefix_lists_from_sentences_and_from_captions():
+def test_prefix_lists_from_sentences_and_from_captions():
     texts, lists = prefix_lists(["A red cube. It is small! A ball?", "One."], [0, 1], "sentences")
     assert texts == ["A red cube.", "A red cube. It is small!", "A red cube. It is small! A ball?", "One."]
     assert lists == [(0, [0, 1, 2]), (1, [3])]
@@ -50,7 +50,7 @@ def test_issue23_prefix_lists_from_sentences_and_from_captions():
     assert lists == [(0, [0, 1, 3]), (1, [2])]
 
 
-def test_issue23_monotonicity_eval_equals_the_formula_on_its_embeddings(micro_config, tmp_path, capsys):
+def test_monotonicity_eval_equals_the_formula_on_its_embeddings(micro_config, tmp_path, capsys):
     pairs = make_pairs(tmp_path, n=4)
     rows = [{"image": p, "caption": f"{c}. It sits in a corner. The light is dim. Nothing else is there."}
             for p, c in pairs]
@@ -88,7 +88,7 @@ def test_issue23_monotonicity_eval_equals_the_formula_on_its_embeddings(micro_co
 
 
 @pytest.mark.slow
-def test_issue23_monotonicity_on_synthdense(tmp_path):
+def test_monotonicity_on_synthdense_is_a_bounded_himo_recorded_under_its_task(tmp_path):
     r = evaluate("hnbench-tiny", "synthdense", pretrained="synthdense", protocol="test", task="monotonicity",
                  output_dir=tmp_path, num_workers=0, progress=False)
     m = r.metrics["monotonicity"]

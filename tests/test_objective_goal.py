@@ -1,6 +1,6 @@
-"""GOAL through the objective contract (issue 22 items 1–5; frameworks.md §2.7): closed form per term on a
-hand-sized batch, the L_HN swap at γ = 0, 2 gloo processes = 1, real runs that log every term and a
-checkpoint eval scores, and the bad inputs refused in one line before any model loads."""
+"""GOAL through the objective contract (frameworks.md §2.7): closed form per term on a hand-sized batch, the
+L_HN swap at γ = 0, 2 gloo processes = 1, real runs that log every term and a checkpoint eval scores, and the
+bad inputs refused in one line before any model loads."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _nce(a: torch.Tensor, b: torch.Tensor, s: float) -> float:
     return 0.5 * (ce(logits) + ce([list(c) for c in zip(*logits)]))
 
 
-def test_issue22_goal_closed_form_per_term_on_a_hand_sized_batch():
+def test_goal_closed_form_per_term_on_a_hand_sized_batch():
     """B = 2, D = W = 2, identity heads, a 4-pixel input of 2-pixel patches (CLS + 2×2 patches)."""
     s = 2.0
     out = {"image": _unit((1, 0), (0, 1)), "text": _unit((1, 1), (0, 1)), "scale": torch.tensor(s, dtype=torch.float64),
@@ -74,7 +74,7 @@ def test_issue22_goal_closed_form_per_term_on_a_hand_sized_batch():
     assert obj.last_terms["patch"] == pytest.approx((2 ** -0.5 - 1) ** 2 / 2, abs=1e-12)
 
 
-def test_issue22_goal_compat_uses_patch_16_and_shifts_the_span_one_token():
+def test_goal_compat_uses_patch_16_and_shifts_the_span_one_token():
     from hnbench.train.objectives.base import TermInputs
     from hnbench.train.objectives.goal import patch_mask, text_span_mask
     from hnbench.train.terms.goal import GoalOptions
@@ -110,7 +110,7 @@ def _micro_batch(enc):
                       side=side)
 
 
-def test_issue22_goal_one_forward_carries_crops_and_sentences(micro_config):
+def test_goal_one_forward_carries_crops_and_sentences(micro_config):
     towers, enc = _towers(micro_config)
     mb = _micro_batch(enc)
     towers.eval()
@@ -131,7 +131,7 @@ def test_issue22_goal_one_forward_carries_crops_and_sentences(micro_config):
 
 
 @pytest.mark.parametrize("segment_hn", [False, True])
-def test_issue22_goal_hn_at_gamma_zero_equals_infonce_bit_for_bit(micro_config, segment_hn):
+def test_goal_hn_at_gamma_zero_equals_infonce_bit_for_bit(micro_config, segment_hn):
     towers, enc = _towers(micro_config)
     mb = _micro_batch(enc)
     results = []
@@ -184,7 +184,7 @@ def _refused(tmp_path, monkeypatch, capsys, args, *words):
     assert_one_line_error(capsys.readouterr().err, *words)
 
 
-def test_issue22_goal_without_a_sidecar_says_how_to_make_one(tmp_path, monkeypatch, capsys):
+def test_goal_without_a_sidecar_says_how_to_make_one(tmp_path, monkeypatch, capsys):
     data = _data(tmp_path)
     _refused(tmp_path, monkeypatch, capsys, [*GOAL, "--dataset", str(data)], "segment sidecar", "hnbench segments")
 
@@ -202,13 +202,13 @@ def _image(key, value):
      ("box", "outside", "48x48")),
     (_image("segment", lambda it: [{**it["segment"][0], "char_span": [0, 999]}]), ("span", "outside", "caption")),
 ])
-def test_issue22_goal_refuses_a_bad_sidecar_in_one_line(tmp_path, monkeypatch, capsys, change, words):
+def test_goal_refuses_a_bad_sidecar_in_one_line(tmp_path, monkeypatch, capsys, change, words):
     data = _data(tmp_path)
     path = _sidecar(tmp_path, data, first=change)
     _refused(tmp_path, monkeypatch, capsys, [*GOAL, "--dataset", str(data), "--segments", str(path)], *words)
 
 
-def test_issue22_goal_refuses_an_image_without_a_segment_and_cached_accumulation(tmp_path, monkeypatch, capsys):
+def test_goal_refuses_an_image_without_a_segment_and_cached_accumulation(tmp_path, monkeypatch, capsys):
     data = _data(tmp_path)
     path = _sidecar(tmp_path, data, first=_image("segment", []))
     _refused(tmp_path, monkeypatch, capsys, [*GOAL, "--dataset", str(data), "--segments", str(path)],
@@ -226,7 +226,7 @@ def _config(micro_config, tmp_path, data, sidecar, **kw):
             "num_workers": 0, "log_every": 1, "seed": 3, **kw}
 
 
-def test_issue22_goal_trains_logs_every_term_and_records_its_side_inputs(micro_config, tmp_path):
+def test_goal_trains_logs_every_term_and_records_its_side_inputs(micro_config, tmp_path):
     data = _data(tmp_path)
     sidecar = _sidecar(tmp_path, data)
     from hnbench.train.trainer import train
@@ -246,7 +246,7 @@ def test_issue22_goal_trains_logs_every_term_and_records_its_side_inputs(micro_c
 
 
 @pytest.mark.slow
-def test_issue22_goal_two_gloo_processes_equal_one_process(micro_config, tmp_path):
+def test_goal_two_gloo_processes_equal_one_process(micro_config, tmp_path):
     from safetensors.torch import load_file
 
     from hnbench.train.trainer import train
@@ -271,7 +271,7 @@ def test_issue22_goal_two_gloo_processes_equal_one_process(micro_config, tmp_pat
     assert float((diff > 5e-6).float().mean()) < 2e-3
 
 
-def test_issue22_goal_recipes_record_the_published_defaults():
+def test_goal_recipes_record_the_published_defaults():
     tiny = TrainConfig.from_dict(load_recipe("tiny-synthdense-goal"))
     assert tiny.objective == "goal" and tiny.model == "hnbench-tiny" and tiny.dataset == "synthdense"
     big = TrainConfig.from_dict(load_recipe("longclip-L-goal-hn"))  # frameworks.md §2.4
@@ -287,7 +287,7 @@ def test_issue22_goal_recipes_record_the_published_defaults():
 
 
 @pytest.mark.slow
-def test_issue22_tiny_goal_recipe_trains_logs_terms_and_eval_scores_it(tmp_path, capsys):
+def test_tiny_goal_recipe_trains_logs_terms_and_eval_scores_it(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "--recipe", "tiny-synthdense-goal", "--loss", "hn", "--epochs", "1",
                  "--output", str(run)]) == 0
@@ -302,7 +302,7 @@ def test_issue22_tiny_goal_recipe_trains_logs_terms_and_eval_scores_it(tmp_path,
 
 
 @pytest.mark.parametrize("table", ["frozen-20", "trainable"])
-def test_issue22_position_table_modes(micro_config, tmp_path, table):
+def test_frozen_20_position_table_keeps_its_first_20_rows_and_trainable_trains_every_row(micro_config, tmp_path, table):
     """Long-CLIP's frozen-20 mode keeps the first 20 rows of the text position table as loaded; GOAL's
     trainable mode trains every row."""
     from safetensors.torch import load_file
@@ -332,7 +332,7 @@ def _readme_section(start: str, end: str) -> str:
     return text[text.index(start):text.index(end, text.index(start))]
 
 
-def test_issue22_readme_lists_the_objectives_and_its_token_term_is_the_code():
+def test_readme_lists_the_objectives_and_its_token_term_is_the_code():
     import inspect
     import re
 
@@ -353,7 +353,7 @@ def test_issue22_readme_lists_the_objectives_and_its_token_term_is_the_code():
     assert shown == lines(source), "the README's token-level term is not the code of objectives/clip.py"
 
 
-def test_issue22_each_objective_is_one_module_a_registry_line_and_a_recipe():
+def test_each_objective_is_one_module_a_registry_line_and_a_recipe():
     """The README's claim, held by every framework there is: its module in hnbench/train/objectives/ with a
     ``build``, one line in registry.py naming it, and a built-in recipe that selects it."""
     import importlib

@@ -1,6 +1,6 @@
-"""StructXLIP through the objective contract (issue 22 item 6; frameworks.md §3.7): closed form per term on a
-hand-sized batch, the per-epoch weights, the L_HN swap at γ = 0, 2 gloo processes = 1, the logit-scale clamp,
-real runs that log every term and a checkpoint eval scores, and missing side inputs refused in one line."""
+"""StructXLIP through the objective contract (frameworks.md §3.7): closed form per term on a hand-sized batch,
+the per-epoch weights, the L_HN swap at γ = 0, 2 gloo processes = 1, the logit-scale clamp, real runs that log
+every term and a checkpoint eval scores, and missing side inputs refused in one line."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _hand_batch():
     return out, side, heads, s
 
 
-def test_issue22_structxlip_closed_form_per_term_on_a_hand_sized_batch():
+def test_structxlip_closed_form_per_term_on_a_hand_sized_batch():
     out, side, heads, s = _hand_batch()
     obj = Objective(terms=build(TrainConfig(objective="structxlip", loss="infonce")))
     assert [(t.name, t.weight) for t in obj.terms] == [("global", 1.0), ("structure", 0.5), ("rgb_structure", 0.05),
@@ -60,7 +60,7 @@ def test_issue22_structxlip_closed_form_per_term_on_a_hand_sized_batch():
     assert float(total) == pytest.approx(want, abs=1e-12)
 
 
-def test_issue22_structxlip_weights_decay_per_epoch_to_their_floors():
+def test_structxlip_weights_decay_per_epoch_to_their_floors():
     terms = {t.name: t for t in build(TrainConfig(objective="structxlip"))}
     assert [round(terms["structure"].weight_at(e + 0.5) / 0.5, 3) for e in range(10)] == \
         [1.0, 1.0, 0.985, 0.944, 0.883, 0.817, 0.756, 0.715, 0.7, 0.7]  # frameworks.md §3.1
@@ -71,7 +71,7 @@ def test_issue22_structxlip_weights_decay_per_epoch_to_their_floors():
     assert sketch["global"].weight_at(0.5) == 0.0 and sketch["global"].weight_at(1.0) == 1.0
 
 
-def test_issue22_structxlip_structure_term_does_not_train_the_scale():
+def test_structxlip_structure_term_does_not_train_the_scale():
     out, side, heads, _ = _hand_batch()
     out["scale"] = out["scale"].clone().requires_grad_()
     out["edge"] = out["edge"].clone().requires_grad_()
@@ -95,7 +95,7 @@ def _micro_batch(enc):
 
 
 @pytest.mark.parametrize("structure_hn", [False, True])
-def test_issue22_structxlip_hn_at_gamma_zero_equals_infonce_bit_for_bit(micro_config, structure_hn):
+def test_structxlip_hn_at_gamma_zero_equals_infonce_bit_for_bit(micro_config, structure_hn):
     towers, enc = _towers(micro_config)
     mb = _micro_batch(enc)
     results = []
@@ -114,7 +114,7 @@ def test_issue22_structxlip_hn_at_gamma_zero_equals_infonce_bit_for_bit(micro_co
 
 # ----------------------------------------------------------------------------- missing side inputs
 
-def test_issue22_structxlip_refuses_missing_side_inputs_in_one_line(tmp_path, monkeypatch, capsys):
+def test_structxlip_refuses_missing_side_inputs_in_one_line(tmp_path, monkeypatch, capsys):
     data = _data(tmp_path)
     _refused(tmp_path, monkeypatch, capsys, [*SX, "--dataset", str(data)], "segment sidecar", "hnbench segments")
     sidecar = _sidecar(tmp_path, data)
@@ -135,7 +135,7 @@ def _config(micro_config, **kw):
             "num_workers": 0, "log_every": 1, "seed": 3, "max_logit_scale": MAX_LOGIT_SCALE, "stop_at_step": 2, **kw}
 
 
-def test_issue22_structxlip_trains_logs_every_term_clamps_the_scale_and_records_its_inputs(micro_config, tmp_path):
+def test_structxlip_trains_logs_every_term_clamps_the_scale_and_records_its_inputs(micro_config, tmp_path):
     from safetensors.torch import load_file
 
     from hnbench.train.trainer import train
@@ -155,7 +155,7 @@ def test_issue22_structxlip_trains_logs_every_term_clamps_the_scale_and_records_
 
 
 @pytest.mark.slow
-def test_issue22_structxlip_two_gloo_processes_equal_one_process(micro_config, tmp_path):
+def test_structxlip_two_gloo_processes_equal_one_process(micro_config, tmp_path):
     from safetensors.torch import load_file
 
     from hnbench.train.trainer import train
@@ -175,7 +175,7 @@ def test_issue22_structxlip_two_gloo_processes_equal_one_process(micro_config, t
     assert float((diff > 5e-6).float().mean()) < 2e-3
 
 
-def test_issue22_structxlip_recipes_record_the_published_defaults():
+def test_structxlip_recipes_record_the_published_defaults():
     tiny = TrainConfig.from_dict(load_recipe("tiny-synthdense-structxlip"))
     assert (tiny.objective, tiny.edges, tiny.max_logit_scale) == ("structxlip", "outline", MAX_LOGIT_SCALE)
     big = TrainConfig.from_dict(load_recipe("longclip-L-structxlip-hn"))  # frameworks.md §3.4, finetune.sh
@@ -186,7 +186,7 @@ def test_issue22_structxlip_recipes_record_the_published_defaults():
 
 
 @pytest.mark.slow
-def test_issue22_tiny_structxlip_recipe_trains_logs_terms_and_eval_scores_it(tmp_path, capsys):
+def test_tiny_structxlip_recipe_trains_logs_terms_and_eval_scores_it(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "--recipe", "tiny-synthdense-structxlip", "--loss", "hn", "--epochs", "1",
                  "--output", str(run)]) == 0
@@ -199,7 +199,7 @@ def test_issue22_tiny_structxlip_recipe_trains_logs_terms_and_eval_scores_it(tmp
 
 
 @pytest.mark.parametrize("name", ["goal", "structxlip"])
-def test_issue22_side_input_objectives_train_under_bf16_autocast(micro_config, name):
+def test_side_input_objectives_train_under_bf16_autocast(micro_config, name):
     """The terms run outside autocast: the bf16 token states meet the towers' heads in their fp32 weights."""
     import test_objective_goal
 
@@ -226,7 +226,7 @@ def _masked_nce(a, b, s, masked):
     return (side(sim) + side([list(r) for r in zip(*sim)])) / 2
 
 
-def test_issue22_structxlip_masks_identical_filtered_captions_in_the_structure_term():
+def test_structxlip_masks_identical_filtered_captions_in_the_structure_term():
     from hnbench.train.terms.structxlip import StructXLIPOptions, structure_loss
 
     edge = _unit((1, 0), (1, 1), (0, 1))

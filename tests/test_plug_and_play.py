@@ -61,7 +61,7 @@ def _copy(study: Path, dest: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_issue22_study_stores_every_result_and_writes_the_table(finished_study, capsys):
+def test_study_stores_every_result_and_writes_the_table(finished_study, capsys):
     found = _results(finished_study)
     assert set(found) == {"clip__infonce__s0", "clip__hn__s0", "finelip__infonce__s0", "finelip__hn__s0", "start"}
     for name in set(found) - {"start"}:
@@ -87,7 +87,7 @@ def test_issue22_study_stores_every_result_and_writes_the_table(finished_study, 
 
 
 @pytest.mark.slow
-def test_issue22_resume_skips_finished_runs_and_redoes_half_written_ones(finished_study, tmp_path, capsys):
+def test_study_resume_skips_finished_runs_and_redoes_half_written_ones(finished_study, tmp_path, capsys):
     root = _copy(finished_study, tmp_path / "study")
     before = _results(root)
     runs = root / "out" / "runs"
@@ -143,7 +143,7 @@ def _flip_one_t2i_hit(result: Path) -> float:
 
 
 @pytest.mark.slow
-def test_issue22_table_is_computed_from_the_stored_results(finished_study, tmp_path, capsys):
+def test_study_table_is_computed_from_the_stored_results(finished_study, tmp_path, capsys):
     root = _copy(finished_study, tmp_path / "study")
     shutil.rmtree(root / "out")  # no run folders: the table can only come from the results
     old = json.loads((root / "report" / "summary.json").read_text())
@@ -172,7 +172,7 @@ def test_issue22_table_is_computed_from_the_stored_results(finished_study, tmp_p
 
 @pytest.mark.parametrize("frameworks, words", [("clip,nope", ("nope", "known", "finelip")),
                                                 ("", ("--frameworks",))])
-def test_issue22_unknown_framework_is_one_line_and_writes_nothing(tmp_path, capsys, frameworks, words):
+def test_study_unknown_framework_is_one_line_and_writes_nothing(tmp_path, capsys, frameworks, words):
     _readme(tmp_path / "README.md")
     before = snapshot(tmp_path)
     assert pnp.main(_args(tmp_path, "--frameworks", frameworks)) == 2
@@ -180,7 +180,7 @@ def test_issue22_unknown_framework_is_one_line_and_writes_nothing(tmp_path, caps
     assert snapshot(tmp_path) == before
 
 
-def test_issue22_bad_study_input_is_one_line_before_anything_runs(tmp_path, capsys):
+def test_bad_study_input_is_one_line_before_anything_runs(tmp_path, capsys):
     (tmp_path / "README.md").write_text("# no markers here\n")
     before = snapshot(tmp_path)
     assert pnp.main(_args(tmp_path, "--frameworks", "clip")) == 2
@@ -197,7 +197,7 @@ def test_issue22_bad_study_input_is_one_line_before_anything_runs(tmp_path, caps
     assert_one_line_error(capsys.readouterr().err, "seeds")
 
 
-def test_issue22_a_framework_whose_runs_hnbench_refuses_is_reported_and_skipped(tmp_path, capsys, monkeypatch):
+def test_a_framework_whose_runs_hnbench_refuses_is_reported_and_skipped(tmp_path, capsys, monkeypatch):
     from hnbench.registry import RECIPE_DIR
 
     recipe = tmp_path / "tiny-synthdense-finelip-b1.toml"  # refused before anything loads: one pair per batch

@@ -69,7 +69,7 @@ def test_model_family_by_prefix(tmp_path):
     assert MODELS.match("local-dir:/tmp/x") == "open_clip"
     assert MODELS.match("ViT-B-32") == MODELS.match("hnbench-tiny") == "open_clip"  # the default family
     assert MODELS.get("hf").__module__ == "hnbench.models.hf"
-    assert type(MODELS.get("open_clip")).__name__ == "OpenCLIPFamily"  # each family is its adapter (issue 24)
+    assert type(MODELS.get("open_clip")).__name__ == "OpenCLIPFamily"  # each family is its adapter
 
 
 def test_targets_bind_arguments_and_resolve_once():

@@ -1,7 +1,8 @@
-"""Issue 23 item 2: the other release files of the same protocols (suite notes §1.4/1.5) — CLIP_benchmark's
+"""The other release files of the same protocols (suite notes §1.4/1.5) — CLIP_benchmark's
 ``coco_test_karpathy.json`` and ``flickr30k_test_karpathy.txt``, TULIP's Kaggle ``results.csv``, LLM2CLIP's
 ``flickr30k_test.json`` / ``coco_karpathy_test.json`` — each read when it is the file under the data root
-(declared as the protocol's :class:`~hnbench.data.benchmarks.protocol.Layout`), giving the primary file's pairs."""
+(declared as the protocol's :class:`~hnbench.data.benchmarks.protocol.Layout`), giving the primary file's
+pairs."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def write_caption_list(root: Path, name: str, entries: list[dict], folder: str) 
     return path
 
 
-def test_issue23_coco_karpathy_test_from_each_release_file_gives_the_same_pairs(tmp_path, monkeypatch):
+def test_coco_karpathy_test_from_each_release_file_gives_the_same_pairs(tmp_path, monkeypatch):
     (tmp_path / "coco").mkdir()
     root = build_karpathy_coco(tmp_path / "coco")
     use_counts(monkeypatch, "coco", karpathy_test=(2, 11))
@@ -87,7 +88,7 @@ def write_kaggle_csv(root: Path, nan_at: tuple[str, int] | None = ("10002456.jpg
     return path
 
 
-def test_issue23_flickr30k_full_from_tulips_kaggle_csv(tmp_path):
+def test_flickr30k_full_from_tulips_kaggle_csv_gives_the_same_pairs(tmp_path):
     root = build_token_file(tmp_path / "f")
     primary = load("flickr30k", data_root=root, expected_counts={"n_images": 3, "n_captions": 15})
     write_kaggle_csv(root)
@@ -105,7 +106,7 @@ def test_issue23_flickr30k_full_from_tulips_kaggle_csv(tmp_path):
 
 
 # --- Flickr30k Karpathy test: CLIP_benchmark's txt, LLM2CLIP's list --------------------------------------------
-def test_issue23_flickr30k_karpathy_test_from_clipbench_txt_and_llm2clip_json(tmp_path, monkeypatch):
+def test_flickr30k_karpathy_test_from_clipbench_txt_and_llm2clip_json_gives_the_same_pairs(tmp_path, monkeypatch):
     root = build_karpathy_flickr(build_token_file(tmp_path / "f"))
     use_counts(monkeypatch, "flickr30k", karpathy_test=(1, 5))
     primary = load("flickr30k", data_root=root, protocol="karpathy-test")
@@ -132,7 +133,7 @@ def test_issue23_flickr30k_karpathy_test_from_clipbench_txt_and_llm2clip_json(tm
     assert ll.meta["release_file"]["file"] == "flickr30k_test.json" and _pairs(ll) == _pairs(primary)
 
 
-def test_issue23_missing_release_file_names_every_layout_and_its_source(micro_config, tmp_path, capsys, monkeypatch):
+def test_missing_release_file_names_every_layout_and_its_source(micro_config, tmp_path, capsys, monkeypatch):
     """No file of any layout: one line, exit 2, nothing written, naming each file that would do and where it
     comes from (before any model loads)."""
     root = tmp_path / "empty"

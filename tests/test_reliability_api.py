@@ -1,4 +1,4 @@
-"""Issue 12, item 7: every public name of ``hnbench`` works twice in one process, whatever was imported before.
+"""Every public name of ``hnbench`` works twice in one process, whatever was imported before.
 
 Each case runs in a fresh interpreter, so the import order is the real one (pytest has imported the
 submodules already in this process).
@@ -81,7 +81,7 @@ def _python(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_item7_every_public_name_works_twice_in_one_process(micro_config, tmp_path):
+def test_every_public_name_works_twice_in_one_process(micro_config, tmp_path):
     pairs = make_pairs(tmp_path, n=8)
     data = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])
     run = _python(TWICE, str(micro_config), str(data), str(tmp_path / "out"), cwd=tmp_path)
@@ -90,7 +90,7 @@ def test_item7_every_public_name_works_twice_in_one_process(micro_config, tmp_pa
     assert sorted(used) == sorted(hnbench.__all__)  # every public name was exercised, twice
 
 
-def test_item7_public_functions_survive_importing_their_submodules_first(tmp_path):
+def test_public_functions_survive_importing_their_submodules_first(tmp_path):
     run = _python(IMPORTED_FIRST, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split() == ["hnbench.evaluation.evaluate", "hnbench.results.leaderboard"]

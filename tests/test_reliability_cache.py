@@ -1,6 +1,6 @@
-"""Issue 20, cache: ``hnbench cache clear`` removes only what hnbench wrote, in a folder hnbench marked as its
-embedding cache, says what it removes and needs ``--yes`` when not interactive; ``ls``/``du`` do not
-misreport a folder that is not a cache."""
+"""The cache: ``hnbench cache clear`` removes only what hnbench wrote, in a folder hnbench marked as its
+embedding cache, says what it removes and needs ``--yes`` when not interactive; ``ls``/``du`` do not misreport
+a folder that is not a cache."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Issue 20 ("Nothing lost, round 3"), part B: data, evaluation input and model loading.
+"""Nothing lost in data, evaluation input and model loading.
 
-Each test names its item; CLI cases assert the exact outcome: status 2, one ``hnbench: error:`` line
+CLI cases assert the exact outcome: status 2, one ``hnbench: error:`` line
 naming the offending item, no traceback, nothing written.
 """
 
@@ -40,8 +40,8 @@ def micro(micro_config):
     return load_model("hnb-micro", model_config=str(micro_config))
 
 
-# --- item 3: the data fingerprint hashes the images' bytes ----------------------------------------
-def test_item3_same_named_same_size_images_with_other_pixels_get_two_result_files(tmp_path, micro):
+# --- the data fingerprint hashes the images' bytes ----------------------------------------------
+def test_same_named_same_size_images_with_other_pixels_get_two_result_files(tmp_path, micro):
     a, b = _same_size_set(tmp_path / "a", 0), _same_size_set(tmp_path / "b", 1)
     assert [p.stat().st_size for p in sorted((tmp_path / "a/images").iterdir())] == \
         [p.stat().st_size for p in sorted((tmp_path / "b/images").iterdir())]
@@ -57,7 +57,7 @@ def test_item3_same_named_same_size_images_with_other_pixels_get_two_result_file
                                                                             second.dataset["fingerprint"]}
 
 
-def test_item3_a_warm_rerun_reads_no_image_bytes(tmp_path, micro, monkeypatch):
+def test_a_warm_rerun_reads_no_image_bytes(tmp_path, micro, monkeypatch):
     manifest = _same_size_set(tmp_path / "a", 0)
     images = str(tmp_path / "a" / "images")
     first = evaluate(micro, str(manifest), output_dir=tmp_path / "out", num_workers=0, ci=False)
@@ -81,7 +81,7 @@ def test_item3_a_warm_rerun_reads_no_image_bytes(tmp_path, micro, monkeypatch):
     assert changed != first.dataset["fingerprint"]
 
 
-# --- item 6: every benchmark reader keeps image paths inside the data root -------------------------
+# --- every benchmark reader keeps image paths inside the data root -------------------------
 def _hostile_docci(root: Path, outside: Path) -> tuple[str, list[str]]:
     rows = build_docci(root)
     rows[0]["image_file"] = "../../outside/x.jpg"
@@ -125,7 +125,7 @@ HOSTILE = {"docci": _hostile_docci, "dci-full": _hostile_dci, "dci-goal": _hosti
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_item6_every_benchmark_reader_refuses_image_paths_outside_the_data_root(tmp_path, capsys, case):
+def test_every_benchmark_reader_refuses_image_paths_outside_the_data_root(tmp_path, capsys, case):
     outside, root = tmp_path / "outside", tmp_path / "root"
     for name in ("x.jpg", "sa_1001.jpg"):
         jpeg(outside / name, 3)
@@ -294,11 +294,11 @@ def test_k_at_least_the_gallery_size_warns(tmp_path, micro, caplog):
     assert "R@1 " not in warned[0]
 
 
-def test_item3_the_content_fingerprint_is_separable_from_the_name(tmp_path):
+def test_the_data_fingerprint_is_the_content_not_the_file_name(tmp_path):
     a = load_dataset(str(_same_size_set(tmp_path / "a", 0)))
     (tmp_path / "a" / "m.jsonl").rename(tmp_path / "a" / "other.jsonl")
     renamed = load_dataset(str(tmp_path / "a" / "other.jsonl"))
-    # issue 21: the data fingerprint is the content alone (the name is a label)
+    # the data fingerprint is the content alone (the name is a label)
     assert renamed.name != a.name and renamed.fingerprint() == a.fingerprint()
     assert renamed.content_fingerprint() == a.content_fingerprint()
 

@@ -1,6 +1,6 @@
-"""Issue 20, items 10-12: every generated format escapes what it takes from files and data — Markdown
-(leaderboard, compare, hardness report and comparison), the browse page's embedded JSON, and CSV cells
-(near_duplicates.csv, errors_*.csv, the leaderboard CSV) against spreadsheet formulas."""
+"""Every generated format escapes what it takes from files and data — Markdown (leaderboard, compare, hardness
+report and comparison), the browse page's embedded JSON, and CSV cells (near_duplicates.csv, errors_*.csv, the
+leaderboard CSV) against spreadsheet formulas."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _check_markdown(md: str) -> None:
         assert rows and all(len(re.findall(r"<td[ >]", r)) == heads for r in rows), table
 
 
-def test_issue20_item10_every_markdown_output_escapes_names_and_captions(micro_config, tmp_path):
+def test_every_markdown_output_escapes_names_and_captions(micro_config, tmp_path):
     res = tmp_path / "res"
     a = _stored_pair(res, "base", [1, 1, 2, 2])
     b = _stored_pair(res, "hnb-micro", [1, 2, 3, 1], pretrained=HOSTILE)
@@ -62,7 +62,7 @@ def test_issue20_item10_every_markdown_output_escapes_names_and_captions(micro_c
 
 @pytest.mark.slow
 @needs_browser
-def test_issue20_item11_browse_script_runs_with_comment_and_script_openers_in_ids(micro_config, tmp_path):
+def test_browse_script_runs_with_comment_and_script_openers_in_ids(micro_config, tmp_path):
     pairs = make_pairs(tmp_path, n=4)
     ids = ["<!--<script>", "</script><script>", "<!--", "plain"]
     data = write_jsonl(tmp_path / "m.jsonl", [{"id": i, "image": p, "caption": c} for i, (p, c) in zip(ids, pairs)])
@@ -87,7 +87,7 @@ def _neutral(cell: str) -> bool:
     return not cell.startswith(("=", "+", "-", "@", "\t", "\r")) or re.fullmatch(r"-?\d+(\.\d+)?", cell) is not None
 
 
-def test_issue20_item12_csv_outputs_neutralise_formulas_and_keep_numbers(micro_config, tmp_path):
+def test_csv_outputs_neutralise_formulas_and_keep_numbers(micro_config, tmp_path):
     pairs = make_pairs(tmp_path, n=len(FORMULAS))
     data = write_jsonl(tmp_path / "m.jsonl", [{"id": f, "image": p, "caption": f"{f} {c}"}
                                               for f, (p, c) in zip(FORMULAS, pairs)])

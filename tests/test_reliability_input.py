@@ -1,4 +1,4 @@
-"""Issue 12, items 8 and 9 and the smaller ones: bad input is one line and exit 2, found before anything loads.
+"""Bad input is one line and exit 2, found before anything loads.
 
 Each CLI case asserts the exact outcome: status 2, one line on stderr naming the offending item, no
 traceback, and nothing written.
@@ -48,7 +48,7 @@ def _manifest(root: Path, n: int = 6) -> Path:
     return write_jsonl(root / "manifest.jsonl", [{"image": p, "caption": c} for p, c in pairs])
 
 
-# --- item 8: arguments ---------------------------------------------------------------------------
+# --- arguments ----------------------------------------------------------------------------------
 BAD_ARGS = [(["--k", "0"], "--k"), (["--k", "5", "-1"], "--k"), (["--batch-size", "0"], "--batch-size"),
             (["--batch-size", "-3"], "--batch-size"), (["--device", "tpu"], "--device"),
             (["--precision", "fp8"], "--precision"), (["--num-workers", "-1"], "--num-workers"),
@@ -244,7 +244,7 @@ def test_ctrl_c_exits_130_with_one_line_and_keeps_what_was_encoded(capsys, tmp_p
     assert result["settings"]["encoding"]["encoded"]["images"] == 2
 
 
-# --- item 9: manifests ---------------------------------------------------------------------------
+# --- manifests ----------------------------------------------------------------------------------
 def test_manifest_non_utf8_names_file_and_line(tmp_path):
     pairs = make_pairs(tmp_path, n=3)
     lines = [json.dumps({"image": p, "caption": c}).encode() for p, c in pairs]

@@ -81,8 +81,8 @@ def test_hardness_report_is_not_replaced_by_another_data_or_setting(micro_config
     assert snapshot(tmp_path / "many") == kept
 
 
-# --- issue 20 -------------------------------------------------------------------------------------
-def test_issue20_leaderboard_output_is_not_replaced_by_another_board_or_a_file_it_did_not_write(results, tmp_path,
+# --- a board over another's output, an --output of the wrong kind, a mixed hardness set ---------
+def test_leaderboard_output_is_not_replaced_by_another_board_or_a_file_it_did_not_write(results, tmp_path,
                                                                                                 capsys):
     out = tmp_path / "boards"
     a, b = str(results["a"]), str(results["b"])
@@ -96,7 +96,7 @@ def test_issue20_leaderboard_output_is_not_replaced_by_another_board_or_a_file_i
     assert mine.read_text() == "my notes\n" and sorted(p.name for p in tmp_path.iterdir()) == ["boards", "notes.md"]
 
 
-def test_issue20_output_that_is_a_file_or_a_folder_is_refused_in_one_line(results, tmp_path, capsys):
+def test_output_that_is_a_file_or_a_folder_is_refused_in_one_line(results, tmp_path, capsys):
     a, b = str(results["a"]), str(results["b"])
     file = tmp_path / "taken.txt"
     file.write_text("mine\n")
@@ -114,7 +114,7 @@ def test_issue20_output_that_is_a_file_or_a_folder_is_refused_in_one_line(result
     assert snapshot(tmp_path) == before and list(folder.iterdir()) == []
 
 
-def test_issue20_item9_hardness_outputs_are_one_set_and_browse_refuses_a_mixed_one(results, micro_config, tmp_path,
+def test_hardness_outputs_are_one_set_and_browse_refuses_a_mixed_one(results, micro_config, tmp_path,
                                                                                   capsys):
     data = str(results["a"].parent.parent / "m.jsonl")
     out = tmp_path / "hard"

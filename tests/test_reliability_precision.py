@@ -1,4 +1,4 @@
-"""Issue 12, item 6: every precision ``--help`` offers runs (pixels are cast to the weights' dtype); others are refused."""
+"""Every precision ``--help`` offers runs (pixels are cast to the weights' dtype); others are refused."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Issue 12, result files: never overwritten by another run (1), written as a consistent pair (3),
-validated on read by the leaderboard (4), and created with the umask's mode."""
+"""Result files: never overwritten by another run, written as a consistent pair, validated on read by the
+leaderboard, and created with the umask's mode; results from someone else are checked, skipped or refused."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def fixed_model(micro_config, tmp_path) -> list[str]:
     return ["--model", "hnb-micro", "--model-config", str(micro_config), "--pretrained", str(init)]
 
 
-def test_item1_results_of_different_data_or_settings_never_share_a_file(fixed_model, tmp_path, capsys, caplog):
+def test_results_of_different_data_or_settings_never_share_a_file(fixed_model, tmp_path, capsys, caplog):
     # two different manifests, both named manifest.jsonl
     manifests = []
     for name, n in (("a", 4), ("b", 5)):
@@ -104,7 +104,7 @@ def _pair_result(ranks: list[int]) -> tuple[EvalResult, bytes, pd.DataFrame]:
 
 
 @pytest.mark.parametrize("fail", ["write parquet", "write json", "rename parquet", "rename json"])
-def test_item3_result_pair_is_old_or_new_when_a_step_fails(tmp_path, monkeypatch, fail):
+def test_result_pair_is_old_or_new_when_a_step_fails(tmp_path, monkeypatch, fail):
     old, old_bytes, old_frame = _pair_result([1, 2, 1, 3])
     path = write_result_pair(old, tmp_path, old_bytes)
     new, new_bytes, new_frame = _pair_result([1, 1, 1, 1])  # the same run, other per-query numbers
@@ -143,7 +143,7 @@ def test_item3_result_pair_is_old_or_new_when_a_step_fails(tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, on_disk.per_query])
 
 
-def test_item3_reader_names_a_mismatched_pair(tmp_path):
+def test_reader_names_a_mismatched_result_pair(tmp_path):
     old, old_bytes, _ = _pair_result([1, 2, 1, 3])
     path = write_result_pair(old, tmp_path, old_bytes)
     r = read_result(path)
@@ -168,7 +168,7 @@ def _board_file(root: Path, name: str, **change) -> Path:
     return path
 
 
-def test_item4_leaderboard_skips_impossible_values_and_unknown_schemas(tmp_path, capsys, caplog):
+def test_leaderboard_skips_impossible_values_and_unknown_schemas(tmp_path, capsys, caplog):
     _board_file(tmp_path, "good")
     bad = {"inf": dict(t2i_r1=float("inf")), "over100": dict(t2i_r1=250.0), "negative": dict(t2i_r1=-1.0),
            "minus-schema": dict(schema_version=-1), "text": dict(t2i_r1="high")}
@@ -212,7 +212,7 @@ def test_files_are_written_with_the_umask_mode(tmp_path):
     assert set(modes.values()) == {0o640}, modes
 
 
-# --- issue 20: results from someone else ------------------------------------------------------------
+# --- results from someone else ---------------------------------------------------------------------
 def _stored_pair(root: Path, name: str, ranks: list[int], **model) -> Path:
     """A real result pair (JSON + per-query parquet, sha256 recorded) of model ``name`` in ``root``."""
     r, data, _ = _pair_result(ranks)
@@ -220,7 +220,7 @@ def _stored_pair(root: Path, name: str, ranks: list[int], **model) -> Path:
     return write_result_pair(r, root, data)
 
 
-def test_issue20_item5_leaderboard_skips_metrics_edited_against_their_per_query_file(tmp_path, capsys):
+def test_leaderboard_skips_metrics_edited_against_their_per_query_file(tmp_path, capsys):
     root = tmp_path / "res"
     base = _stored_pair(root, "base", [1, 1, 2, 2])  # R@1 = 50
     edited = _stored_pair(root, "edited", [1, 2, 3, 4])  # R@1 = 25 in its per-query file ...
@@ -263,7 +263,7 @@ def _hangs_or_floods(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.mark.timeout(120)  # before the fix a FIFO hangs the reader: the test fails instead of stopping the suite
-def test_issue20_item7_untrusted_result_folders_neither_hang_nor_flood_nor_leave_their_folder(tmp_path, micro_config,
+def test_untrusted_result_folders_neither_hang_nor_flood_nor_leave_their_folder(tmp_path, micro_config,
                                                                                                capsys):
     files = _hangs_or_floods(tmp_path)
     root = files["good"].parent
@@ -298,7 +298,7 @@ def _captions(tmp_path: Path) -> Path:
     return path
 
 
-def test_issue20_item8_malformed_fields_are_named_and_the_file_skipped(tmp_path, capsys):
+def test_malformed_result_fields_are_named_and_the_file_skipped(tmp_path, capsys):
     _board_file(tmp_path, "good")
     bad = {"arch-number": ("model", "arch", 5), "protocol-list": ("dataset", "protocol", ["test"]),
            "name-null": ("dataset", "name", None), "t2i-text": ("metrics", "t2i", "high")}
@@ -321,7 +321,7 @@ def test_issue20_item8_malformed_fields_are_named_and_the_file_skipped(tmp_path,
     assert_one_line_error(capsys.readouterr().err, "arch-number.json", "model.arch is a number")
 
 
-def test_issue20_result_names_over_255_bytes_are_shortened_and_normal_names_kept(fixed_model, tmp_path, capsys):
+def test_result_names_over_255_bytes_are_shortened_and_normal_names_kept(fixed_model, tmp_path, capsys):
     r, data, _ = _pair_result([1, 2])
     assert r.stem() == "hnb-micro-random-ffffffff__m-default__dddddddd-" + r.settings_hash()  # as stored before
     long_weights = tmp_path / ("w" * 240 + ".safetensors")  # a 252-byte file name: fine on disk, too long inside
@@ -344,7 +344,7 @@ def test_issue20_result_names_over_255_bytes_are_shortened_and_normal_names_kept
     assert len(list((tmp_path / "out").glob("*.json"))) == 2
 
 
-def test_issue20_item7_a_folder_named_like_a_result_is_one_line(tmp_path):
+def test_a_folder_named_like_a_result_is_refused_as_a_directory(tmp_path):
     """A directory named ``x.json`` is refused as a directory by the one untrusted reader (it raised
     IsADirectoryError from ``os.fdopen`` before its own check), and the leaderboard skips it by name."""
     (tmp_path / "x.json").mkdir()

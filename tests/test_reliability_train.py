@@ -1,5 +1,5 @@
-"""Issue 12, training: a finished run is never replaced by accident (2), pointless runs are refused (10),
-and the last resumable state is the run's end."""
+"""Training: a finished run is never replaced by accident, pointless runs are refused, the last resumable
+state is the run's end, and a folder the user owns, a run in use or a full disk loses nothing."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def train_argv(micro_config, tmp_path) -> list[str]:
             "--epochs", "2", "--batch-size", "4", "--num-workers", "0", "--lr", "1e-3", "--warmup-steps", "1"]
 
 
-def test_item2_finished_run_is_not_replaced_without_resume_or_overwrite(train_argv, tmp_path, capsys):
+def test_finished_run_is_not_replaced_without_resume_or_overwrite(train_argv, tmp_path, capsys):
     run = tmp_path / "run"
     assert main([*train_argv, "--output", str(run)]) == 0
     finished = snapshot(run)
@@ -44,7 +44,7 @@ def test_item2_finished_run_is_not_replaced_without_resume_or_overwrite(train_ar
 
 
 @pytest.mark.parametrize("flag", ["--dataset", "--eval-dataset"])  # fails loading, or at the first evaluation
-def test_item2_failed_start_leaves_no_run_directory(train_argv, tmp_path, capsys, flag):
+def test_failed_start_leaves_no_run_directory(train_argv, tmp_path, capsys, flag):
     run = tmp_path / "new" / "run"
     argv = [*train_argv, "--output", str(run)]
     if flag in argv:
@@ -60,7 +60,7 @@ def test_item2_failed_start_leaves_no_run_directory(train_argv, tmp_path, capsys
     ("--epochs", "0", "epochs must be >= 1"),
     ("--batch-size", "1", "no in-batch negatives"),
 ])
-def test_item10_pointless_runs_are_refused_before_loading(train_argv, tmp_path, capsys, flag, value, reason):
+def test_pointless_runs_are_refused_before_loading(train_argv, tmp_path, capsys, flag, value, reason):
     argv = [*train_argv, "--output", str(tmp_path / "run")]
     argv[argv.index(flag) + 1] = value
     argv[argv.index("--model") + 1] = "no-such-model"  # validated first: neither model nor data is loaded
@@ -96,10 +96,10 @@ def test_data_flags_reach_the_training_loader(micro_config, tmp_path, capsys):
     assert meta["steps"] == 2  # 8 valid pairs, batch 4
 
 
-# --- issue 20, part A: training -----------------------------------------------------------------------------
+# --- folders the user owns, runs in use, full disks ----------------------------------------------------------
 
 
-def test_item2_overwrite_removes_only_what_the_recorded_run_wrote(train_argv, tmp_path, capsys):
+def test_overwrite_removes_only_what_the_recorded_run_wrote(train_argv, tmp_path, capsys):
     """--overwrite in a folder that never held a run removes nothing of the user's: refused if it holds
     entries of a run's names, else the run writes beside the user's files; a run's manifest lists what it wrote."""
     folder = tmp_path / "mine"
@@ -125,7 +125,7 @@ def test_item2_overwrite_removes_only_what_the_recorded_run_wrote(train_argv, tm
     assert json.loads((folder / "train_config.json").read_text())["config"]["seed"] == 3
 
 
-def test_item2_empty_output_is_refused(train_argv, tmp_path, capsys, monkeypatch):
+def test_empty_output_is_refused(train_argv, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # "" would be the current folder
     before = snapshot(tmp_path)
     assert main([*train_argv, "--output", "", "--overwrite"]) == 2
@@ -143,7 +143,7 @@ with locked(Path(sys.argv[1]), resume=False, overwrite=False):
 """
 
 
-def test_item9_run_folder_in_use_is_refused_and_a_killed_run_leaves_no_stale_lock(train_argv, tmp_path, capsys):
+def test_run_folder_in_use_is_refused_and_a_killed_run_leaves_no_stale_lock(train_argv, tmp_path, capsys):
     run = tmp_path / "run"
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run)], stdout=subprocess.PIPE, text=True)
     try:
@@ -244,7 +244,7 @@ def small_disk(path, size: str):
         subprocess.run(["umount", "--lazy", str(path)], check=True)  # lazy: detached even if a file is open
 
 
-def test_item4_disk_full_while_saving_the_state_keeps_the_previous_one(train_argv, tmp_path, capsys):
+def test_disk_full_while_saving_the_state_keeps_the_previous_one(train_argv, tmp_path, capsys):
     """A 30 MiB disk holds epoch 1's resumable state (~19 MiB) but not epoch 2's beside it."""
     with small_disk(tmp_path / "disk", "30m") as disk:
         run = disk / "run"
@@ -259,7 +259,7 @@ def test_item4_disk_full_while_saving_the_state_keeps_the_previous_one(train_arg
     assert json.loads((tmp_path / "roomier" / "train_config.json").read_text())["steps"] == 4
 
 
-def test_item4_disk_full_while_writing_the_checkpoint_keeps_the_final_state(train_argv, tmp_path, capsys):
+def test_disk_full_while_writing_the_checkpoint_keeps_the_final_state(train_argv, tmp_path, capsys):
     """A 22 MiB disk holds the final state (~19 MiB) but not the checkpoint (~6 MiB) beside it."""
     argv = [*train_argv, "--epochs", "1"]
     with small_disk(tmp_path / "disk", "22m") as disk:

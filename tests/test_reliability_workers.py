@@ -1,4 +1,4 @@
-"""Issue 12, item 5: a DataLoader worker that dies or cannot hand over its batch is one clear error, not a hang.
+"""A DataLoader worker that dies or cannot hand over its batch is one clear error, not a hang.
 
 Faults are injected inside the workers only (``get_worker_info()`` is set there): one worker exits
 (``os._exit``), the other hits a file-size limit while writing its batch to shared memory, which is
@@ -116,7 +116,7 @@ def test_an_items_own_error_in_a_worker_is_not_blamed_on_shared_memory(micro_con
 
 
 def test_default_workers_leave_the_cpu_forward_its_cores():
-    """Issue 14: on the CPU, default decoding workers use only the cores torch's own threads leave free."""
+    """On the CPU, default decoding workers use only the cores torch's own threads leave free."""
     import torch
 
     from hnbench.evaluation.encode import default_num_workers

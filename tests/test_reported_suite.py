@@ -1,6 +1,6 @@
-"""Issue 23 item 6: the reference numbers of the suite's benchmarks (published-results.csv), each under the hnbench
-protocol of the code that produced it, placed by ``--reported`` beside runs of that protocol only; zero-shot
-accuracies beside zero-shot runs."""
+"""The reference numbers of the suite's benchmarks (published-results.csv), each under the hnbench protocol of
+the code that produced it, placed by ``--reported`` beside runs of that protocol only; zero-shot accuracies
+beside zero-shot runs."""
 
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ def _sections(md: str, level: str = "##") -> dict[str, str]:
     return {block.split("\n", 1)[0]: block for block in md.split(f"\n{level} ")[1:]}
 
 
-def test_issue23_every_reported_row_names_a_registered_protocol_and_a_source():
+def test_every_reported_row_names_a_registered_protocol_and_a_source():
     raw = load_published()
-    assert len(raw) > 96  # the spec's rows, Long-CLIP's model zoo, and this issue's reference numbers
+    assert len(raw) > 96  # the spec's rows, Long-CLIP's model zoo, and the suites' reference numbers
     for rec in raw.to_dict("records"):
         where = f"{rec['source']} {rec['method']} {rec['benchmark']} {rec['direction']}"
         assert isinstance(rec["source"], str) and rec["source"].strip(), where
@@ -54,7 +54,7 @@ def test_issue23_every_reported_row_names_a_registered_protocol_and_a_source():
             assert task_of(rec["direction"]) == "retrieval", where
             assert protocol in [p.name for p in BENCHMARKS[rec["benchmark"]].protocols], where
             assert 0 < rec["R@1"] <= 100 and all(math.isnan(rec[c]) or 0 < rec[c] <= 100 for c in ("R@5", "R@10"))
-        if "@" in rec["source"]:  # this issue's rows: repo@commit:file, a protocol (not a family), cited
+        if "@" in rec["source"]:  # the suites' rows: repo@commit:file, a protocol (not a family), cited
             assert rec["protocol"] not in PROTOCOL_FAMILIES, where
             assert ":" in rec["source"].split("@", 1)[1], where
     # both directions of a retrieval source/method/benchmark, one classification row per zero-shot set
@@ -67,7 +67,7 @@ def test_issue23_every_reported_row_names_a_registered_protocol_and_a_source():
     assert ("mlfoundations/open_clip@89fb801:docs/openclip_results.csv", "CLIP (OpenAI)") in keys
 
 
-def test_issue23_reported_numbers_as_read_in_their_sources():
+def test_reported_numbers_are_as_read_in_their_sources():
     rows = reported_rows().set_index(["source", "model", "arch", "benchmark"]).sort_index()
     lot = rows.loc[("wuw2019/LoTLIP@301b906:README.md", "LoTLIP", "ViT-B/16 128tok", "iiw")]
     assert (lot["protocol"], lot["i2t R@1"], lot["t2i R@1"], lot["context_length"]) == ("612", 94.28, 92.65, 128)
@@ -91,7 +91,7 @@ def test_issue23_reported_numbers_as_read_in_their_sources():
     assert (lot_urban["protocol"], lot_urban["i2t R@1"]) == ("lotlip", 84.1)
 
 
-def test_issue23_an_older_published_file_still_reads(tmp_path):
+def test_an_older_published_file_still_reads(tmp_path):
     """A file of the schema before zero-shot rows (no top-1/top-5 columns) reads, its rows unchanged in the
     packaged file."""
     old = tmp_path / "published-results.csv"
@@ -112,7 +112,7 @@ def test_issue23_an_older_published_file_still_reads(tmp_path):
     pd.testing.assert_frame_equal(packaged.reset_index(drop=True), raw.reset_index(drop=True), check_dtype=False)
 
 
-def test_issue24_reported_pairwise_numbers_are_marked_as_pairwise(tmp_path):
+def test_reported_pairwise_numbers_are_marked_as_pairwise(tmp_path):
     """A reported row produced by a query-conditioned scorer (FLAIR's README numbers: text-conditioned pooling)
     says so in its ``scorer`` cell, a registered scorer, and the leaderboard marks it ``‡ pairwise`` with the
     legend, never as a dual encoder's; rows of an older file (no scorer column) are dual encoders."""
@@ -138,7 +138,7 @@ def test_issue24_reported_pairwise_numbers_are_marked_as_pairwise(tmp_path):
     assert list(reported_rows(old)["scorer"]) == ["cosine"]
 
 
-def test_issue23_reported_row_joins_a_run_of_the_same_protocol_only(micro_config, tmp_path, monkeypatch):
+def test_reported_row_joins_a_run_of_the_same_protocol_only(micro_config, tmp_path, monkeypatch):
     """open_clip's CLIP_benchmark numbers (Karpathy test) sit beside a karpathy-test run, HiMo's (val2017) beside a
     val2017 run; neither in the other's table, nor in a table of a protocol nobody ran (val2017-all)."""
     build_coco_val2017(tmp_path / "coco")
@@ -169,7 +169,7 @@ def _imagenet_layout(root: Path, n: int = 4) -> tuple[Path, Path]:
     return root, names_file
 
 
-def test_issue23_zeroshot_section_shows_reported_accuracies_beside_runs(micro_config, tmp_path):
+def test_zeroshot_section_shows_reported_accuracies_beside_runs(micro_config, tmp_path):
     """A zero-shot run on an ImageNet-1k layout (any folder name) with the OpenAI templates gets open_clip's
     ImageNet-1k top-1 rows in its table; a run with other templates or on another layout gets none."""
     folder, names = _imagenet_layout(tmp_path / "val")
@@ -194,13 +194,13 @@ def test_issue23_zeroshot_section_shows_reported_accuracies_beside_runs(micro_co
     assert "CLIP (OpenAI)" not in leaderboard([tmp_path / "simple"], reported=True)
 
 
-# --- issue 23 item 3: user-defined suite files ----------------------------------------------------------------
+# --- user-defined suite files ----------------------------------------------------------------------------------
 def _readme_suite_toml() -> str:
     text = (REPO / "README.md").read_text()
     return "#" + text.split("```toml\n#", 1)[1].split("```", 1)[0]
 
 
-def test_issue23_readme_suite_file_example_reads_as_a_suite(tmp_path):
+def test_readme_suite_file_example_reads_as_a_suite(tmp_path):
     from hnbench.evaluation.suites import get_suite
 
     path = tmp_path / "my-suite.toml"
@@ -222,7 +222,7 @@ def test_issue23_readme_suite_file_example_reads_as_a_suite(tmp_path):
         ("coco", "karpathy-test"), ("flickr30k", "karpathy-test")]
 
 
-def test_issue23_suite_file_runs_like_a_registered_suite(tmp_path, monkeypatch, micro_config, capsys):
+def test_suite_file_runs_like_a_registered_suite(tmp_path, monkeypatch, micro_config, capsys):
     from benchmark_fixtures import build_docci, build_urban1k
 
     build_urban1k(tmp_path / "urban")
@@ -242,7 +242,7 @@ def test_issue23_suite_file_runs_like_a_registered_suite(tmp_path, monkeypatch, 
     assert [json.loads((out / link).read_text())["dataset"]["protocol"] for link in links[::2]] == ["longclip", "test"]
 
 
-def test_issue23_suite_file_problems_are_one_line_all_at_once(tmp_path, capsys):
+def test_suite_file_problems_are_one_line_all_at_once(tmp_path, capsys):
     """Unknown benchmark, protocol and task and a malformed entry: one line naming each, exit 2, before anything
     loads (no data-root map read, no output folder made)."""
     suite = tmp_path / "bad.json"
@@ -264,8 +264,8 @@ def test_issue23_suite_file_problems_are_one_line_all_at_once(tmp_path, capsys):
     assert_one_line_error(capsys.readouterr().err, "none.toml", "unreadable")
 
 
-# --- issue 23 item 4: the --limit heading; protocol families named after their paper, each a suite ------------------
-def test_issue23_limit_is_said_once_under_the_title(tmp_path):
+# --- the --limit heading; protocol families named after their paper, each a suite ------------------
+def test_suite_limit_is_said_once_under_the_title(tmp_path):
     from hnbench.evaluation.suites import Entry, Suite, render_table
 
     suite = Suite("t", (Entry("urban1k", "test"), Entry("imagenet", None, "zeroshot"), Entry("docci", "test")))
@@ -278,7 +278,7 @@ def test_issue23_limit_is_said_once_under_the_title(tmp_path):
     assert "Seeded" not in render_table(suite, ["m (w)"], {}, {}, tmp_path, limit=None, seed=3)
 
 
-def test_issue23_protocol_families_are_papers_tables_and_suites():
+def test_protocol_families_are_papers_tables_and_suites():
     from hnbench.evaluation.suites import get_suite
     from hnbench.registry import FAMILIES, SUITES
 
@@ -297,7 +297,7 @@ def test_issue23_protocol_families_are_papers_tables_and_suites():
     assert PROTOCOL_FAMILIES["flair-splits"]["dci"] == "full-sentences"
 
 
-def test_issue23_readme_lists_the_registered_suites():
+def test_readme_lists_the_registered_suites():
     from hnbench.registry import SUITES
 
     text = (REPO / "README.md").read_text().split("### Suites", 1)[1]
@@ -305,7 +305,7 @@ def test_issue23_readme_lists_the_registered_suites():
     assert rows == [(name, SUITES.help(name)) for name in SUITES.declared()]
 
 
-def test_issue23_suite_list_prints_each_suite_with_its_entries(capsys):
+def test_suite_list_prints_each_suite_with_its_entries(capsys):
     import pytest
 
     from hnbench.registry import SUITES

@@ -1,6 +1,6 @@
-"""Issue 24 item 5: query-conditioned (pairwise) scorers — the contract, exact blocked search over the whole gallery,
-``--scorer`` / ``--rerank-top``, FineLIP's fine-grained scorer from a run's folder or a released state dict, the
-refusals, and the leaderboard's mark."""
+"""Query-conditioned (pairwise) scorers — the contract, exact blocked search over the whole gallery,
+``--scorer`` / ``--rerank-top``, FineLIP's fine-grained scorer from a run's folder or a released state dict,
+the refusals, and the leaderboard's mark."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ class _Recorder:
 
 
 @pytest.mark.parametrize(("query_block", "candidate_block"), [(1, 1), (2, 4), (3, 5), (4, 2), (64, 256)])
-def test_issue24_blocked_exact_scorer_equals_brute_force(run_dir, micro_config, query_block, candidate_block):
+def test_blocked_exact_scorer_equals_brute_force(run_dir, micro_config, query_block, candidate_block):
     scorer, enc = _scorer(run_dir, micro_config)
     images, texts = _states(scorer, enc)
     caption_image = np.array([0, 1, 2, 3, 1, 5, 0, 4])  # caption 4 repeats caption 1 (same image); image 5 = image 2
@@ -137,7 +137,7 @@ def test_issue24_blocked_exact_scorer_equals_brute_force(run_dir, micro_config, 
         assert max(call[c][0] for call in calls[t2i]) <= candidate_block
 
 
-def test_issue24_rerank_with_k_at_least_the_gallery_is_the_full_scorer(run_dir, micro_config):
+def test_rerank_with_k_at_least_the_gallery_is_the_full_scorer(run_dir, micro_config):
     scorer, enc = _scorer(run_dir, micro_config)
     images, texts = _states(scorer, enc)
     caption_image = np.array([0, 1, 2, 3, 1, 5, 0, 4])
@@ -155,7 +155,7 @@ def test_issue24_rerank_with_k_at_least_the_gallery_is_the_full_scorer(run_dir, 
 
 
 @pytest.mark.parametrize("query_block", [32, 1])  # 1: a block whose only query has no positive among its K
-def test_issue24_rerank_top_k_keeps_the_dual_encoder_rank_outside_it(run_dir, micro_config, query_block):
+def test_rerank_top_k_keeps_the_dual_encoder_rank_outside_it(run_dir, micro_config, query_block):
     scorer, enc = _scorer(run_dir, micro_config)
     images, texts = _states(scorer, enc)
     caption_image = np.array([0, 1, 2, 3, 1, 5, 0, 4])
@@ -185,7 +185,7 @@ def _eval(run_dir, micro_config, data, out, *extra):
                  "--no-ci", "-q", *extra])
 
 
-def test_issue24_eval_scorer_finelip_end_to_end_equals_brute_force(run_dir, micro_config, data, tmp_path, capsys):
+def test_eval_scorer_finelip_end_to_end_equals_brute_force(run_dir, micro_config, data, tmp_path, capsys):
     out = tmp_path / "eval"
     assert _eval(run_dir, micro_config, data, out) == 0  # the dual encoder first: its embeddings fill the cache
     assert "scored by" not in capsys.readouterr().out
@@ -225,7 +225,7 @@ def test_issue24_eval_scorer_finelip_end_to_end_equals_brute_force(run_dir, micr
     assert re[0].metrics["t2i"] == r.metrics["t2i"] and re[0].metrics["i2t"] == r.metrics["i2t"]
 
 
-def test_issue24_released_state_dict_with_cross_net_keys_offers_the_scorer(tmp_path, micro_config):
+def test_released_state_dict_with_cross_net_keys_offers_the_scorer(tmp_path, micro_config):
     torch.manual_seed(0)
     enc = load_model("hnb-micro", model_config=str(micro_config))
     atrm = _atrm(enc.info.embed_dim, k=2)
@@ -240,7 +240,7 @@ def test_issue24_released_state_dict_with_cross_net_keys_offers_the_scorer(tmp_p
 
 
 # -- (d) the one-line refusals, before anything is encoded ----------------------------------------------------
-def test_issue24_scorer_refusals_are_one_line_before_encoding(tmp_path, micro_config, data, capsys, run_dir):
+def test_scorer_refusals_are_one_line_before_encoding(tmp_path, micro_config, data, capsys, run_dir):
     before = snapshot(tmp_path)
     cache = tmp_path / "cache"
     cases = [
@@ -264,7 +264,7 @@ def test_issue24_scorer_refusals_are_one_line_before_encoding(tmp_path, micro_co
     assert snapshot(tmp_path) == before and not (tmp_path / "out").exists() and not cache.exists()
 
 
-def test_issue24_scorer_refused_on_a_loaded_dual_encoder_before_encoding(tmp_path, micro_config):
+def test_scorer_refused_on_a_loaded_dual_encoder_before_encoding(tmp_path, micro_config):
     from hnbench.data import load_dataset
     from hnbench.errors import ConfigError
     from hnbench.evaluation.evaluate import evaluate
@@ -280,7 +280,7 @@ def test_issue24_scorer_refused_on_a_loaded_dual_encoder_before_encoding(tmp_pat
 
 
 # -- results and the leaderboard -------------------------------------------------------------------------------
-def test_issue24_results_without_scorer_read_as_cosine(tmp_path):
+def test_results_without_scorer_read_as_cosine(tmp_path):
     from hnbench.results.record import EvalResult, upgrade_record
 
     r = EvalResult(model={"arch": "a", "pretrained": None, "fingerprint": "f"}, dataset={"name": "d"},
@@ -306,7 +306,7 @@ def _stored(tmp_path: Path, name: str, scorer: dict | None, r1: float) -> None:
     write_result(r, tmp_path / name)
 
 
-def test_issue24_leaderboard_marks_pairwise_rows_in_every_format(tmp_path):
+def test_leaderboard_marks_pairwise_rows_in_every_format(tmp_path):
     from hnbench.results.leaderboard import leaderboard
 
     _stored(tmp_path / "results", "a", None, 30.0)
@@ -327,7 +327,7 @@ def test_issue24_leaderboard_marks_pairwise_rows_in_every_format(tmp_path):
     assert f"‡ pairwise ({FINELIP})" in page and "‡ pairwise" in page.split("<table")[0]
 
 
-def test_issue24_cosine_through_the_pairwise_path_ranks_as_the_cosine_search(micro_config):
+def test_cosine_through_the_pairwise_path_ranks_as_the_cosine_search(micro_config):
     from hnbench.models.scorers import CosineScorer
     from hnbench.search.exact import retrieve
 
@@ -399,7 +399,7 @@ def pairtest_family(micro_config):
     MODELS._prefixes.pop("pairtest:", None)
 
 
-def test_issue24_a_family_registered_in_a_test_module_offers_its_scorer(pairtest_family, data, tmp_path):
+def test_a_family_registered_in_a_test_module_offers_its_scorer(pairtest_family, data, tmp_path):
     from hnbench.data import load_dataset
     from hnbench.evaluation.evaluate import evaluate
     from hnbench.models.family import ModelFamily, family_of
@@ -421,7 +421,7 @@ def test_issue24_a_family_registered_in_a_test_module_offers_its_scorer(pairtest
         assert r.metrics[direction]["MRR"] == pytest.approx(np.mean(1 / ranks))
 
 
-def test_issue24_every_registered_scorer_names_its_class():
+def test_every_registered_scorer_names_its_class():
     """Each ``SCORERS`` entry resolves to the class that scores under that name (a checked declaration, not a
     label): its ``name`` is the registered name and it has the contract's members."""
     from hnbench.registry import SCORERS

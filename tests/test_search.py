@@ -315,7 +315,7 @@ def test_auto_follows_the_calibration_and_the_probe(monkeypatch, caplog, quant):
 
 
 def test_auto_beyond_the_calibrated_sizes_follows_how_each_cost_grows(monkeypatch):
-    """Issue 14: a gallery above LARGE_FROM calibrates LARGE too, and beyond LARGE each cost grows from
+    """A gallery above LARGE_FROM calibrates LARGE too, and beyond LARGE each cost grows from
     the two largest sizes: torch faster at every calibrated size but growing as M² loses to faiss."""
     monkeypatch.setattr(search, "AUTO_MIN_WORK", 0)
     monkeypatch.setattr(search_calibration, "SIZES", (100,))

@@ -27,7 +27,7 @@ def _subparser(name: str):
 
 
 def _declared_help(action, meta) -> str:
-    """The help a flag is generated with: the declared one, or for ``--no-X`` what that flag does (issue 25)."""
+    """The help a flag is generated with: the declared one, or for ``--no-X`` what that flag does."""
     return negated_help(meta) if action.option_strings[0].startswith("--no-") else meta["help"]
 
 

@@ -1,4 +1,4 @@
-"""Issue 21, part D: the data spec and the model spec — declared once, generated flags, recorded, reloaded."""
+"""The data spec and the model spec — declared once, generated flags, recorded, reloaded."""
 
 from __future__ import annotations
 
@@ -105,15 +105,15 @@ def _case_allow_outside_paths(tmp_path):
 DATA_CASES = {name.removeprefix("_case_"): fn for name, fn in globals().copy().items() if name.startswith("_case_")}
 
 
-def test_issue21_every_data_spec_field_has_a_recorded_and_reloaded_case():
-    # hnbench.specs is imported in the tests, not the module: each defect test runs (and fails) on main too
+def test_every_data_spec_field_has_a_recorded_and_reloaded_case():
+    # hnbench.specs is imported inside the tests, not at module level: without it, each test fails alone
     from hnbench.specs import DataSpec
 
     assert set(DATA_CASES) == {f.name for f in dataclasses.fields(DataSpec)}
 
 
 @pytest.mark.parametrize("field", sorted(DATA_CASES))
-def test_issue21_data_spec_field_is_recorded_and_browse_reloads_it(field, micro_config, tmp_path):
+def test_data_spec_field_is_recorded_and_browse_reloads_it(field, micro_config, tmp_path):
     argv, name, expected = DATA_CASES[field](tmp_path)
     rc, res = _eval(micro_config, tmp_path / "out", *argv)
     assert rc == 0 and res is not None
@@ -124,7 +124,7 @@ def test_issue21_data_spec_field_is_recorded_and_browse_reloads_it(field, micro_
     assert (tmp_path / "page" / "index.html").is_file()
 
 
-def test_issue21_model_spec_fields_are_recorded(micro_config, tmp_path):
+def test_model_spec_fields_are_recorded(micro_config, tmp_path):
     from safetensors.torch import save_file
 
     from hnbench.models import load_model
@@ -143,18 +143,18 @@ def test_issue21_model_spec_fields_are_recorded(micro_config, tmp_path):
                                                                "trust_remote_code"}
 
 
-def test_issue21_older_results_without_a_spec_still_reload(micro_config, tmp_path):
+def test_older_results_without_a_spec_still_reload(micro_config, tmp_path):
     rc, res = _eval(micro_config, tmp_path / "out", "--dataset", str(_manifest(tmp_path)))
     assert rc == 0 and res is not None
     path = Path(res["path"])
     old = json.loads(path.read_text())
-    old["dataset"].pop("spec", None)  # as written before issue 21 (this test passes on main too)
+    old["dataset"].pop("spec", None)  # as written before results recorded their spec
     path.write_text(json.dumps(old))
     assert main(["-q", "browse", str(path), "--output", str(tmp_path / "page")]) == 0
 
 
-# --- the numbered defects ------------------------------------------------------------------------------
-def test_issue21_defect1_hardness_measures_the_caption_column_given(micro_config, tmp_path, capsys):
+# --- each data option reaches hardness and browse; data and model flags declared once -----------------
+def test_hardness_measures_the_caption_column_given(micro_config, tmp_path, capsys):
     """All ``caption`` values are one text (pairwise mean 1); ``long`` holds distinct ones."""
     pairs = make_pairs(tmp_path, n=8)
     rows = [{"image": p, "caption": "the same caption", "long": f"caption {i}: {c}"} for i, (p, c) in enumerate(pairs)]
@@ -169,7 +169,7 @@ def test_issue21_defect1_hardness_measures_the_caption_column_given(micro_config
     assert report["dataset"]["n_captions"] == 8
 
 
-def test_issue21_defect2_browse_reloads_a_partial_benchmark(micro_config, tmp_path):
+def test_browse_reloads_a_partial_benchmark(micro_config, tmp_path):
     build_urban1k(tmp_path, n=11)
     rc, res = _eval(micro_config, tmp_path / "out", "--dataset", "urban1k", "--data-root", str(tmp_path),
                     "--allow-count-mismatch")
@@ -177,7 +177,7 @@ def test_issue21_defect2_browse_reloads_a_partial_benchmark(micro_config, tmp_pa
     assert main(["-q", "browse", res["path"], "--output", str(tmp_path / "page"), "--data-root", str(tmp_path)]) == 0
 
 
-def test_issue21_defect3_browse_reloads_a_caption_column_result(micro_config, tmp_path):
+def test_browse_reloads_a_caption_column_result(micro_config, tmp_path):
     argv, _, _ = _case_caption_column(tmp_path)
     rc, res = _eval(micro_config, tmp_path / "out", *argv)
     assert rc == 0 and res is not None and res["dataset"]["meta"]["columns"] == ["image", "long"]
@@ -193,7 +193,7 @@ def _parsers(parser: argparse.ArgumentParser, prefix: str = "hnbench"):
                 yield from _parsers(sub, f"{prefix} {name}")
 
 
-def test_issue21_defect7_data_and_model_flags_are_declared_once_with_their_help():
+def test_data_and_model_flags_are_declared_once_with_their_help():
     """--split-file, --protocol, --data-root, --model, ... have one declaration: every subcommand's flag carries
     the spec field's help (train's too), and no hand-written add_argument names them."""
     from hnbench.specs import DataSpec, ModelSpec
@@ -218,12 +218,12 @@ def test_issue21_defect7_data_and_model_flags_are_declared_once_with_their_help(
         assert flag in train._option_string_actions
 
 
-def test_issue21_at_most_40_hand_written_flags():
+def test_at_most_40_hand_written_flags():
     count = sum(len(re.findall(r'add_argument\(\s*"--', p.read_text())) for p in PACKAGE.rglob("*.py"))
     assert count <= 40, count
 
 
-def test_issue21_every_flag_of_every_subcommand_has_help():
+def test_every_flag_of_every_subcommand_has_help():
     seen = 0
     for prog, p in _parsers(build_parser()):
         for action in p._actions:
@@ -244,7 +244,7 @@ def test_issue21_every_flag_of_every_subcommand_has_help():
     (["--dataset", "MANIFEST", "--protocol", "test"], ("--protocol", "manifest")),
 ])
 @pytest.mark.parametrize("command", ["eval", "hardness", "train"])
-def test_issue21_a_data_flag_the_kind_does_not_read_is_refused(command, argv, words, tmp_path, capsys):
+def test_a_data_flag_the_kind_does_not_read_is_refused(command, argv, words, tmp_path, capsys):
     m = _manifest(tmp_path)
     argv = [str(m) if a == "MANIFEST" else a for a in argv]
     out = tmp_path / "out"
@@ -256,7 +256,7 @@ def test_issue21_a_data_flag_the_kind_does_not_read_is_refused(command, argv, wo
     assert snapshot(tmp_path) == before  # nothing written, nothing loaded (the model does not even exist)
 
 
-def test_issue21_browse_refuses_a_data_flag_the_recorded_kind_does_not_read(micro_config, tmp_path, capsys):
+def test_browse_refuses_a_data_flag_the_recorded_kind_does_not_read(micro_config, tmp_path, capsys):
     rc, res = _eval(micro_config, tmp_path / "out", "--dataset", str(_manifest(tmp_path)))
     assert rc == 0 and res is not None
     capsys.readouterr()
@@ -266,12 +266,12 @@ def test_issue21_browse_refuses_a_data_flag_the_recorded_kind_does_not_read(micr
     assert snapshot(tmp_path) == before
 
 
-def test_issue21_datasets_info_offers_only_the_registered_kinds_flags():
+def test_datasets_info_offers_only_the_registered_kinds_flags():
     info = dict(_parsers(build_parser()))["hnbench datasets info"]
     assert "--data-root" in info._option_string_actions and "--caption-column" not in info._option_string_actions
 
 
-def test_issue21_python_api_keywords_map_onto_the_data_spec(micro_config, tmp_path):
+def test_python_api_keywords_map_onto_the_data_spec(micro_config, tmp_path):
     from hnbench.errors import ConfigError
     from hnbench.evaluation.evaluate import evaluate
 
@@ -284,7 +284,7 @@ def test_issue21_python_api_keywords_map_onto_the_data_spec(micro_config, tmp_pa
         evaluate("no-such-arch", "docci", caption_column="long")
 
 
-def test_issue21_hardness_results_rebuilds_the_recorded_data(micro_config, tmp_path, capsys):
+def test_hardness_results_rebuilds_the_recorded_data(micro_config, tmp_path, capsys):
     """``hardness --results R`` with no --dataset measures the data R records (its caption column too)."""
     argv, _, _ = _case_caption_column(tmp_path)
     rc, res = _eval(micro_config, tmp_path / "out", *argv)
@@ -299,7 +299,7 @@ def test_issue21_hardness_results_rebuilds_the_recorded_data(micro_config, tmp_p
     assert_one_line_error(capsys.readouterr().err, "--dataset", "--results")
 
 
-def test_issue21_choices_are_enforced_one_way_in_every_settings_class():
+def test_choices_are_enforced_one_way_in_every_settings_class():
     """A declared ``choices`` is checked by one rule, through each class's one validation entry."""
     from hnbench.errors import ConfigError
     from hnbench.settings import EvalSettings
@@ -319,7 +319,7 @@ def test_issue21_choices_are_enforced_one_way_in_every_settings_class():
         EvalSettings(backend="faiss-gpu", device="cpu").validate()
 
 
-def test_issue21_hardness_captions_file_refuses_the_other_data_flags(tmp_path, capsys):
+def test_hardness_captions_file_refuses_the_other_data_flags(tmp_path, capsys):
     captions = tmp_path / "c.txt"
     captions.write_text("a red car\na blue car\n")
     before = snapshot(tmp_path)
@@ -329,7 +329,7 @@ def test_issue21_hardness_captions_file_refuses_the_other_data_flags(tmp_path, c
     assert snapshot(tmp_path) == before
 
 
-def test_issue21_a_result_recording_a_malformed_spec_is_one_line(micro_config, tmp_path, capsys):
+def test_a_result_recording_a_malformed_spec_is_one_line(micro_config, tmp_path, capsys):
     """Result folders are untrusted: a spec of the wrong types is refused in one line, not a traceback."""
     rc, res = _eval(micro_config, tmp_path / "out", "--dataset", str(_manifest(tmp_path)))
     assert rc == 0 and res is not None
@@ -344,7 +344,7 @@ def test_issue21_a_result_recording_a_malformed_spec_is_one_line(micro_config, t
         assert_one_line_error(capsys.readouterr().err, *words)
 
 
-def test_issue21_train_checks_its_evaluation_data_the_same_way():
+def test_train_checks_its_evaluation_data_the_same_way():
     from hnbench.errors import ConfigError
     from hnbench.train.config import TrainConfig
 

@@ -1,4 +1,4 @@
-"""issue 23 item 5: ``hnbench suite NAME`` — named benchmark sets for every model, one aggregated table."""
+"""``hnbench suite NAME`` — named benchmark sets for every model, one aggregated table."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _links(table: str) -> list[str]:
 
 
 @pytest.mark.slow  # generates synthdense
-def test_issue23_suite_synthdense_two_models_one_table(tmp_path, capsys):
+def test_suite_synthdense_puts_two_models_in_one_table(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["-q", "suite", "synthdense", *TINY, "--output", str(out), *QUICK]) == 0
     printed = capsys.readouterr().out
@@ -52,7 +52,7 @@ def test_issue23_suite_synthdense_two_models_one_table(tmp_path, capsys):
 
 
 @pytest.mark.slow  # generates synthdense
-def test_issue23_suite_python_api_mirrors_cli(tmp_path):
+def test_suite_python_api_mirrors_the_cli(tmp_path):
     import hnbench
 
     run = hnbench.run_suite("synthdense", ["hnbench-tiny"], pretrained=["synthdense"], output_dir=tmp_path,
@@ -63,7 +63,7 @@ def test_issue23_suite_python_api_mirrors_cli(tmp_path):
 
 
 @pytest.mark.slow  # generates synthdense
-def test_issue23_suite_limit_is_recorded_named_and_kept_apart(tmp_path, capsys):
+def test_suite_limit_is_recorded_named_and_kept_apart(tmp_path, capsys):
     from hnbench.results.leaderboard import leaderboard
 
     full, part = tmp_path / "full", tmp_path / "part"
@@ -80,7 +80,7 @@ def test_issue23_suite_limit_is_recorded_named_and_kept_apart(tmp_path, capsys):
     assert board.count("| 1 ") == 2  # each ranked first in its own table: never beside the full run
 
 
-def test_issue23_suite_failure_reported_rest_go_on(tmp_path, monkeypatch, capsys, micro_config):
+def test_suite_failure_is_reported_and_the_rest_go_on(tmp_path, monkeypatch, capsys, micro_config):
     root, docci = tmp_path / "data", tmp_path / "docci"
     build_urban1k(root)  # 11 images, not the 1,000 urban1k's spec expects: loading fails
     build_docci(docci)
@@ -108,7 +108,7 @@ def test_issue23_suite_failure_reported_rest_go_on(tmp_path, monkeypatch, capsys
     assert urban["dataset"]["spec"]["allow_count_mismatch"] is True
 
 
-def test_issue23_suite_replicas_from_toml_map(tmp_path, monkeypatch, micro_config):
+def test_suite_reads_replica_data_roots_from_a_toml_map(tmp_path, monkeypatch, micro_config):
     urban, docci = tmp_path / "urban", tmp_path / "docci"
     build_urban1k(urban)
     build_docci(docci)
@@ -125,7 +125,7 @@ def test_issue23_suite_replicas_from_toml_map(tmp_path, monkeypatch, micro_confi
     assert [(r["dataset"]["name"], r["dataset"]["n_images"]) for r in results[::2]] == [("urban1k", 11), ("docci", 5)]
 
 
-def test_issue23_suite_families_follow_the_protocol_specs():
+def test_suite_families_follow_the_protocol_specs():
     from hnbench.data.benchmarks import BENCHMARKS
     from hnbench.evaluation.suites import get_suite
 
@@ -143,7 +143,7 @@ def test_issue23_suite_families_follow_the_protocol_specs():
 
 
 @pytest.mark.parametrize("case", ["unknown-suite", "unknown-benchmark", "map-missing", "no-folder", "no-map"])
-def test_issue23_suite_bad_input_one_line(tmp_path, monkeypatch, capsys, case):
+def test_suite_bad_input_is_one_line(tmp_path, monkeypatch, capsys, case):
     (tmp_path / "u").mkdir()
     rmap = tmp_path / "map.json"
     rmap.write_text(json.dumps({"urban1k": str(tmp_path / "u")}))
@@ -168,7 +168,7 @@ def test_issue23_suite_bad_input_one_line(tmp_path, monkeypatch, capsys, case):
     assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
 
 
-def test_issue23_eval_limit_subset_and_refusal(tmp_path, monkeypatch, capsys, micro_config):
+def test_eval_limit_takes_a_seeded_subset_and_is_refused_for_zeroshot(tmp_path, monkeypatch, capsys, micro_config):
     from benchmark_fixtures import eval_argv
 
     build_docci(tmp_path / "docci")

@@ -1,6 +1,6 @@
-"""Issue 23 item 1: the task layer. A task declares its inputs, metrics and main score; retrieval is the first
-(today's pipeline); results record ``task`` and ``main_score``; a result written before tasks still loads,
-ranks and compares; the leaderboard keeps each task in its own section."""
+"""The task layer. A task declares its inputs, metrics and main score; retrieval is the first (today's
+pipeline); results record ``task`` and ``main_score``; a result written before tasks still loads, ranks and
+compares; the leaderboard keeps each task in its own section."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _stored_copy(tmp_path: Path) -> Path:
     return dest
 
 
-def test_issue23_retrieval_task_declares_inputs_metrics_and_main_score():
+def test_retrieval_task_declares_inputs_metrics_and_main_score():
     task = TASKS.get("retrieval")
     assert isinstance(task, Task) and "retrieval" in TASKS.names()
     assert task.groups == ("t2i", "i2t") and task.main_score == "mean R@1"
@@ -48,7 +48,7 @@ def test_issue23_retrieval_task_declares_inputs_metrics_and_main_score():
         EvalSettings(task="nope").validate()
 
 
-def test_issue23_pre_task_result_loads_ranks_and_compares(tmp_path, capsys):
+def test_pre_task_result_loads_ranks_and_compares(tmp_path, capsys):
     stored = _stored_copy(tmp_path)
     files = sorted(stored.glob("*.json"))
     raw = json.loads(files[0].read_text())
@@ -72,7 +72,7 @@ def test_issue23_pre_task_result_loads_ranks_and_compares(tmp_path, capsys):
     capsys.readouterr()
 
 
-def test_issue23_new_result_records_task_and_main_score(micro_config, tmp_path):
+def test_new_result_records_task_and_main_score(micro_config, tmp_path):
     pairs = make_pairs(tmp_path, n=6)
     manifest = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])
     r = evaluate("hnb-micro", manifest, model_config=micro_config, output_dir=tmp_path / "out", ci=False,
@@ -85,7 +85,7 @@ def test_issue23_new_result_records_task_and_main_score(micro_config, tmp_path):
     assert read_result(r.path) == r
 
 
-def test_issue23_unknown_task_in_a_file_is_skipped_by_name(tmp_path):
+def test_unknown_task_in_a_file_is_skipped_by_name(tmp_path):
     stored = _stored_copy(tmp_path)
     f = sorted(stored.glob("*.json"))[0]
     d = json.loads(f.read_text())
@@ -95,7 +95,7 @@ def test_issue23_unknown_task_in_a_file_is_skipped_by_name(tmp_path):
     assert [Path(p).name for p, _ in skipped] == ["odd.json"] and "unknown task 'segmentation'" in skipped[0][1]
 
 
-def test_issue23_cli_task_flag_is_generated_and_checked_before_loading(tmp_path, capsys):
+def test_cli_task_flag_is_generated_and_checked_before_loading(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
     assert "--task" in capsys.readouterr().out

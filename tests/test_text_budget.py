@@ -1,6 +1,5 @@
-"""Issue 24 item 7 and its Performance section: open_clip text batches trimmed to their longest caption (equal to
-the padded forward), and each model's text budget (the share of captions its own tokenizer and context cut)
-recorded and shown beside R@K."""
+"""open_clip's text batches trimmed to their longest caption (equal to the padded forward), and each model's
+text budget (the share of captions its own tokenizer and context cut) recorded and shown beside R@K."""
 
 from __future__ import annotations
 
@@ -83,7 +82,7 @@ def _batches(encoder, captions: list[str], size: int = 16) -> list[torch.Tensor]
 
 
 @pytest.mark.parametrize("kind", ["hnbench-tiny", "long-clip-248", "clip-32", "custom-text-32", "pad-id", "eos-pool"])
-def test_issue24_trimmed_text_batches_equal_the_padded_forward(kind, captions, tmp_path):
+def test_trimmed_text_batches_equal_the_padded_forward(kind, captions, tmp_path):
     encoder = _load(kind, tmp_path)
     assert trimmed_text_tower(encoder.model) is not None
     seen, handle = _input_lengths(encoder)
@@ -107,7 +106,7 @@ def test_issue24_trimmed_text_batches_equal_the_padded_forward(kind, captions, t
 
 
 @pytest.mark.parametrize("kind", ["no-causal-mask", "last-token"])
-def test_issue24_non_causal_or_last_token_towers_run_padded(kind, captions, tmp_path):
+def test_non_causal_or_last_token_towers_run_padded(kind, captions, tmp_path):
     """Towers where the padding reaches the pooled position are never trimmed: the padded forward, bit for bit."""
     encoder = _load(kind, tmp_path)
     assert trimmed_text_tower(encoder.model) is None
@@ -124,7 +123,7 @@ def test_issue24_non_causal_or_last_token_towers_run_padded(kind, captions, tmp_
     assert torch.equal(ours, padded)
 
 
-def test_issue24_families_declare_whether_their_text_batches_are_trimmed():
+def test_families_declare_whether_their_text_batches_are_trimmed():
     """An adapter attribute, not a name branch: open_clip's causal towers yes; TULIP (RoPE), LoTLIP (BERT with corner
     tokens), transformers and remote-code models no."""
     assert family_of("ViT-B-32").trims_text_batches is True
@@ -132,7 +131,7 @@ def test_issue24_families_declare_whether_their_text_batches_are_trimmed():
         assert family_of(name).trims_text_batches is False, name
 
 
-def test_issue24_encode_texts_trims_sorted_batches_and_keeps_order(captions, tmp_path):
+def test_encode_texts_trims_sorted_batches_and_keeps_order(captions, tmp_path):
     """Through encode_texts (cached, cold then warm): captions grouped longest first, each batch cut to its longest,
     vectors back in the callers' order and equal to the padded forward; the warm run reads the same entries."""
     encoder = _load("hnbench-tiny", tmp_path)
@@ -161,7 +160,7 @@ def _table_cells(board: str, header: str) -> dict[str, str]:
     return {r[name]: r[col] for r in rows if len(r) == len(heads)}
 
 
-def test_issue24_text_budget_recorded_and_shown_beside_recall(tmp_path):
+def test_text_budget_recorded_and_shown_beside_recall(tmp_path):
     """A 32-token context (PE-Core's) cuts every synthdense caption, the bundled 256-token model none; the share is in
     the result, the eval table's footer and the leaderboard (Markdown, CSV, HTML); an older file without a ``tokens``
     block shows a blank cell, not 0%."""
@@ -202,7 +201,7 @@ def _manifest(tmp_path: Path, captions: list[str]) -> str:
 
 
 @pytest.mark.slow
-def test_issue24_each_family_records_its_own_text_budget(siglip_dir, tmp_path):  # noqa: F811  (the fixture)
+def test_each_family_records_its_own_text_budget(siglip_dir, tmp_path):  # noqa: F811  (the fixture)
     """The tokens block counts with the family's own tokenizer and context: SigLIP through transformers (64, its
     max-length policy), TULIP (its RoPE tower at 248, CLIP's BPE) — one caption over each."""
     from test_models_hf_auto import CAPTIONS as SIGLIP_CAPTIONS
@@ -222,7 +221,7 @@ def test_issue24_each_family_records_its_own_text_budget(siglip_dir, tmp_path): 
     assert (tulip.tokens["context_length"], tulip.tokens["n_truncated"], tulip.tokens["max"]) == (248, 1, 272)
 
 
-def test_issue24_readme_states_the_budget_line_and_the_tolerance_tested():
+def test_readme_states_the_budget_line_and_the_tolerance_tested():
     """The README's footer example is what a result prints, and its tolerance is the one these tests assert."""
     import re
 
@@ -240,7 +239,7 @@ def test_issue24_readme_states_the_budget_line_and_the_tolerance_tested():
     assert "(`ModelFamily.trims_text_batches`)" in readme and "`truncated %`" in readme
 
 
-def test_issue24_zero_shot_class_prompts_are_not_counted_as_captions(tmp_path):
+def test_zero_shot_class_prompts_are_not_counted_as_captions(tmp_path):
     """Zero-shot's tokens block counts its class prompts: the footer names them, and its leaderboard section has no
     caption-budget column (a retrieval section beside it keeps one)."""
     from hnbench.results.leaderboard import leaderboard

@@ -86,7 +86,7 @@ def test_cached_and_uncached_sorted_runs_agree(minilm, tmp_path):
 
 
 def test_minilm_batches_are_encoded_longest_first(minilm, monkeypatch):
-    """Each batch pads only to its own longest caption: batches come longest first (issue 14, item 4)."""
+    """Each batch pads only to its own longest caption: batches come longest first."""
     texts = captions(16, seed=3)
     texts = [texts[i] for i in np.random.default_rng(0).permutation(len(texts))]  # not already in length order
     seen: list[list[str]] = []

@@ -1,7 +1,8 @@
-"""issue 24 item 1 (training side): the trainer, its towers, PEFT and export ask the model family's adapter
-(:class:`hnbench.models.family.ModelFamily`) instead of branching on the family's name: a family registered in
-this test module (its own CLIP module, parameter names, text mask and export format) trains with LoRA and its
-export and adapter reload with no other module edited; SigLIP's towers train with the encoder's own text mask."""
+"""Training side of the model-family adapters: the trainer, its towers, PEFT and export ask the model family's
+adapter (:class:`hnbench.models.family.ModelFamily`) instead of branching on the family's name: a family
+registered in this test module (its own CLIP module, parameter names, text mask and export format) trains with
+LoRA and its export and adapter reload with no other module edited; SigLIP's towers train with the encoder's
+own text mask."""
 
 from __future__ import annotations
 
@@ -147,7 +148,7 @@ def _manifest(root: Path) -> Path:
     return write_jsonl(root / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])
 
 
-def test_issue24_a_test_module_family_trains_with_lora_exports_and_reloads(toy_family, tmp_path):
+def test_a_test_module_family_trains_with_lora_exports_and_reloads(toy_family, tmp_path):
     pytest.importorskip("peft")
     from hnbench.train.trainer import TrainConfig, train
 
@@ -171,7 +172,7 @@ def test_issue24_a_test_module_family_trains_with_lora_exports_and_reloads(toy_f
     assert not torch.allclose(merged.encode_texts(tokens), base.encode_texts(tokens), atol=1e-4)
 
 
-def test_issue24_a_family_without_a_tower_split_is_refused_in_one_line(monkeypatch, tmp_path, capsys):
+def test_a_family_without_a_tower_split_is_refused_in_one_line(monkeypatch, tmp_path, capsys):
     """A plain loader family declares no towers: training it is one line, exit 2, no traceback."""
     from conftest import assert_one_line_error
 
@@ -198,7 +199,7 @@ def _names_of_families() -> tuple[set[str], set[str]]:
     return names, modules
 
 
-def test_issue24_no_training_module_names_a_family():
+def test_no_training_module_names_a_family():
     """grep over hnbench/train: no family or framework name as a string, no comparison on ``framework``, no
     import of a family's module: the training code asks the adapter."""
     names, modules = _names_of_families()
@@ -220,7 +221,7 @@ def test_issue24_no_training_module_names_a_family():
 # -- SigLIP: the towers' text mask is the encoder's own -----------------------------------------------------
 
 @pytest.mark.parametrize("fixture", ["siglip_dir", "siglip2_dir"])
-def test_issue24_siglip_towers_in_training_equal_the_encoders_eval_features(fixture, request):
+def test_siglip_towers_in_training_equal_the_encoders_eval_features(fixture, request):
     """SigLIP's policy masks by its tokenizer (SigLIP 2's Gemma tokenizer adds no end token and pads on the left),
     not CLIP's end-token mask: the training towers' text features equal the encoder's evaluation features."""
     from hnbench.models.towers import CLIPTowers
@@ -235,7 +236,7 @@ def test_issue24_siglip_towers_in_training_equal_the_encoders_eval_features(fixt
 
 
 @pytest.mark.slow
-def test_issue24_siglip_trains_with_lora_and_its_export_reloads(request, tmp_path):
+def test_siglip_trains_with_lora_and_its_export_reloads(request, tmp_path):
     pytest.importorskip("peft")
     model_dir = request.getfixturevalue("siglip_dir")
     from hnbench.train.trainer import TrainConfig, train

@@ -284,8 +284,8 @@ def test_low_precision_logits_silence_infonce_earlier():
     assert not infonce_zero_in(eye, eye, torch.tensor(10.0), torch.float16)
 
 
-def test_issue21_a_fine_tunes_epoch_results_are_labelled_as_its_weights(micro_config, data, tmp_path, capsys):
-    """Defect 6: the trainer's per-epoch results name the run's weights (run folder / epoch), not the start
+def test_a_fine_tunes_epoch_results_are_labelled_as_its_weights(micro_config, data, tmp_path, capsys):
+    """The trainer's per-epoch results name the run's weights (run folder / epoch), not the start
     weights, so compare and the board tell them apart; a --baseline that matches nothing is refused."""
     from hnbench.results.compare import compare, model_label
     from hnbench.results.record import read_result

@@ -1,5 +1,5 @@
-"""Issue 23 item 3: zero-shot classification (``--task zeroshot``) on class folders, ImageNet's layouts and an HF
-dataset with a label column; top-1 checked against a hand computation from the embeddings."""
+"""Zero-shot classification (``--task zeroshot``) on class folders, ImageNet's layouts and an HF dataset with
+a label column; top-1 checked against a hand computation from the embeddings."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _hand_top1(encoder, folder: Path, tpls: list[str]) -> tuple[float, np.ndarra
     return 100.0 * float(np.mean(pred == labels)), pred
 
 
-def test_issue23_zeroshot_top1_equals_hand_computation(encoder, folder, tpl_file, tmp_path):
+def test_zeroshot_top1_equals_hand_computation(encoder, folder, tpl_file, tmp_path):
     r = evaluate(encoder, folder, task="zeroshot", templates=str(tpl_file), output_dir=tmp_path / "out",
                  num_workers=0, progress=False, seed=1)
     hand, _ = _hand_top1(encoder, folder, tpl_file.read_text().split("\n")[:2])
@@ -96,7 +96,7 @@ def test_issue23_zeroshot_top1_equals_hand_computation(encoder, folder, tpl_file
     assert again.metrics == r.metrics
 
 
-def test_issue23_zeroshot_empty_class_is_one_line_before_any_model_loads(tmp_path, capsys):
+def test_zeroshot_empty_class_is_one_line_before_any_model_loads(tmp_path, capsys):
     root = _class_folder(tmp_path / "data", per_class=1)
     (root / "violet").mkdir()
     (root / "violet" / "notes.txt").write_text("no image here")
@@ -114,7 +114,7 @@ def test_issue23_zeroshot_empty_class_is_one_line_before_any_model_loads(tmp_pat
     assert snapshot(tmp_path) == before
 
 
-def test_issue23_imagenet_layouts_use_open_clips_class_names(tmp_path):
+def test_imagenet_layouts_use_open_clips_class_names(tmp_path):
     from open_clip import IMAGENET_CLASSNAMES, SIMPLE_IMAGENET_TEMPLATES
 
     v2 = tmp_path / "imagenetv2-matched-frequency-format-val"
@@ -140,7 +140,7 @@ def test_issue23_imagenet_layouts_use_open_clips_class_names(tmp_path):
     assert prompts(["tench", "goldfish"], ["a {}.", "one {}"]) == ["a tench.", "one tench", "a goldfish.", "one goldfish"]
 
 
-def test_issue23_hf_dataset_with_label_column_and_class_names_file(encoder, folder, tpl_file, tmp_path):
+def test_hf_dataset_with_label_column_and_class_names_file_scores_as_its_class_folders(encoder, folder, tpl_file, tmp_path):
     datasets = pytest.importorskip("datasets")
     order = sorted(CLASSES)
     files = [(order.index(name), p) for name in order for p in sorted((folder / name).iterdir())]
@@ -156,7 +156,7 @@ def test_issue23_hf_dataset_with_label_column_and_class_names_file(encoder, fold
     assert hf.dataset["meta"]["format"] == "hf" and hf.metrics["classification"] == direct.metrics["classification"]
 
 
-def test_issue23_leaderboard_keeps_zeroshot_in_its_own_section(encoder, folder, tpl_file, micro_config, tmp_path):
+def test_leaderboard_keeps_zeroshot_in_its_own_section(encoder, folder, tpl_file, micro_config, tmp_path):
     pairs = make_pairs(tmp_path, n=6)
     manifest = write_jsonl(tmp_path / "m.jsonl", [{"image": p, "caption": c} for p, c in pairs])
     out = tmp_path / "results"
@@ -173,7 +173,7 @@ def test_issue23_leaderboard_keeps_zeroshot_in_its_own_section(encoder, folder, 
     assert "task" in header and "top-1" in header
 
 
-def test_issue23_cli_eval_task_zeroshot(micro_config, folder, tpl_file, tmp_path, capsys):
+def test_cli_eval_task_zeroshot_prints_and_records_top1(micro_config, folder, tpl_file, tmp_path, capsys):
     code = main(["-q", "eval", "--task", "zeroshot", "--model", "hnb-micro", "--model-config", str(micro_config),
                  "--dataset", str(folder), "--templates", str(tpl_file), "--output", str(tmp_path),
                  "--num-workers", "0"])
@@ -182,7 +182,7 @@ def test_issue23_cli_eval_task_zeroshot(micro_config, folder, tpl_file, tmp_path
     assert read_result(next(tmp_path.glob("*zeroshot*.json"))).metrics["classification"]["n_classes"] == 4
 
 
-def test_issue23_train_eval_dataset_accepts_a_zeroshot_eval(micro_config, folder, tmp_path):
+def test_train_eval_dataset_accepts_a_zeroshot_eval(micro_config, folder, tmp_path):
     pairs = make_pairs(tmp_path, n=8)
     data = write_jsonl(tmp_path / "train.jsonl", [{"image": p, "caption": c} for p, c in pairs])
     cfg = TrainConfig.from_dict({"model": "hnb-micro", "model_config": str(micro_config), "dataset": str(data),

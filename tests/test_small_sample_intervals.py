@@ -1,4 +1,5 @@
-"""Issue 25, "Small samples look precise" and train-report: intervals where the numbers are read.
+"""Small samples do not look precise: exact intervals where the bootstrap degenerates, compare's marks after
+the Holm correction, hardness on one batch without a standard error, and train-report's interval bands.
 
 Text outputs are checked as exact strings; figures by reading the plotted data and labels back from the
 matplotlib figure objects.
@@ -33,17 +34,17 @@ STORED = REPO / "leaderboards" / "results" / "synthdense"
 
 # --- intervals: exact binomial where the bootstrap degenerates ------------------------------------------------
 @pytest.mark.parametrize("x,n", [(0, 23), (23, 23), (1, 24), (3, 24), (12, 24), (4, 5), (0, 1), (2, 500)])
-def test_issue25_clopper_pearson_matches_scipy_beta_quantiles(x, n):
+def test_clopper_pearson_matches_scipy_beta_quantiles(x, n):
     stats = pytest.importorskip("scipy.stats", reason="scipy is the independent reference (dev extra)")
     lo = 0.0 if x == 0 else 100 * stats.beta.ppf(0.025, x, n - x + 1)
     hi = 100.0 if x == n else 100 * stats.beta.ppf(0.975, x + 1, n - x)
     assert clopper_pearson(x, n) == pytest.approx((lo, hi), abs=1e-8)
 
 
-def test_issue25_zero_hits_get_an_exact_interval_not_zero_width():
+def test_zero_hits_get_an_exact_interval_not_zero_width():
     ranks = np.full(23, 7)  # 0 of 23 at R@1 and R@5, all 23 at R@10
     ci = recall_ci(ranks)
-    assert ci["R@1"] == pytest.approx((0.0, 14.8185), abs=1e-4)  # the issue's Clopper–Pearson [0, 14.8]
+    assert ci["R@1"] == pytest.approx((0.0, 14.8185), abs=1e-4)  # Clopper–Pearson's exact [0, 14.8]
     assert ci["R@10"] == pytest.approx((85.1815, 100.0), abs=1e-4)
     assert ci_methods(ranks) == {"R@1": "clopper-pearson", "R@5": "clopper-pearson", "R@10": "clopper-pearson"}
     # away from the edges, on many queries, the bootstrap's interval as before (bit for bit)
@@ -66,7 +67,7 @@ def eval24(tmp_path_factory, micro_config):
     return root, data
 
 
-def test_issue25_eval_prints_intervals_and_records_their_method(eval24, micro_config, capsys):
+def test_eval_prints_intervals_and_records_their_method(eval24, micro_config, capsys):
     root, data = eval24
     assert main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset", str(data),
                  "--output", str(root / "out"), "--num-workers", "0", "--no-cache"]) == 0
@@ -91,7 +92,7 @@ def _result(ci95, method):
     return EvalResult(model={"arch": "m"}, dataset={"name": "d"}, metrics=metrics, ci95=ci95, ci95_method=method)
 
 
-def test_issue25_table_text_exact():
+def test_result_table_marks_exact_intervals_and_says_which_method_is_which():
     ci95 = {"t2i": {"R@1": [2.6559, 32.3611], "R@5": [29.0, 71.0]}, "i2t": {"R@1": [1.0263, 27.0], "R@5": [29.0, 71.0]}}
     method = {d: {"R@1": "clopper-pearson", "R@5": "bootstrap"} for d in ("t2i", "i2t")}
     assert _result(ci95, method).table() == (
@@ -106,7 +107,7 @@ def test_issue25_table_text_exact():
     assert "interval" not in _result({}, {}).table() and "| t2i         | 12.5  |    50 |" in _result({}, {}).table()
 
 
-def test_issue25_results_written_before_the_method_still_read(tmp_path):
+def test_results_written_before_the_interval_method_was_recorded_still_read(tmp_path):
     for src in sorted(STORED.glob("*.json")):
         d = json.loads(src.read_text())
         assert "ci95_method" not in d
@@ -134,7 +135,7 @@ def _variant(src: Path, dest: Path, better: int) -> Path:
     return write_result_pair(r, dest, buf.getvalue())
 
 
-def test_issue25_compare_marks_follow_holm_not_the_unadjusted_interval(tmp_path):
+def test_compare_marks_follow_holm_not_the_unadjusted_interval(tmp_path):
     base = next(STORED.glob("hnbench-tiny-checkpoint-8f9c6681*.json"))
     five = _variant(base, tmp_path / "five", 5)
     out = compare([base, five], ks=[1], output_dir=tmp_path / "cmp")
@@ -165,7 +166,7 @@ def _captions(n: int) -> tuple[np.ndarray, list[str]]:
     return v / np.linalg.norm(v, axis=1, keepdims=True), [f"caption {i}" for i in range(n)]
 
 
-def test_issue25_hardness_one_batch_has_no_standard_error_and_says_the_batch_used():
+def test_hardness_on_one_batch_has_no_standard_error_and_says_the_batch_used():
     v, caps = _captions(24)
     r = analyze(v, captions=caps, batch_size=128, n_batches=200, seed=3)
     b = r.text.buckets
@@ -183,7 +184,7 @@ def test_issue25_hardness_one_batch_has_no_standard_error_and_says_the_batch_use
     assert not any(math.isnan(e) for e in se) and max(se) > 0 and "n/a (one batch)" not in render_report(many)
 
 
-def test_issue25_bucket_plot_draws_no_zero_width_error_bars():
+def test_bucket_plot_draws_no_zero_width_error_bars():
     v, caps = _captions(24)
     one = analyze(v, captions=caps, batch_size=128, seed=3).text.buckets
     old_file = type(one)(**{**one.__dict__, "stderr": [0.0] * len(one.stderr)})  # as written before: 0 for undefined
@@ -197,7 +198,7 @@ def test_issue25_bucket_plot_draws_no_zero_width_error_bars():
     assert "ErrorbarContainer" in [type(c).__name__ for c in fig.axes[0].containers]
 
 
-def test_issue25_gbar_is_a_seeded_random_batch_not_the_set_in_order():
+def test_gbar_is_a_seeded_random_batch_not_the_set_in_order():
     v, _ = _captions(24)
     b, gbar, items = batch_buckets(v, batch_size=128, seed=3)
     expected = np.random.default_rng(3).choice(24, 24, replace=False)
@@ -241,7 +242,7 @@ def _axis(fig, title):
 
 
 @pytest.mark.slow
-def test_issue25_train_report_r1_bands_axis_and_labels(report):
+def test_train_report_draws_r1_interval_bands_on_an_axis_that_holds_them_with_labelled_axes(report):
     loaded, fig = report
     ax = _axis(fig, "held-out R@1")
     for run in loaded:
@@ -265,7 +266,7 @@ def test_issue25_train_report_r1_bands_axis_and_labels(report):
 
 
 @pytest.mark.slow
-def test_issue25_train_report_loss_lr_flat_panels_and_both_runs_visible(report):
+def test_train_report_shows_raw_and_smoothed_loss_the_lr_a_flat_panel_as_a_sentence_and_both_runs_apart(report):
     loaded, fig = report
     loss = _axis(fig, "training loss")
     for run in loaded:
@@ -292,7 +293,7 @@ def test_issue25_train_report_loss_lr_flat_panels_and_both_runs_visible(report):
 
 
 @pytest.mark.slow
-def test_issue25_train_report_table_legend_stop_and_summary(runs, capsys, caplog):
+def test_train_report_table_has_a_column_legend_the_early_stop_and_the_r1_summary(runs, capsys, caplog):
     loaded = [read_run(runs / "infonce"), read_run(runs / "hn")]
     table = render_table(loaded)
     assert "infonce (infonce): stopped at step 4 of 9." in table and "hn (hn, γ=0.5): stopped" not in table

@@ -1,6 +1,8 @@
-"""Issue 25 (part c): no raw Python values on screen, one CLI convention, the offline tag, hardness's pairs, docs.
+"""The command line speaks plainly and one way: no raw Python values on screen, one flag convention in every
+command, a pretrained tag that fails at once offline, hardness's (model, weights) pairs checked before
+anything loads, and the README's install and encoder-protocol examples as written.
 
-Each test names its bullet; text outputs are checked as exact strings."""
+Text outputs are checked as exact strings."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ def _help(*argv: str) -> str:
 
 
 # --- raw Python values ---------------------------------------------------------------------------------
-def test_issue25_value_text_never_spells_python():
+def test_value_text_never_spells_python():
     from hnbench.io import value_text
 
     assert [value_text(v) for v in (None, float("nan"), True, 12.0, 38.8, (0.0, 0.5, 1.0), "cpu")] == \
@@ -43,7 +45,7 @@ def test_issue25_value_text_never_spells_python():
     assert value_text((), none="none") == "none" and value_text({"used": True, "n": 0}) == "used true, n 0"
 
 
-def test_issue25_datasets_info_on_a_manifest_says_no_none(tmp_path, capsys):
+def test_datasets_info_on_a_manifest_says_no_none(tmp_path, capsys):
     data = _manifest(tmp_path)
     assert main(["-q", "datasets", "info", str(data)]) == 0
     out = capsys.readouterr().out
@@ -51,14 +53,14 @@ def test_issue25_datasets_info_on_a_manifest_says_no_none(tmp_path, capsys):
     assert f"  loaded from {data}: n_images 6, n_captions 6 (count check: n/a; skipped: none)\n" in out
 
 
-def test_issue25_recall_is_the_decimal_not_its_float_error():
+def test_recall_is_the_decimal_not_its_float_error():
     from hnbench.metrics import recall_at_k
 
     r = recall_at_k([1] * 97 + [50] * 153, ks=(1,))
     assert json.dumps(r) == '{"R@1": 38.8}'  # 100 * mean gave 38.800000000000004
 
 
-def test_issue25_browse_hardness_table_shows_a_dash_for_an_empty_bucket():
+def test_browse_hardness_table_shows_a_dash_for_an_empty_bucket():
     from hnbench.hardness.schema import RecallBucket as Bucket
     from hnbench.pages.html import _hardness
     from hnbench.pages.page import Page
@@ -83,14 +85,14 @@ def scored(micro_config, tmp_path):
     return next((tmp_path / "res").glob("*.json"))
 
 
-def test_issue25_csv_board_rank_is_an_integer(scored, tmp_path, capsys):
+def test_csv_board_rank_is_an_integer(scored, tmp_path, capsys):
     capsys.readouterr()
     assert main(["leaderboard", str(scored.parent), "--format", "csv"]) == 0
     rows = list(__import__("csv").DictReader(io.StringIO(capsys.readouterr().out)))
     assert [r["rank"] for r in rows] == ["1"]
 
 
-def test_issue25_cache_ls_names_random_init_and_counts_generated_images(scored, capsys):
+def test_cache_ls_names_random_init_and_counts_generated_images(scored, capsys):
     from hnbench.data import load_dataset
 
     load_dataset("synthdense", n_families={"test": 2, "train": 0}, family_size=2)  # generated into the cache
@@ -117,11 +119,11 @@ def test_issue25_cache_ls_names_random_init_and_counts_generated_images(scored, 
     (["train"], "--no-train-logit-scale", "--no-train-logit-scale freeze the logit scale (without it: train the "
                                           "logit scale)"),
 ])
-def test_issue25_negated_flag_help_says_what_the_flag_does(argv, flag, text):
+def test_negated_flag_help_says_what_the_flag_does(argv, flag, text):
     assert text in _help(*argv)
 
 
-def test_issue25_every_negated_flag_declares_what_it_does():
+def test_every_negated_flag_declares_what_it_does():
     from hnbench.settings import negated_help
 
     def parsers(p):
@@ -139,7 +141,7 @@ def test_issue25_every_negated_flag_declares_what_it_does():
     assert negated_help({"help": "x"}) == "turn this off (without it: x)"
 
 
-def test_issue25_batch_size_means_the_encoder_batch_in_every_command(micro_config, tmp_path, capsys):
+def test_batch_size_means_the_encoder_batch_in_every_command(micro_config, tmp_path, capsys):
     assert "--batch-size BATCH_SIZE images per encoder batch (default 64)" in _help("eval")
     hard = _help("hardness")
     assert "--batch-size" not in hard and "--in-batch-size IN_BATCH_SIZE B of the in-batch negative buckets" in hard
@@ -166,14 +168,14 @@ def test_issue25_batch_size_means_the_encoder_batch_in_every_command(micro_confi
 @pytest.mark.parametrize("argv", [["cache", "-q", "ls"], ["cache", "ls", "-q"],
                                   ["datasets", "list", "--quiet"], ["eval", "-q", "--model", "m", "--dataset", "d",
                                                                     "--output", "o"]])
-def test_issue25_global_flags_before_or_after_the_subcommand(argv):
+def test_global_flags_parse_the_same_before_or_after_the_subcommand(argv):
     args = build_parser().parse_args(argv)
     assert args.quiet is True and args.verbose is False
     before = build_parser().parse_args(["-q", *(a for a in argv if a not in ("-q", "--quiet"))])
     assert before.quiet is True and vars(before) == vars(args)  # one command, wherever the flag is
 
 
-def test_issue25_eval_q_after_the_subcommand_runs(scored, micro_config, tmp_path, capsys):
+def test_eval_with_q_after_the_subcommand_runs_without_progress_bars(scored, micro_config, tmp_path, capsys):
     data = tmp_path / "m.jsonl"
     capsys.readouterr()
     assert main(["eval", *_micro_args(micro_config), "--dataset", str(data), "--output", str(tmp_path / "res"),
@@ -181,7 +183,7 @@ def test_issue25_eval_q_after_the_subcommand_runs(scored, micro_config, tmp_path
     assert capsys.readouterr().err == ""  # -q: no progress bars
 
 
-def test_issue25_manifest_errors_are_all_reported_with_file_and_line(tmp_path, capsys):
+def test_manifest_errors_are_all_reported_with_file_and_line(tmp_path, capsys):
     pairs = make_pairs(tmp_path, n=4)
     lines = [json.dumps({"image": pairs[0][0], "caption": pairs[0][1]}), "{not json",
              json.dumps({"caption": "no image here"}), json.dumps({"image": pairs[1][0], "caption": ""}),
@@ -202,7 +204,7 @@ def test_issue25_manifest_errors_are_all_reported_with_file_and_line(tmp_path, c
     assert snapshot(tmp_path) == before
 
 
-def test_issue25_manifest_errors_are_capped(tmp_path, capsys):
+def test_manifest_errors_are_capped_at_ten_and_the_rest_counted(tmp_path, capsys):
     data = tmp_path / "bad.jsonl"
     data.write_text("".join("{broken\n" for _ in range(14)))
     assert main(["-q", "datasets", "info", str(data)]) == 2
@@ -212,7 +214,7 @@ def test_issue25_manifest_errors_are_capped(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_issue25_checkpoints_follow_the_umask_and_the_bar_stops_at_stop_at_step(micro_config, tmp_path, capsys):
+def test_checkpoints_follow_the_umask_and_the_bar_stops_at_stop_at_step(micro_config, tmp_path, capsys):
     from hnbench.train.trainer import TrainConfig, train
 
     data = _manifest(tmp_path, n=8)
@@ -232,7 +234,7 @@ def test_issue25_checkpoints_follow_the_umask_and_the_bar_stops_at_stop_at_step(
 
 
 # --- the pretrained tag offline ------------------------------------------------------------------------
-def test_issue25_tag_with_hub_offline_fails_at_once_in_one_line(tmp_path, capsys, monkeypatch):
+def test_pretrained_tag_with_hub_offline_fails_at_once_in_one_line(tmp_path, capsys, monkeypatch):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # HF_HUB_OFFLINE=1: conftest
@@ -247,7 +249,7 @@ def test_issue25_tag_with_hub_offline_fails_at_once_in_one_line(tmp_path, capsys
     assert snapshot(tmp_path) == before
 
 
-def test_issue25_tag_with_hub_unreachable_fails_at_once(tmp_path, monkeypatch):
+def test_pretrained_tag_with_hub_unreachable_fails_at_once(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
     from hnbench.errors import CheckpointError
@@ -262,7 +264,7 @@ def test_issue25_tag_with_hub_unreachable_fails_at_once(tmp_path, monkeypatch):
                                    "cannot be reached: no local copy in ")
 
 
-def test_issue25_unknown_tag_never_lists_itself_as_known():
+def test_unknown_pretrained_tag_never_lists_itself_as_known():
     from hnbench.errors import CheckpointError
     from hnbench.models import load_model
 
@@ -275,7 +277,7 @@ def test_issue25_unknown_tag_never_lists_itself_as_known():
 
 
 # --- hardness: every (model, weights) pair checked before any loads ----------------------------------------
-def test_issue25_hardness_weights_never_pass_to_the_next_model(micro_config, tmp_path, capsys):
+def test_hardness_weights_never_pass_to_the_next_model(micro_config, tmp_path, capsys):
     (tmp_path / "a.txt").write_text("\n".join(f"a red square number {i}" for i in range(12)))
     base = ["-q", "hardness", "--captions", str(tmp_path / "a.txt"), "--model-config", str(micro_config),
             "--output", str(tmp_path / "out")]
@@ -293,7 +295,7 @@ def test_issue25_hardness_weights_never_pass_to_the_next_model(micro_config, tmp
     assert snapshot(tmp_path) == before  # nothing loaded, nothing written
 
 
-def test_issue25_hardness_none_weights_run_and_a_failure_leaves_nothing(micro_config, tmp_path, monkeypatch):
+def test_hardness_none_weights_run_and_a_failure_leaves_nothing(micro_config, tmp_path, monkeypatch):
     from hnbench.hardness import run
 
     (tmp_path / "a.txt").write_text("\n".join(f"a red square number {i}" for i in range(12)))
@@ -328,7 +330,7 @@ def _readme_block(heading: str) -> str:
 
 
 @pytest.mark.slow
-def test_issue25_readme_encoder_protocol_example_scores_a_custom_model(tmp_path, monkeypatch, capsys):
+def test_readme_encoder_protocol_example_scores_a_custom_model(tmp_path, monkeypatch, capsys):
     from hnbench.models.base import Encoder
 
     monkeypatch.chdir(tmp_path)
@@ -342,7 +344,7 @@ def test_issue25_readme_encoder_protocol_example_scores_a_custom_model(tmp_path,
     assert "| t2i" in capsys.readouterr().out
 
 
-def test_issue25_readme_documents_the_cpu_torch_install_and_keeps_its_two_commands():
+def test_readme_documents_the_cpu_torch_install_and_keeps_its_two_commands():
     from packaging.specifiers import SpecifierSet
 
     text = (REPO / "README.md").read_text()

@@ -1,6 +1,6 @@
-"""Issue 25, "Failure views drown" and the styled HTML board: the near-duplicate-only word diff (browse and
-the hardness report), browse thumbnails, names and row height, and the leaderboard page — in a real
-headless Chromium from file://, measured by a probe script appended to a copy of each page."""
+"""Failure views that do not drown, and the styled HTML board: the near-duplicate-only word diff (browse and
+the hardness report), browse thumbnails, names and row height, and the leaderboard page — in a real headless
+Chromium from file://, measured by a probe script appended to a copy of each page."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def _screenshot_is_not_blank(page: Path, tmp: Path) -> None:
 
 
 # --- the word diff: near-duplicates only ----------------------------------------------------------
-def test_issue25_diff_marks_near_duplicates_only():
+def test_word_diff_marks_near_duplicates_only():
     assert textdiff.changed_words(RED, UNRELATED) == ([], [])  # unrelated: shown plain
     assert textdiff.changed_words(RED, RED.replace("red", "green")) == (["red"], ["green"])
     assert textdiff.similarity(RED, UNRELATED) < textdiff.NEAR_DUPLICATE <= textdiff.similarity(RED, RED[:40])
@@ -84,7 +84,7 @@ def test_issue25_diff_marks_near_duplicates_only():
 @pytest.fixture(scope="module")
 def results(tmp_path_factory, micro_config) -> dict[str, Path]:
     """Two micro-model results (context lengths 8 and 24) on a 10-image manifest with one unrelated caption."""
-    root = tmp_path_factory.mktemp("issue25")
+    root = tmp_path_factory.mktemp("pages")
     pairs = make_pairs(root, n=10)
     rows = [{"image": p, "caption": c} for p, c in pairs[:-1]] + [{"image": pairs[-1][0], "caption": UNRELATED}]
     data = write_jsonl(root / "m.jsonl", rows)
@@ -124,7 +124,7 @@ return r;
 
 
 @needs_browser
-def test_issue25_browse_thumbnails_names_and_compact_rows(results, tmp_path):
+def test_browse_thumbnails_enlarge_items_are_named_and_rows_are_compact(results, tmp_path):
     """Thumbnails of 128 px that enlarge on a click, every retrieved item named, rows of at most 240 px,
     and the unrelated caption shown without marks (with the rule said on the page)."""
     page = browse(results["a"], tmp_path / "page", limit=0, top=3, progress=False)
@@ -161,7 +161,7 @@ def _many_pairs(root: Path, n: int) -> list[dict[str, str]]:
 
 @pytest.mark.slow
 @needs_browser
-def test_issue25_browse_page_of_2000_queries_in_chromium(micro_config, tmp_path):
+def test_browse_page_of_2000_queries_shows_every_row_compactly_in_chromium(micro_config, tmp_path):
     """A 1,000-image manifest: 2,000 query rows, every one there, no console message, rows compact."""
     data = write_jsonl(tmp_path / "big.jsonl", _many_pairs(tmp_path, 1000))
     assert main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset", str(data),
@@ -197,7 +197,7 @@ return {tables: q('table').length, sortable: q('th.sortable').length, ths: q('th
 
 
 @needs_browser
-def test_issue25_styled_board_in_chromium(results, tmp_path):
+def test_styled_board_sorts_every_column_and_keeps_cells_on_one_line_in_chromium(results, tmp_path):
     """``--format html --ci --baseline``: styled like the browse page, every column sortable, no score cell over
     two lines, self-contained, no console message, a non-blank screenshot."""
     board = tmp_path / "board" / "index.html"
