@@ -41,6 +41,8 @@ TWICE = textwrap.dedent("""
         assert isinstance(back, hnbench.EvalResult) and back.metrics == r.metrics
         used.add("EvalResult")
         assert "hnb-micro" in call("leaderboard", [f"{out}/eval{round}"])
+        exported = call("export", [r.path], "clip-benchmark", f"{out}/export{round}", model_name="org/micro")
+        assert exported.files  # CLIP_benchmark's run JSON and its build CSV
         cmp = call("compare", [r.path, r.path], ks=[1], n_boot=10)
         assert all(row["delta"] == 0 for row in cmp.rows)
         assert call("browse", r.path, f"{out}/browse{round}", progress=False).name == "index.html"
