@@ -383,11 +383,11 @@ def write_block(readme: Path, block: str) -> None:
 # -- command ----------------------------------------------------------------------------------------
 
 def parse(argv: list[str] | None) -> StudySettings:
-    from hnbench.cli import _add_settings_args
+    from hnbench.cli.flags import add_settings_args
 
     p = argparse.ArgumentParser(prog="plug_and_play.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_settings_args(p, StudySettings, required={"output"})
+    add_settings_args(p, StudySettings, required={"output"})
     args = p.parse_args(argv)
     # a flag not given is None: the field's own default then (a list field's default comes from its factory)
     return StudySettings(**{f.name: getattr(args, f.name) for f in fields(StudySettings)
