@@ -23,18 +23,28 @@ from hnbench.evaluation.suites import SuiteSettings
 from hnbench.io import human_bytes, loads_json
 from hnbench.pages.textdiff import MAX_CAPTION_CHARS, MAX_WORDS
 from hnbench.publish.command import add_parser as _add_export_parser
-from hnbench.registry import MODELS, RECIPES, SUITES, TASKS, TEXT_ENCODERS
+from hnbench.registry import MODELS, OBJECTIVES, RECIPES, SUITES, TASKS, TEXT_ENCODERS
 from hnbench.settings import (
     BrowseSettings,
     CompareSettings,
     EvalSettings,
     HardnessSettings,
     field_types,
+    flag_of,
+    flat_key,
     negated_help,
 )
 from hnbench.sidecars.options import SegmentsSettings
 from hnbench.specs import DataSpec, ModelSpec
-from hnbench.train.config import DATA_SPEC_FIELDS, TrainConfig, load_recipe, replace_data_spec
+from hnbench.train.config import (
+    DATA_SPEC_FIELDS,
+    TrainConfig,
+    load_recipe,
+    nest_options,
+    options_class,
+    replace_data_spec,
+    set_option,
+)
 from hnbench.train.report import epoch_table, read_run, train_report
 
 # The in-function imports below are of modules that import numpy, pandas or torch: the CLI parses its
@@ -368,24 +378,27 @@ def _run_cache(args: argparse.Namespace) -> int:
 
 
 def _add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = False, skip: Collection[str] = (),
-                       only: Collection[str] | None = None, required: Collection[str] = ()) -> None:
+                       only: Collection[str] | None = None, required: Collection[str] = (),
+                       prefix: str | None = None) -> None:
     """One flag per field of the settings dataclass ``cls`` (see :func:`hnbench.settings.option`), in its group.
 
     ``sparse``: every default is None, so only the flags given override a recipe (or a result's record). A
     flag already on ``p`` (the shared model / data flags) is kept as it is; ``skip`` / ``only``: the fields
-    left out / the only ones made flags; ``required``: fields whose flag must be given.
+    left out / the only ones made flags; ``required``: fields whose flag must be given; ``prefix``: ``cls`` is an
+    objective's options, flagged ``--<prefix>-<field>`` and stored under the flag's flat key (``finelip_margin``).
     """
     kinds = field_types(cls)
     for f in dataclasses.fields(cls):
         meta = f.metadata
         if not meta.get("cli", True) or f.name in skip or (only is not None and f.name not in only):
             continue
-        flag = meta.get("flag") or "--" + f.name.replace("_", "-")
+        flag = flag_of(f, prefix)
         if flag in p._option_string_actions:
             continue
-        group = _group(p, meta.get("group") or "options")
+        group = _group(p, meta.get("group") or prefix or "options")
         default = None if f.default is dataclasses.MISSING else f.default
-        kw: dict[str, Any] = {"dest": f.name, "help": meta["help"].replace("%", "%%"), **meta.get("argparse", {})}
+        kw: dict[str, Any] = {"dest": f.name if prefix is None else flat_key(f, prefix),
+                              "help": meta["help"].replace("%", "%%"), **meta.get("argparse", {})}
         kind = kinds[f.name][0]  # X | None → X
         origin = typing.get_origin(kind)
         if kind is bool and default is True:
@@ -497,10 +510,16 @@ def _run_eval(args: argparse.Namespace, model: ModelSpec, data: DataSpec) -> int
 
 # --- train ---------------------------------------------------------------------------------------
 def _add_train_options(tr: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field (none of them defaults: only the flags given override the recipe)."""
+    """One flag per TrainConfig field and per option of each objective (none of them defaults: only the flags
+    given override the recipe), in TrainConfig's order: the objectives' where their options sit in it."""
     for title in ("objective", "optimisation", "PEFT and Long-CLIP", "run, diagnostics, evaluation"):
         _group(tr, title)  # in this order in --help (fields name their group; field order is the recipe's)
-    _add_settings_args(tr, TrainConfig, sparse=True)
+    names = [f.name for f in fields(TrainConfig)]
+    at = names.index("objective_options")
+    _add_settings_args(tr, TrainConfig, sparse=True, only=names[:at])
+    for entry in OBJECTIVES.entries():
+        _add_settings_args(tr, options_class(entry.name), sparse=True, prefix=entry.prefix)
+    _add_settings_args(tr, TrainConfig, sparse=True, only=names[at + 1:])
     _group(tr, "run, diagnostics, evaluation").add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="any other training option (value parsed as JSON when it can be), repeatable")
@@ -513,11 +532,10 @@ def _parse_value(text: str) -> object:
         return text
 
 
-def _run_train(args: argparse.Namespace) -> int:
-    from hnbench.train.state import resume_hint
-    from hnbench.train.trainer import train
-
-    cfg = load_recipe(args.recipe) if args.recipe else {}
+def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The run's TrainConfig of parsed ``hnbench train`` flags: the recipe, then the flags given, then ``--set``
+    (a field, an objective's ``finelip.margin`` or its flat ``finelip_margin``), each over the one before."""
+    cfg = nest_options(load_recipe(args.recipe)) if args.recipe else {}
     for key in DATA_SPEC_FIELDS:  # other data than the recipe's: its protocol and options go with its data
         if args.recipe and getattr(args, key) and (note := replace_data_spec(cfg, key, getattr(args, key), args.recipe)):
             logger.warning("%s", note)
@@ -526,11 +544,15 @@ def _run_train(args: argparse.Namespace) -> int:
         value = getattr(args, key, None)
         if value is not None and key != "resume":
             cfg[key] = None if value == "" and key in optional else value  # --protocol "": unset the recipe's
+    for entry in OBJECTIVES.entries():  # each objective's flags, stored under their flat keys
+        for f in fields(options_class(entry.name)):
+            if (value := getattr(args, flat_key(f, entry.prefix), None)) is not None:
+                set_option(cfg, f"{entry.name}.{f.name}", value)
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
-        cfg[key.strip().replace("-", "_")] = _parse_value(value)
+        set_option(cfg, key.strip().replace("-", "_"), _parse_value(value))
     train_fields = {f.name for f in fields(TrainConfig)}  # DataSpec fields TrainConfig has not: loader options
     data_flags = {f.name: getattr(args, f.name) for f in fields(DataSpec)
                   if f.name not in train_fields and getattr(args, f.name)}
@@ -538,7 +560,14 @@ def _run_train(args: argparse.Namespace) -> int:
         cfg["dataset_options"] = {**cfg.get("dataset_options", {}), **data_flags}
     if args.resume is not None:
         cfg["resume"] = args.resume or cfg.get("output") or TrainConfig.output
-    config = TrainConfig.from_dict(cfg)
+    return TrainConfig.from_dict(cfg)
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from hnbench.train import train
+    from hnbench.train.state import resume_hint
+
+    config = train_config_from_args(args)
     try:
         ckpt = train(config, progress=not args.quiet)
     except KeyboardInterrupt:  # the one line says how to go on: the exact --resume, or why there is none
