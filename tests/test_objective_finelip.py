@@ -165,8 +165,8 @@ def test_the_module_resumes_bit_for_bit_and_trains_at_its_own_rate(micro_config,
 
     def cfg(out, **kw):
         return TrainConfig(model="hnb-micro", model_config=str(micro_config), dataset=str(data), objective="finelip",
-                           objective_options={"num_patches": 20}, loss="hn", epochs=2, batch_size=4, num_workers=0, log_every=1,
-                           warmup_steps=1, output=str(tmp_path / out), **kw)
+                           objective_options={"num_patches": 20}, loss="hn", epochs=2, batch_size=4, num_workers=0,
+                           log_every=1, warmup_steps=1, output=str(tmp_path / out), **kw)
 
     train(cfg("whole"), progress=False)
     train(cfg("cut", stop_at_step=1), progress=False)

@@ -136,7 +136,8 @@ def test_issue22_goal_hn_at_gamma_zero_equals_infonce_bit_for_bit(micro_config, 
     mb = _micro_batch(enc)
     results = []
     for loss in ("infonce", "hn"):
-        obj = Objective(terms=build(TrainConfig(objective="goal", loss=loss, gamma=0.0, objective_options={"segment_hn": segment_hn})))
+        obj = Objective(terms=build(TrainConfig(objective="goal", loss=loss, gamma=0.0,
+                                                objective_options={"segment_hn": segment_hn})))
         towers.zero_grad(set_to_none=True)
         value = run_step(towers, towers, [mb], obj)
         grads = {n: p.grad.clone() for n, p in towers.named_parameters() if p.grad is not None}

@@ -1,4 +1,6 @@
-"""Training settings: :class:`TrainConfig` (every field a flag, a recipe key and a resume rule) and recipes."""
+"""Training settings: :class:`TrainConfig` (every field a flag, a recipe key and a resume rule; the chosen
+objective's options nested, as its registry entry declares them) and recipes; :func:`upgrade` reads the flat
+shape of older recipes and stored ``train_config.json`` files."""
 
 from __future__ import annotations
 
