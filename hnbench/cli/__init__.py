@@ -540,20 +540,22 @@ def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
         if args.recipe and getattr(args, key) and (note := replace_data_spec(cfg, key, getattr(args, key), args.recipe)):
             logger.warning("%s", note)
     optional = {name for name, (_, none_ok) in field_types(TrainConfig).items() if none_ok}
-    for key in (f.name for f in fields(TrainConfig)):
+    train_fields = [f.name for f in fields(TrainConfig)]
+    for key in train_fields:
         value = getattr(args, key, None)
         if value is not None and key != "resume":
             cfg[key] = None if value == "" and key in optional else value  # --protocol "": unset the recipe's
-    for entry in OBJECTIVES.entries():  # each objective's flags, stored under their flat keys
+    for entry in OBJECTIVES.entries():  # each objective's flags, stored under their flat keys (a field's: its own)
         for f in fields(options_class(entry.name)):
-            if (value := getattr(args, flat_key(f, entry.prefix), None)) is not None:
+            key = flat_key(f, entry.prefix)
+            if key not in train_fields and (value := getattr(args, key, None)) is not None:
                 set_option(cfg, f"{entry.name}.{f.name}", value)
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         set_option(cfg, key.strip().replace("-", "_"), _parse_value(value))
-    train_fields = {f.name for f in fields(TrainConfig)}  # DataSpec fields TrainConfig has not: loader options
+    # DataSpec fields TrainConfig has not: loader options
     data_flags = {f.name: getattr(args, f.name) for f in fields(DataSpec)
                   if f.name not in train_fields and getattr(args, f.name)}
     if data_flags:  # the data flags eval shares reach train's loader through dataset_options

@@ -4,6 +4,7 @@ shape of older recipes and stored ``train_config.json`` files."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import sys
@@ -31,7 +32,8 @@ from hnbench.validate import check_device_name
 
 @dataclass
 class TrainConfig:
-    """Everything that decides a training run (a recipe file holds a subset of these fields)."""
+    """Everything that decides a training run (a recipe file holds a subset of these fields, and the chosen
+    objective's options in its table: ``objective_options``)."""
 
     # the model and the data: ModelSpec's and DataSpec's fields (their other data fields: dataset_options)
     model: str = same_as(ModelSpec, "model", "hnbench-tiny")
@@ -345,6 +347,8 @@ def nest_options(d: Mapping[str, Any]) -> dict[str, Any]:
     objective = str(d.get("objective", TrainConfig.objective))
     for key, value in d.items():
         if key == "objective_options" and objective in objectives:  # this shape: the recorded objective's
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):  # the options themselves
+                value = dataclasses.asdict(value)
             if not isinstance(value, Mapping):
                 raise ConfigError(f"objective_options must be a table of options, got {value!r}")
             for name, v in value.items():

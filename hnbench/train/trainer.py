@@ -114,7 +114,7 @@ def cosine_lr(step: int, total: int, base: float, warmup: int) -> float:
 def train(config: TrainConfig, *, progress: bool = True, evaluate: PeriodicEval | None = None) -> Path:
     """Run one training job (one process, or one rank under ``torchrun``); returns the checkpoint path.
 
-    ``evaluate``: the periodic evaluation of ``config.eval_dataset`` (:data:`PeriodicEval`; a config with an
+    ``evaluate``: the periodic evaluation of ``config.eval_dataset`` (:class:`PeriodicEval`; a config with an
     ``eval_dataset`` needs one: :func:`hnbench.train.train` builds it with hnbench's evaluator). Under
     ``torchrun`` the process group follows :mod:`hnbench.distributed`'s timeout policy
     (``HNBENCH_DIST_TIMEOUT_S``, default 6 hours): the other ranks wait that long for rank 0's evaluation.
