@@ -27,8 +27,9 @@ import torch
 import torch.nn.functional as F
 
 from hnbench.data.synthdense import FAMILY_PATTERN
+from hnbench.train import train
+from hnbench.train.config import TrainConfig
 from hnbench.train.report import epoch_table, read_run, render_table, train_report
-from hnbench.train.trainer import TrainConfig, train
 
 
 def _dataset_options(args: argparse.Namespace) -> dict:

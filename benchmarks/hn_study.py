@@ -213,7 +213,7 @@ def result_dir(out: Path, run: Run) -> Path:
 def execute(run: Run, sizes: StudySizes, out: Path, init: str, *, progress: bool) -> Path:
     """Train (or resume, or skip) one run and score its checkpoint; returns the result file."""
     from hnbench.evaluation.evaluate import evaluate
-    from hnbench.train.trainer import train
+    from hnbench.train import train
 
     done = sorted(result_dir(out, run).glob("*.json"))
     if done:

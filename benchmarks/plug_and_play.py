@@ -225,7 +225,7 @@ def execute(run: Run, s: StudySettings, log: Any) -> Path:
 
     from hnbench.evaluation.evaluate import evaluate
     from hnbench.io import atomic_write_bytes
-    from hnbench.train.trainer import train
+    from hnbench.train import train
 
     cfg = train_config(run, s)
     run_dir = Path(cfg.output)

@@ -32,7 +32,7 @@ _LAZY = {
     "read_result": "hnbench.results.record:read_result",
     "EvalResult": "hnbench.results.record:EvalResult",
     "ImageTextDataset": "hnbench.data.base:ImageTextDataset",
-    "train": "hnbench.train.trainer:train",
+    "train": "hnbench.train:train",
     "TrainConfig": "hnbench.train.config:TrainConfig",
     "leaderboard": "hnbench.results.leaderboard:leaderboard",
     "hardness": "hnbench.hardness:hardness",

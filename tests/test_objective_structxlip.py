@@ -67,7 +67,7 @@ def test_structxlip_weights_decay_per_epoch_to_their_floors():
     assert terms["rgb_structure"].weight_at(9) == pytest.approx(0.05 * 0.5)
     assert terms["local_structure"].weight_at(9) == pytest.approx(0.1 * 0.4)
     assert terms["global"].weight_at(9) == 1.0
-    sketch = {t.name: t for t in build(TrainConfig(objective="structxlip", structxlip_sketch_epochs=1))}
+    sketch = {t.name: t for t in build(TrainConfig(objective="structxlip", objective_options={"sketch_epochs": 1}))}
     assert sketch["global"].weight_at(0.5) == 0.0 and sketch["global"].weight_at(1.0) == 1.0
 
 
@@ -101,7 +101,7 @@ def test_structxlip_hn_at_gamma_zero_equals_infonce_bit_for_bit(micro_config, st
     results = []
     for loss in ("infonce", "hn"):
         obj = Objective(terms=build(TrainConfig(objective="structxlip", loss=loss, gamma=0.0,
-                                                structxlip_structure_hn=structure_hn)))
+                                                objective_options={"structure_hn": structure_hn})))
         towers.zero_grad(set_to_none=True)
         value = run_step(towers, towers, [mb], obj)
         grads = {n: p.grad.clone() for n, p in towers.named_parameters() if p.grad is not None}
@@ -180,8 +180,9 @@ def test_structxlip_recipes_record_the_published_defaults():
     assert (tiny.objective, tiny.edges, tiny.max_logit_scale) == ("structxlip", "outline", MAX_LOGIT_SCALE)
     big = TrainConfig.from_dict(load_recipe("longclip-L-structxlip-hn"))  # frameworks.md §3.4, finetune.sh
     assert (big.batch_size, big.epochs, big.lr, big.weight_decay, big.warmup_steps, big.seed) == (16, 10, 5e-6, 0.05, 0, 42)
-    assert (big.structxlip_structure_weight, big.structxlip_rgb_weight, big.structxlip_local_weight,
-            big.structxlip_top_k, big.filter_colors, big.edges) == (0.25, 0.001, 0.001, 2, True, "canny")
+    o = big.objective_options
+    assert (o.structure_weight, o.rgb_weight, o.local_weight, o.top_k, o.filter_colors, big.edges) == \
+        (0.25, 0.001, 0.001, 2, True, "canny")
     assert big.max_logit_scale == pytest.approx(math.exp(3.5)) and big.position_table == "trainable"
 
 
@@ -237,7 +238,7 @@ def test_structxlip_masks_identical_filtered_captions_in_the_structure_term():
     assert float(masked) == pytest.approx(_masked_nce(edge, filtered, 2.0, {(0, 1)}), abs=1e-12)
     plain = _masked_nce(edge, filtered, 2.0, set())
     assert float(masked) != pytest.approx(plain, abs=1e-6)  # the two colour variants are negatives no more
-    off = StructXLIPOptions(structxlip_mask_duplicates=False)
+    off = StructXLIPOptions(mask_duplicates=False)
     assert float(structure_loss(edge, filtered, every, 2.0, options=off, filtered_tokens=tokens)) == \
         pytest.approx(plain, abs=1e-12)
     distinct = tokens.clone()

@@ -16,7 +16,15 @@ from hnbench.data import load_dataset
 from hnbench.errors import ConfigError
 from hnbench.evaluation.evaluate import evaluate, run_evaluation
 from hnbench.models import load_model
-from hnbench.settings import EvalSettings, HardnessSettings, check_minimums, field_types, negated_help
+from hnbench.settings import (
+    EvalSettings,
+    HardnessSettings,
+    check_minimums,
+    choices_of,
+    field_types,
+    help_of,
+    negated_help,
+)
 from hnbench.train.config import TrainConfig
 
 
@@ -28,7 +36,7 @@ def _subparser(name: str):
 
 def _declared_help(action, meta) -> str:
     """The help a flag is generated with: the declared one, or for ``--no-X`` what that flag does."""
-    return negated_help(meta) if action.option_strings[0].startswith("--no-") else meta["help"]
+    return negated_help(meta) if action.option_strings[0].startswith("--no-") else help_of(meta)
 
 
 def _by_dest(p) -> dict:
@@ -48,7 +56,7 @@ def test_every_eval_setting_is_a_flag_with_its_help(command):
         assert action.option_strings and action.option_strings[0].startswith("--")
         assert action.help.replace("%%", "%") == _declared_help(action, f.metadata)
         if f.metadata["choices"]:
-            assert list(action.choices) == list(f.metadata["choices"])
+            assert list(action.choices) == list(choices_of(f.metadata))
     assert actions["ks"].option_strings == ["--k"] and actions["ci"].option_strings == ["--no-ci"]
     assert actions["use_cache"].option_strings == ["--no-cache"] and actions["seed"].option_strings == ["--seed"]
 
@@ -132,6 +140,7 @@ def test_resume_free_comes_from_train_config_metadata():
 
 def test_train_flags_come_from_train_config_fields(tmp_path):
     from hnbench.registry import RECIPE_DIR
+    from hnbench.train.config import options_class
     from hnbench.train.trainer import TrainConfig, load_recipe
 
     parser, p = _subparser("train")
@@ -145,11 +154,15 @@ def test_train_flags_come_from_train_config_fields(tmp_path):
         if f.name not in ("model", "pretrained", "model_config", "dataset", "data_root", "protocol"):  # shared
             assert action.help == _declared_help(action, f.metadata)
         if f.metadata["choices"]:
-            assert list(action.choices) == list(f.metadata["choices"])
-    # recipe keys are field names
+            assert list(action.choices) == list(choices_of(f.metadata))
+    # recipe keys are field names, or the chosen objective's table of the options it declares
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     for recipe in RECIPE_DIR.glob("*.toml"):
-        assert set(load_recipe(str(recipe))) <= names, recipe.name
+        keys = load_recipe(str(recipe))
+        tables = set(keys) - names
+        assert tables <= {keys.get("objective")}, recipe.name
+        for table in tables:
+            assert set(keys[table]) <= {f.name for f in dataclasses.fields(options_class(table))}, recipe.name
     for f in dataclasses.fields(TrainConfig):  # the declared choices are the ones the config accepts
         for value in f.metadata["choices"] or ():
             TrainConfig.from_dict({f.name: value})

@@ -25,8 +25,9 @@ from hnbench.metrics import ci_methods, clopper_pearson, rank_summary, recall_at
 from hnbench.plots import buckets_figure
 from hnbench.results.compare import compare
 from hnbench.results.record import EvalResult, read_per_query, read_result, write_result_pair
+from hnbench.train import train
 from hnbench.train.report import COLUMN_LEGEND, COLUMNS, r1_summary, read_run, render_table, report_figure
-from hnbench.train.trainer import TrainConfig, train
+from hnbench.train.trainer import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 STORED = REPO / "leaderboards" / "results" / "synthdense"

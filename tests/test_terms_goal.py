@@ -119,9 +119,9 @@ def test_pooling_term_closed_form() -> None:
 
 def test_weights_are_1_half_1_1() -> None:
     o = GoalOptions()
-    assert (o.goal_global_weight, o.goal_segment_weight, o.goal_patch_weight, o.goal_text_weight) == (1, 0.5, 1, 1)
+    assert (o.global_weight, o.segment_weight, o.patch_weight, o.text_weight) == (1, 0.5, 1, 1)
     assert GOAL_TERMS == ("global", "segment", "patch", "text")
-    assert dataclasses.replace(o, goal_segment_weight=0.0).goal_segment_weight == 0.0
+    assert dataclasses.replace(o, segment_weight=0.0).segment_weight == 0.0
 
 
 def _features(b: int = 4, d: int = 8, seed: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,7 +144,7 @@ def test_segment_term_takes_hn_only_when_switched_on() -> None:
     c, s = _features(seed=3)
     nce = info_nce_loss(c, s, 100.0)
     assert torch.equal(goal_segment_loss(c, s, 100.0, loss="hn", gamma=0.5), nce)
-    on = GoalOptions(goal_segment_hn=True)
+    on = GoalOptions(segment_hn=True)
     assert not torch.equal(goal_segment_loss(c, s, 100.0, loss="hn", gamma=0.5, options=on), nce)
 
 
@@ -152,7 +152,7 @@ def test_options_are_declared_fields() -> None:
     check_declared(GoalOptions())
     assert all(f.metadata["help"] for f in dataclasses.fields(GoalOptions))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        GoalOptions().goal_compat = True  # type: ignore[misc]
+        GoalOptions().compat = True  # type: ignore[misc]
 
 
 # ----------------------------------------------------------------------------- 2 gloo processes

@@ -128,7 +128,7 @@ def test_schedule_factors_per_epoch() -> None:
     w = structxlip_weights(8)
     assert w == pytest.approx({"global": 1.0, "structure": 0.5 * 0.7, "rgb_structure": 0.05 * 0.5,
                                "local_structure": 0.1 * 0.4})
-    assert structxlip_weights(0, StructXLIPOptions(structxlip_sketch_epochs=1))["global"] == 0.0
+    assert structxlip_weights(0, StructXLIPOptions(sketch_epochs=1))["global"] == 0.0
     assert set(w) == set(STRUCTXLIP_TERMS)
     assert schedule_factor(0, 0.5, warm=2, decay_start=2) == 0.5  # linear warm-up (e+1)/warm
 
@@ -140,7 +140,7 @@ def test_hn_at_gamma_zero_equals_infonce() -> None:
     assert all(torch.equal(a, b) for a, b in zip(torch.autograd.grad(hn, (v, t)), torch.autograd.grad(nce, (v, t)),
                                                  strict=True))
     has = torch.ones(4, dtype=torch.bool)
-    on = StructXLIPOptions(structxlip_structure_hn=True)
+    on = StructXLIPOptions(structure_hn=True)
     assert torch.equal(structure_loss(v, t, has, 33.0, loss="hn", gamma=0.0, options=on),
                        structure_loss(v, t, has, 33.0))
     assert not torch.equal(structure_loss(v, t, has, 33.0, loss="hn", gamma=0.5, options=on),
@@ -159,7 +159,7 @@ def test_chunk_embeddings_norm_softmax_pooling_and_double_ln_compat() -> None:
     w = torch.softmax(h.norm(dim=-1), dim=0)
     want = F.normalize(proj(ln((h * w[:, None]).sum(0, keepdim=True))), dim=-1)
     assert torch.allclose(chunk_embeddings(states, [(1, 3)], ln, proj), want, atol=1e-12)
-    compat = chunk_embeddings(states, [(1, 3)], ln, proj, options=StructXLIPOptions(structxlip_compat_double_ln=True))
+    compat = chunk_embeddings(states, [(1, 3)], ln, proj, options=StructXLIPOptions(compat_double_ln=True))
     assert torch.allclose(compat, chunk_embeddings(ln(states), [(1, 3)], ln, proj), atol=1e-12)
     with pytest.raises(ValueError, match="outside"):
         chunk_embeddings(states, [(4, 9)], ln, proj)
@@ -178,7 +178,7 @@ def test_local_term_pools_filtered_states_unless_span_shift_compat() -> None:
     chunks = [chunk_embeddings(filtered_states[i], chunk_spans(texts[i], tok.encode), ln, proj) for i in range(2)]
     assert torch.equal(fixed, local_structure_loss(chunks, crops, valid, 3.0))
     shifted = local_structure_term(caption_states, filtered_states, *args,
-                                   options=StructXLIPOptions(structxlip_compat_span_shift=True))
+                                   options=StructXLIPOptions(compat_span_shift=True))
     assert torch.equal(shifted, local_structure_term(caption_states, caption_states, *args))
     assert not torch.equal(shifted, fixed)
 

@@ -239,7 +239,8 @@ def _slow_eval_worker(rank: int, world: int, port: int, cfg: dict, root: str) ->
     os.environ[TIMEOUT_ENV] = str(POLICY_TIMEOUT_S)
     torch.set_num_threads(1)
     from hnbench.registry import DATASETS
-    from hnbench.train.trainer import TrainConfig, train
+    from hnbench.train import train
+    from hnbench.train.trainer import TrainConfig
 
     DATASETS.register("slow-eval", _load_slow_eval)
     # the default group, set up before the trainer, with a short timeout

@@ -13,10 +13,11 @@ from safetensors.torch import load_file
 
 from hnbench.cli import main
 from hnbench.errors import ConfigError
+from hnbench.train import train
 from hnbench.train.diagnostics import measure, saturated_rows
 from hnbench.train.losses import hn_clip_loss, info_nce_loss
 from hnbench.train.step import MicroBatch, Objective, run_step
-from hnbench.train.trainer import TrainConfig, load_recipe, train
+from hnbench.train.trainer import TrainConfig, load_recipe
 
 
 @pytest.fixture

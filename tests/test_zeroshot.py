@@ -21,8 +21,8 @@ from hnbench.models import load_model
 from hnbench.results.leaderboard import leaderboard
 from hnbench.results.record import read_result
 from hnbench.tasks.zeroshot import prompts, templates
+from hnbench.train import train
 from hnbench.train.config import TrainConfig
-from hnbench.train.trainer import train
 
 CLASSES = ["red", "green", "blue", "yellow"]
 

@@ -15,7 +15,16 @@ import typing
 from collections.abc import Collection
 from typing import Any, TypeAlias, TypeVar
 
-from hnbench.settings import EvalSettings, HardnessSettings, choices_of, field_types, help_of, negated_help
+from hnbench.settings import (
+    EvalSettings,
+    HardnessSettings,
+    choices_of,
+    field_types,
+    flag_of,
+    flat_key,
+    help_of,
+    negated_help,
+)
 from hnbench.specs import DataSpec, ModelSpec
 
 __all__ = ["RENAMED", "Parser", "Subparsers", "add_global_flags", "add_model_list_args", "add_settings_args",
@@ -59,24 +68,27 @@ def spec_from_args(cls: type[_T], args: argparse.Namespace, **given: Any) -> _T:
 
 
 def add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = False, skip: Collection[str] = (),
-                      only: Collection[str] | None = None, required: Collection[str] = ()) -> None:
+                      only: Collection[str] | None = None, required: Collection[str] = (),
+                      prefix: str | None = None) -> None:
     """One flag per field of the settings dataclass ``cls`` (see :func:`hnbench.settings.option`), in its group.
 
     ``sparse``: every default is None, so only the flags given override a recipe (or a result's record). A
     flag already on ``p`` (the shared model / data flags) is kept as it is; ``skip`` / ``only``: the fields
-    left out / the only ones made flags; ``required``: fields whose flag must be given.
+    left out / the only ones made flags; ``required``: fields whose flag must be given; ``prefix``: ``cls`` is an
+    objective's options, flagged ``--<prefix>-<field>`` and stored under the flag's flat key (``finelip_margin``).
     """
     kinds = field_types(cls)
     for f in dataclasses.fields(cls):
         meta = f.metadata
         if not meta.get("cli", True) or f.name in skip or (only is not None and f.name not in only):
             continue
-        flag = meta.get("flag") or "--" + f.name.replace("_", "-")
+        flag = flag_of(f, prefix)
         if flag in p._option_string_actions:
             continue
-        into = group(p, meta.get("group") or "options")
+        into = group(p, meta.get("group") or prefix or "options")
         default = None if f.default is dataclasses.MISSING else f.default
-        kw: dict[str, Any] = {"dest": f.name, "help": help_of(meta).replace("%", "%%"), **meta.get("argparse", {})}
+        kw: dict[str, Any] = {"dest": f.name if prefix is None else flat_key(f, prefix),
+                              "help": help_of(meta).replace("%", "%%"), **meta.get("argparse", {})}
         kind = kinds[f.name][0]  # X | None → X
         origin = typing.get_origin(kind)
         if kind is bool and default is True:

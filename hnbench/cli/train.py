@@ -14,10 +14,18 @@ from dataclasses import fields
 from hnbench.cli.flags import Subparsers, add_settings_args, add_spec_args, group
 from hnbench.errors import ConfigError
 from hnbench.io import loads_json
-from hnbench.registry import RECIPES
-from hnbench.settings import field_types
+from hnbench.registry import OBJECTIVES, RECIPES
+from hnbench.settings import field_types, flat_key
 from hnbench.specs import DataSpec
-from hnbench.train.config import DATA_SPEC_FIELDS, TrainConfig, load_recipe, replace_data_spec
+from hnbench.train.config import (
+    DATA_SPEC_FIELDS,
+    TrainConfig,
+    load_recipe,
+    nest_options,
+    options_class,
+    replace_data_spec,
+    set_option,
+)
 
 __all__ = ["add_train_parser", "add_train_report_parser"]
 
@@ -35,10 +43,16 @@ def add_train_parser(sub: Subparsers) -> None:
 
 
 def _add_train_options(tr: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field (none of them defaults: only the flags given override the recipe)."""
+    """One flag per TrainConfig field and per option of each objective (none of them defaults: only the flags
+    given override the recipe), in TrainConfig's order: the objectives' where their options sit in it."""
     for title in ("objective", "optimisation", "PEFT and Long-CLIP", "run, diagnostics, evaluation"):
         group(tr, title)  # in this order in --help (fields name their group; field order is the recipe's)
-    add_settings_args(tr, TrainConfig, sparse=True)
+    names = [f.name for f in fields(TrainConfig)]
+    at = names.index("objective_options")
+    add_settings_args(tr, TrainConfig, sparse=True, only=names[:at])
+    for entry in OBJECTIVES.entries():
+        add_settings_args(tr, options_class(entry.name), sparse=True, prefix=entry.prefix)
+    add_settings_args(tr, TrainConfig, sparse=True, only=names[at + 1:])
     group(tr, "run, diagnostics, evaluation").add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
         help="any other training option (value parsed as JSON when it can be), repeatable")
@@ -51,32 +65,44 @@ def _parse_value(text: str) -> object:
         return text
 
 
-def _run_train(args: argparse.Namespace) -> int:
-    from hnbench.train.state import resume_hint
-    from hnbench.train.trainer import train
-
-    cfg = load_recipe(args.recipe) if args.recipe else {}
+def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The run's TrainConfig of parsed ``hnbench train`` flags: the recipe, then the flags given, then ``--set``
+    (a field, an objective's ``finelip.margin`` or its flat ``finelip_margin``), each over the one before."""
+    cfg = nest_options(load_recipe(args.recipe)) if args.recipe else {}
     for key in DATA_SPEC_FIELDS:  # other data than the recipe's: its protocol and options go with its data
         if args.recipe and getattr(args, key) and (note := replace_data_spec(cfg, key, getattr(args, key), args.recipe)):
             logger.warning("%s", note)
     optional = {name for name, (_, none_ok) in field_types(TrainConfig).items() if none_ok}
-    for key in (f.name for f in fields(TrainConfig)):
+    train_fields = [f.name for f in fields(TrainConfig)]
+    for key in train_fields:
         value = getattr(args, key, None)
         if value is not None and key != "resume":
             cfg[key] = None if value == "" and key in optional else value  # --protocol "": unset the recipe's
+    for entry in OBJECTIVES.entries():  # each objective's flags, stored under their flat keys (a field's: its own)
+        for f in fields(options_class(entry.name)):
+            key = flat_key(f, entry.prefix)
+            if key not in train_fields and (value := getattr(args, key, None)) is not None:
+                set_option(cfg, f"{entry.name}.{f.name}", value)
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
-        cfg[key.strip().replace("-", "_")] = _parse_value(value)
-    train_fields = {f.name for f in fields(TrainConfig)}  # DataSpec fields TrainConfig has not: loader options
+        set_option(cfg, key.strip().replace("-", "_"), _parse_value(value))
+    # DataSpec fields TrainConfig has not: loader options
     data_flags = {f.name: getattr(args, f.name) for f in fields(DataSpec)
                   if f.name not in train_fields and getattr(args, f.name)}
     if data_flags:  # the data flags eval shares reach train's loader through dataset_options
         cfg["dataset_options"] = {**cfg.get("dataset_options", {}), **data_flags}
     if args.resume is not None:
         cfg["resume"] = args.resume or cfg.get("output") or TrainConfig.output
-    config = TrainConfig.from_dict(cfg)
+    return TrainConfig.from_dict(cfg)
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from hnbench.train import train
+    from hnbench.train.state import resume_hint
+
+    config = train_config_from_args(args)
     try:
         ckpt = train(config, progress=not args.quiet)
     except KeyboardInterrupt:  # the one line says how to go on: the exact --resume, or why there is none

@@ -178,6 +178,9 @@ class ImageTextDataset:
     source: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, list[str]] = field(default_factory=dict)
+    # the side inputs it can make beyond images and captions, as its loader declares them (hnbench.sidecars:
+    # SEGMENT_GEOMETRY, OUTLINES): asked instead of its name; a subset of it keeps them
+    side_inputs: frozenset[str] = frozenset()
     # content_fingerprint(), computed once per loaded set (evaluate, the cache check and the record ask for it)
     _content: str | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -267,7 +270,7 @@ class ImageTextDataset:
             name=self.name, images=self.images.subset(keep),
             captions=[self.captions[j] for j in cap_keep], caption_ids=[self.caption_ids[j] for j in cap_keep],
             caption_image=remap[self.caption_image[cap_keep]], protocol=self.protocol, source=self.source,
-            meta=meta, skipped=skipped,
+            meta=meta, skipped=skipped, side_inputs=self.side_inputs,
         )
 
     def n_skipped(self) -> int:

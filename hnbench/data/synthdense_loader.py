@@ -10,6 +10,7 @@ from hnbench.data.local import load_imagefolder
 from hnbench.data.synthdense import SynthDenseConfig, generate_synthdense
 from hnbench.errors import ConfigError
 from hnbench.io import cache_dir
+from hnbench.sidecars import OUTLINES, SEGMENT_GEOMETRY
 
 PROTOCOLS = ("test", "train")
 DEFAULT_PROTOCOL = "test"
@@ -51,4 +52,5 @@ def load_synthdense(
                           allow_outside_paths=allow_outside_paths)
     ds.protocol = protocol
     ds.meta.update({"generator_fingerprint": config.fingerprint(), "root": str(root)})
+    ds.side_inputs = frozenset({SEGMENT_GEOMETRY, OUTLINES})  # its metadata.jsonl holds each scene's geometry
     return ds

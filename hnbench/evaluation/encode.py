@@ -47,6 +47,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from hnbench.data.base import ImageSource
+from hnbench.distributed import default_num_workers
 from hnbench.errors import CheckpointError, ImageLoadError, WorkerError
 from hnbench.evaluation.cache import KEY_DTYPE, EmbeddingCache, image_keys, text_keys
 from hnbench.models.base import Encoder, ModelInfo, TokenizedTexts
@@ -132,16 +133,6 @@ def _check_finite(encoder: Encoder, feats: np.ndarray, kind: str, first: int) ->
                               f"({int((~finite).sum())} of the {len(feats)} in the batch from item {first}); "
                               f"its weights hold NaN/inf values or overflow at precision "
                               f"{info.extra.get('precision', 'fp32')}")
-
-
-def default_num_workers(device: torch.device | str | None = None) -> int:
-    """Decoding/tokenizing workers when not given: one per core (at most 8) beside an accelerator, but on
-    the CPU only the cores torch's forward leaves free — there workers would slow the forward they feed
-    (on 2 cores, 2 workers made a cold hnbench-tiny evaluate ~25% slower; benchmarks/README.md)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if device is not None and torch.device(device).type == "cpu":
-        cores -= torch.get_num_threads()
-    return max(0, min(8, cores))
 
 
 # A batch that takes longer than this to decode means a worker is stuck (the main process would

@@ -21,3 +21,15 @@ naming what is missing and how to make it):
 Modules: :mod:`~hnbench.sidecars.options` (the settings, light), :mod:`~hnbench.sidecars.segments` (schema,
 reader, writers, spans), :mod:`~hnbench.sidecars.grid` (``hnbench segments``), :mod:`~hnbench.sidecars.edges`.
 """
+
+from __future__ import annotations
+
+__all__ = ["OUTLINES", "SEGMENT_GEOMETRY"]
+
+# What a data set declares it can make side inputs from (``ImageTextDataset.side_inputs``: synthdense's loader
+# declares both), asked here instead of its name:
+#: each object's exact box and sentence (render geometry): its segment sidecar is written from it on first use,
+#: beside its split, and ``hnbench segments`` needs no model for it
+SEGMENT_GEOMETRY = "segment_geometry"
+#: each object's exact outline: edge maps drawn, not detected (``--edges outline``, what ``auto`` picks for it)
+OUTLINES = "outlines"

@@ -32,6 +32,7 @@ from PIL import Image
 from hnbench.data.base import ImageSource
 from hnbench.errors import CacheError, ConfigError, DataError
 from hnbench.io import atomic_write_bytes, read_untrusted
+from hnbench.sidecars import OUTLINES
 from hnbench.sidecars.options import EDGES_EXTRA as EXTRA
 from hnbench.sidecars.options import EdgeSettings
 from hnbench.sidecars.segments import image_size
@@ -211,7 +212,7 @@ def require_edges(dataset: ImageTextDataset, settings: EdgeSettings | None = Non
     from hnbench.sidecars.segments import synthdense_scenes
 
     try:
-        scenes, size = synthdense_scenes(dataset)
+        scenes, size = synthdense_scenes(dataset, OUTLINES)
     except (OSError, ValueError, KeyError) as e:
         raise DataError(f"{needed_by} needs edge maps of {dataset.name!r}: its synthdense geometry is unreadable "
                         f"({e}); regenerate it, or use --edges canny ({EXTRA})") from None

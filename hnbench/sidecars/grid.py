@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hnbench.errors import ConfigError, DataError
+from hnbench.sidecars import SEGMENT_GEOMETRY
 from hnbench.sidecars.options import SegmentsSettings
 
 if TYPE_CHECKING:
@@ -135,8 +136,9 @@ def make_segments(data: DataSpec, model: ModelSpec | None, settings: SegmentsSet
     """Write the sidecar ``hnbench segments`` makes (checked, then written atomically); returns its path.
 
     Everything given is checked before any model loads: the settings, the output (another run's is not
-    replaced), a model for real data (none is needed for synthdense or ``import_goal``); a model whose family runs
-    release code is refused unless ``model.trust_remote_code`` before the data loads."""
+    replaced), a model for data without its segments' geometry (:data:`~hnbench.sidecars.SEGMENT_GEOMETRY`: none is
+    needed for synthdense or ``import_goal``; the data is loaded to ask it); a model whose family runs release
+    code is refused unless ``model.trust_remote_code`` before the data loads."""
     import torch
 
     from hnbench.data import load_spec
@@ -152,16 +154,18 @@ def make_segments(data: DataSpec, model: ModelSpec | None, settings: SegmentsSet
 
     settings.validate()
     data.validate()
-    geometric = data.dataset == "synthdense" and not settings.import_goal
-    if not geometric and not settings.import_goal and (model is None or not model.model):
-        raise ConfigError("hnbench segments scores boxes with a CLIP model: give --model (e.g. --model hnbench-tiny "
-                          "--pretrained synthdense), or --import-goal FILE")
     if settings.import_goal and not Path(settings.import_goal).is_file():
         raise ConfigError(f"--import-goal {settings.import_goal}: no such file")
-    if not geometric and not settings.import_goal and model is not None and model.model:
-        model.validate()
-        check_trusted(model.model, model.pretrained, model.trust_remote_code)  # remote code: before anything loads
+    scorer = model if not settings.import_goal and model is not None and model.model else None
+    if scorer is not None and scorer.model is not None:
+        scorer.validate()
+        check_trusted(scorer.model, scorer.pretrained, scorer.trust_remote_code)  # remote code: before anything loads
     ds = load_spec(data)
+    # the data declares whether it holds its segments' geometry (synthdense): then no model scores boxes
+    geometric = SEGMENT_GEOMETRY in ds.side_inputs and not settings.import_goal
+    if not geometric and not settings.import_goal and scorer is None:
+        raise ConfigError("hnbench segments scores boxes with a CLIP model: give --model (e.g. --model hnbench-tiny "
+                          "--pretrained synthdense), or --import-goal FILE")
     out = Path(settings.output) if settings.output else default_sidecar_path(ds)
     writer = "synthdense" if geometric else "goal-import" if settings.import_goal else "grid-clip"
     parameters = settings.parameters(None if geometric or settings.import_goal else model)

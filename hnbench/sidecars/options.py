@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from hnbench.errors import ConfigError
 from hnbench.settings import check_declared, option
+from hnbench.sidecars import OUTLINES
 
 if TYPE_CHECKING:
     from hnbench.data.base import ImageTextDataset
@@ -43,11 +44,12 @@ class EdgeSettings:
         check_declared(self)  # blur 0 or odd, canny_low ≤ canny_high: declared on the fields
 
     def resolved(self, dataset: ImageTextDataset) -> EdgeSettings:
-        """``auto`` made concrete for ``dataset``; outline on other data than synthdense is refused."""
+        """``auto`` made concrete for ``dataset``: outline where it declares its objects' outlines
+        (:data:`~hnbench.sidecars.OUTLINES`: synthdense), else canny; outline on other data is refused."""
         method = self.method
         if method == "auto":
-            method = "outline" if dataset.name == "synthdense" else "canny"
-        if method == "outline" and dataset.name != "synthdense":
+            method = "outline" if OUTLINES in dataset.side_inputs else "canny"
+        if method == "outline" and OUTLINES not in dataset.side_inputs:
             raise ConfigError(f"--edges outline draws synthdense's geometry; {dataset.name!r} has none: "
                               "use --edges canny")
         return replace(self, method=method)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from hnbench.errors import DataError
 from hnbench.io import atomic_write_bytes, read_json_untrusted, read_rows
+from hnbench.sidecars import SEGMENT_GEOMETRY
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -343,9 +344,10 @@ def read_segments(path: str | Path, dataset: ImageTextDataset | None = None) -> 
 
 # --- where a sidecar lives, and the trainer's check -------------------------------------------------------
 def default_sidecar_path(dataset: ImageTextDataset) -> Path:
-    """Where a dataset's sidecar is looked for by default: beside a synthdense split's metadata, else
+    """Where a dataset's sidecar is looked for by default: beside the split's metadata of data that declares its
+    segment geometry (:data:`~hnbench.sidecars.SEGMENT_GEOMETRY`: synthdense), else
     ``<hnbench cache>/segments/<data fingerprint>.json`` (``hnbench segments``' default output)."""
-    if dataset.name == "synthdense" and dataset.meta.get("root") and dataset.protocol:
+    if SEGMENT_GEOMETRY in dataset.side_inputs and dataset.meta.get("root") and dataset.protocol:
         return Path(dataset.meta["root"]) / dataset.protocol / SIDECAR
     from hnbench.io import cache_dir
 
@@ -363,12 +365,13 @@ def how_to_make(dataset: ImageTextDataset, path: Path) -> str:
 def require_segments(dataset: ImageTextDataset, path: str | Path | None = None, *,
                      needed_by: str = "this objective", every_image: bool = False) -> SegmentSidecar:
     """The checked sidecar of ``dataset`` (at ``path``, else :func:`default_sidecar_path`), for a trainer to
-    call before any model loads. synthdense's is written from its geometry on first use; for other data a
+    call before any model loads. Data declaring its segment geometry (synthdense) has it written from that on
+    first use; for other data a
     missing sidecar is a :class:`DataError` naming it and how to make it, and one that names images not in
     the data, boxes outside their image or spans outside their caption is refused; ``every_image``: so is
     one that leaves an image of the data without a segment (a trainer that needs one per image)."""
     where = Path(path) if path is not None else default_sidecar_path(dataset)
-    if not where.exists() and path is None and dataset.name == "synthdense":
+    if not where.exists() and path is None and SEGMENT_GEOMETRY in dataset.side_inputs:
         synthdense_segments(dataset).write(where)
     if not os.path.lexists(where):
         raise DataError(f"{needed_by} needs a segment sidecar for {dataset.name!r} and there is none at {where}; "
@@ -399,12 +402,14 @@ def synthdense_segments(dataset: ImageTextDataset) -> SegmentSidecar:
                                          "image_size": size}, images, dataset_record(dataset))
 
 
-def synthdense_scenes(dataset: ImageTextDataset) -> tuple[dict[str, dict[str, Any]], int]:
-    """The scene of each image of a synthdense split (read from its metadata.jsonl) and the image side."""
+def synthdense_scenes(dataset: ImageTextDataset,
+                      capability: str = SEGMENT_GEOMETRY) -> tuple[dict[str, dict[str, Any]], int]:
+    """The scene of each image of a synthdense split (read from its metadata.jsonl) and the image side: of data
+    that declares ``capability`` (:data:`~hnbench.sidecars.SEGMENT_GEOMETRY` or ``OUTLINES``), what it reads."""
     from hnbench.data.synthdense import MANIFEST
 
     root, protocol = dataset.meta.get("root"), dataset.protocol
-    if dataset.name != "synthdense" or not root or not protocol:
+    if capability not in dataset.side_inputs or not root or not protocol:
         raise DataError(f"{dataset.name!r} is not a synthdense split: its geometry is unknown")
     manifest = read_json_untrusted(Path(root) / MANIFEST, "synthdense manifest")
     rows, _ = read_rows(Path(root) / protocol / "metadata.jsonl")

@@ -26,7 +26,8 @@ asks the task, never a task's name:
   :meth:`run` (the pipeline → :class:`hnbench.results.record.EvalResult`);
 - **how its results read**: :meth:`table` (the terminal table of one result), :meth:`row_fields` and
   :meth:`reported_key` (what a leaderboard row carries, and which published rows join its table), :meth:`board_note`
-  (a sentence of the board's header).
+  (a sentence of the board's header), :meth:`training_log` (what a training
+  run's periodic evaluation records and logs of it).
 
 This module stays light (no torch): reading a result file asks it. A task's steps import their pipeline
 (numpy, torch) when they run.
@@ -206,3 +207,11 @@ class Task:
     def board_note(self, sort: str) -> str:
         """A sentence of a board's header where the board holds this task's results ("" for none)."""
         return ""
+
+    def training_log(self, result: Recorded) -> tuple[dict[str, Any], str]:
+        """What a training run's periodic evaluation records of ``result`` (its eval log's fields) and the line it
+        logs: the task, its main score and each column (``classification_top-1``)."""
+        main = self.main_record(result.metrics)["value"]
+        fields = {"task": result.task, "main_score": main,
+                  **{c.replace(" ", "_"): self.value(result.metrics, c) for c in self.columns}}
+        return fields, f"{result.task} {self.main_score} {self.main_value(result.metrics):.2f}"

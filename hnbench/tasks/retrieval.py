@@ -38,7 +38,7 @@ from hnbench.results.record import (
     write_result_pair,
 )
 from hnbench.results.tables import interval_note, recorded_interval, with_interval
-from hnbench.tasks import Task
+from hnbench.tasks import Recorded, Task
 from hnbench.tasks.common import token_stats
 from hnbench.validate import DEFAULT_KS, warn_trivial_ks
 
@@ -86,6 +86,13 @@ class Retrieval(Task):
 
         ctx = dist.DistContext() if ctx is None else ctx
         return _Run(encoder, data, settings, output_dir, ctx, timings, t0, data_spec).run()
+
+    def training_log(self, result: Recorded) -> tuple[dict[str, Any], str]:
+        """R@1, R@5, R@10 and MRR each way (``t2i_R@1``, as training logs always recorded them)."""
+        fields = {f"{d}_{k}": result.metrics[d][k] for d in ("t2i", "i2t") for k in ("R@1", "R@5", "R@10", "MRR")
+                  if k in result.metrics[d]}
+        return fields, (f"t2i R@1 {fields.get('t2i_R@1', float('nan')):.2f}, "
+                        f"i2t R@1 {fields.get('i2t_R@1', float('nan')):.2f}")
 
     def table(self, result: Any, fmt: str = "github") -> str:
         """A t2i/i2t × R@K table, each R@K with its 95% interval when the record has one (``†``: exact

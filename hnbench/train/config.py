@@ -1,28 +1,39 @@
-"""Training settings: :class:`TrainConfig` (every field a flag, a recipe key and a resume rule) and recipes."""
+"""Training settings: :class:`TrainConfig` (every field a flag, a recipe key and a resume rule; the chosen
+objective's options nested, as its registry entry declares them) and recipes; :func:`upgrade` reads the flat
+shape of older recipes and stored ``train_config.json`` files."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from hnbench.errors import ConfigError, did_you_mean
 from hnbench.io import read_text_utf8
 from hnbench.registry import LOSSES, OBJECTIVES, RECIPES, TASKS
-from hnbench.settings import EvalSettings, check_declared, check_types, option, same_as
+from hnbench.settings import (
+    EvalSettings,
+    check_declared,
+    check_types,
+    flat_key,
+    from_options,
+    option,
+    same_as,
+)
 from hnbench.sidecars.options import EdgeSettings
 from hnbench.specs import DataSpec, ModelSpec
 from hnbench.validate import check_device_name
 
-T = TypeVar("T")
-
 
 @dataclass
 class TrainConfig:
-    """Everything that decides a training run (a recipe file holds a subset of these fields)."""
+    """Everything that decides a training run (a recipe file holds a subset of these fields, and the chosen
+    objective's options in its table: ``objective_options``)."""
 
     # the model and the data: ModelSpec's and DataSpec's fields (their other data fields: dataset_options)
     model: str = same_as(ModelSpec, "model", "hnbench-tiny")
@@ -65,91 +76,11 @@ class TrainConfig:
                            help="Ḡ from the text encoder being trained (default) or a frozen copy of the initial one")
     token_loss_weight: float = option(0.0, minimum=0, group="objective",
                                       help="λ of the FILIP token-level term (open_clip)")
-    # FineLIP (--objective finelip)
-    finelip_swap: str = option("add-global", group="objective", choices=("add-global", "margin-hinge"),
-                               help="FineLIP's L_HN swap: add-global (the hinge plus --loss on the CLS/EOT "
-                                    "features) or margin-hinge (margin m + γḠ in the hinge; --loss infonce: m)")
-    finelip_margin: float = option(0.2, minimum=0, group="objective", help="FineLIP's hinge margin m")
-    finelip_max_violation: bool = option(False, group="objective",
-                                         help="FineLIP's hinge on each row's and column's hardest negative only")
-    finelip_num_patches: int = option(196, minimum=1, group="objective",
-                                      help="FineLIP's num_patches: K = ⌊0.2 · it⌋ aggregated tokens (authors: 196)")
-    finelip_lr: float = option(2e-4, above=0, group="objective",
-                               help="peak learning rate of FineLIP's aggregation module (same schedule)")
-    finelip_weight_decay: float | None = option(None, minimum=0, group="objective",
-                                                help="weight decay of FineLIP's module (default: --weight-decay)")
-    # GOAL (--objective goal; hnbench.train.terms.goal.GoalOptions reads these)
-    goal_global_weight: float = option(1.0, minimum=0, group="GOAL",
-                                       help="GOAL: weight of the global image–long-caption term L_org (authors: 1)")
-    goal_segment_weight: float = option(0.5, minimum=0, group="GOAL",
-                                        help="GOAL: weight of the crop–sentence InfoNCE L_seg (authors: 0.5)")
-    goal_patch_weight: float = option(1.0, minimum=0, group="GOAL",
-                                      help="GOAL: weight of the box-pooled patch term L_patch (authors: 1)")
-    goal_text_weight: float = option(1.0, minimum=0, group="GOAL",
-                                     help="GOAL: weight of the span-pooled text term L_text (authors: 1)")
-    goal_segment_hn: bool = option(False, group="GOAL",
-                                   help="GOAL: with --loss hn, L_HN on the segment term too (Ḡ from the "
-                                        "sentence embeddings; which one the paper swapped is unverified)")
-    goal_compat: bool = option(False, group="GOAL",
-                               help="GOAL: reproduce the authors' quirks (patch size hard-coded 16, per-axis box "
-                                    "scale, sentence span one token late); default: exact mapping")
-    # StructXLIP (--objective structxlip; hnbench.train.terms.structxlip.StructXLIPOptions and
-    # hnbench.train.terms.lexicon.FilterOptions read these)
-    structxlip_global_weight: float = option(1.0, minimum=0, group="StructXLIP",
-                                             help="StructXLIP: weight λ_global of the RGB–caption term L_org")
-    structxlip_structure_weight: float = option(0.5, minimum=0, group="StructXLIP",
-                                                help="StructXLIP: weight λ_SC of the edge-map–filtered-caption term")
-    structxlip_rgb_weight: float = option(0.05, minimum=0, group="StructXLIP",
-                                          help="StructXLIP: weight λ_RGB of the RGB–edge cosine term")
-    structxlip_local_weight: float = option(0.1, minimum=0, group="StructXLIP",
-                                            help="StructXLIP: weight λ_LSC of the chunk–edge-crop term")
-    structxlip_structure_floor: float = option(0.7, minimum=0, maximum=1, group="StructXLIP",
-                                               help="StructXLIP: floor of λ_SC's per-epoch cosine decay")
-    structxlip_rgb_floor: float = option(0.5, minimum=0, maximum=1, group="StructXLIP",
-                                         help="StructXLIP: floor of λ_RGB's per-epoch cosine decay")
-    structxlip_local_floor: float = option(0.4, minimum=0, maximum=1, group="StructXLIP",
-                                           help="StructXLIP: floor of λ_LSC's per-epoch cosine decay")
-    structxlip_warm_epochs: int = option(1, minimum=1, group="StructXLIP",
-                                         help="StructXLIP: epochs of linear weight warm-up ((e+1)/warm)")
-    structxlip_decay_start: int = option(1, minimum=0, group="StructXLIP",
-                                         help="StructXLIP: first epoch of the cosine weight decay")
-    structxlip_decay_end: int = option(8, minimum=1, group="StructXLIP",
-                                       help="StructXLIP: epoch the decay reaches its floor")
-    structxlip_sketch_epochs: int = option(0, minimum=0, group="StructXLIP",
-                                           help="StructXLIP: first epochs with the structure terms only (λ_global 0)")
-    structxlip_chunk_tau: float = option(0.07, above=0, group="StructXLIP",
-                                         help="StructXLIP: chunk term temperature τ (scale min(s/τ, 100))")
-    structxlip_chunk_window: int = option(3, minimum=1, group="StructXLIP",
-                                          help="StructXLIP: base word window of the caption chunks")
-    structxlip_chunk_stride: int = option(1, minimum=1, group="StructXLIP", help="StructXLIP: chunk word stride")
-    structxlip_max_chunks: int = option(64, minimum=1, group="StructXLIP", help="StructXLIP: chunks per caption at most")
-    structxlip_structure_hn: bool = option(False, group="StructXLIP",
-                                           help="StructXLIP: with --loss hn, L_HN on L_SC too (Ḡ from the filtered "
-                                                "captions; unverified what the paper did)")
-    structxlip_mask_duplicates: bool = option(True, group="StructXLIP",
-                                              help="StructXLIP: in L_SC, mask the in-batch pairs whose filtered captions "
-                                                   "are identical (synthdense colour variants filter to one text)",
-                                              off="StructXLIP: keep identical filtered captions as L_SC negatives "
-                                                  "(the authors' code)")
-    structxlip_compat_double_ln: bool = option(False, group="StructXLIP",
-                                               help="StructXLIP: reproduce the authors' double final LayerNorm "
-                                                    "on chunk states")
-    structxlip_compat_span_shift: bool = option(False, group="StructXLIP",
-                                                help="StructXLIP: reproduce the authors' chunk spans of the "
-                                                     "filtered caption indexing the unfiltered caption's states")
-
-    structxlip_top_k: int = option(3, minimum=1, group="StructXLIP",
-                                   help="StructXLIP: edge crops per image, the sidecar's best segments (argparse 3, "
-                                        "shipped script 2; fewer segments: the rest masked out)")
-    filter_colors: bool = option(True, group="StructXLIP",
-                                 help="StructXLIP: drop colour words from the filtered caption (shipped script: on)",
-                                 off="StructXLIP: keep colour words in the filtered caption")
-    filter_materials: bool = option(False, group="StructXLIP", help="StructXLIP: drop material words too")
-    filter_textures: bool = option(False, group="StructXLIP", help="StructXLIP: drop texture words too")
-    filter_insect: bool = option(False, group="StructXLIP",
-                                 help="StructXLIP: drop the insect-colour lexicon too (the authors' Insect data)")
-    filter_min_words: int = option(2, minimum=1, group="StructXLIP",
-                                   help="StructXLIP: keep the caption unfiltered when fewer non-stop-words remain")
+    # the chosen objective's own options (hnbench.registry.ObjectiveEntry.options: FineLIP's, GOAL's, StructXLIP's)
+    objective_options: Any = option(default_factory=dict, cli=False,
+                                    help="the chosen objective's options, the dataclass its OBJECTIVES entry "
+                                         "names (flags --<objective>-<option>; recipe table [<objective>]; "
+                                         "--set <objective>.<option>=VALUE); a mapping is read into it")
 
     # edge maps (StructXLIP): hnbench.sidecars.options.EdgeSettings's fields
     edges: str = same_as(EdgeSettings, "method", group="side inputs")
@@ -239,12 +170,19 @@ class TrainConfig:
     eval_batch_size: int = option(64, minimum=1, group="run, diagnostics, evaluation", resume_free=True,
                                   help="encoder batch of the evaluations")
 
+    def __post_init__(self) -> None:
+        if isinstance(self.objective_options, Mapping) and self.objective in OBJECTIVES:  # else: validate() says
+            self.objective_options = from_options(options_class(self.objective), None, dict(self.objective_options))
+
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainConfig:
+        """The checked config of a recipe, ``--set`` keys or a stored config, in any shape (:func:`upgrade`)."""
+        d = upgrade(d)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            hints = {u: did_you_mean(u, sorted(known), n=1) for u in unknown}
+            spellings = sorted(known | set(objective_option_keys()))
+            hints = {u: did_you_mean(u, spellings, n=1) for u in unknown}
             hint = "; ".join(f"{u} ({h})" for u, h in hints.items() if h)
             raise ConfigError(f"unknown training options {unknown}{'; ' + hint if hint else ''}; "
                               f"known: {sorted(known)}")
@@ -273,6 +211,7 @@ class TrainConfig:
         ]
         try:  # declared bounds and choices (compared exactly: the loss is dispatched on its exact name)
             check_declared(self, with_key=True)
+            self._check_objective_options()
             check_device_name(self.device)
             self.data_spec().validate()
             if self.eval_dataset is not None:  # the evaluation data's options: the same rule
@@ -287,6 +226,14 @@ class TrainConfig:
         if problems:
             raise ConfigError("invalid training options: " + "; ".join(problems))
 
+
+    def _check_objective_options(self) -> None:
+        """``objective_options`` are the chosen objective's (its options class), within their declared bounds."""
+        entry, cls = OBJECTIVES.entry(self.objective), options_class(self.objective)
+        if not isinstance(self.objective_options, cls):
+            raise ConfigError(f"objective_options must be --objective {entry.name}'s options ({cls.__name__}), got "
+                              f"{type(self.objective_options).__name__}")
+        check_declared(self.objective_options, with_key=True, prefix=entry.prefix, section=entry.name)
 
     def eval_spec(self) -> tuple[DataSpec, dict[str, Any]]:
         """The evaluation data as a :class:`DataSpec` (``eval_dataset`` with its options) and the options of
@@ -340,10 +287,114 @@ def replace_data_spec(recipe: dict[str, Any], key: str, value: str, recipe_name:
             f"({said}); give its protocol and options on the command line if it needs them")
 
 
-def options_of(cls: type[T], config: TrainConfig) -> T:
-    """A run's option group ``cls`` (GoalOptions, StructXLIPOptions, ...: fields declared ``same_as`` TrainConfig's)
-    made from ``config``'s fields of the same names."""
-    return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})  # type: ignore[arg-type]
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of an objective that declares none (``clip``): recorded as ``{}``."""
+
+
+def options_class(objective: str) -> type:
+    """The options dataclass ``objective``'s :data:`~hnbench.registry.OBJECTIVES` entry names (:class:`NoOptions`
+    where it names none); an unknown objective is the registry's one-line error."""
+    return OBJECTIVES.entry(objective).options_class() or NoOptions
+
+
+def objective_option_keys() -> dict[str, tuple[str, str]]:
+    """Every registered objective's options by their flat key (``finelip_margin``, ``filter_colors``: the flag's
+    spelling, :func:`~hnbench.settings.flat_key`) → (objective, option); a TrainConfig field's name is the field."""
+    own = {f.name for f in fields(TrainConfig)}
+    keys = {}
+    for entry in OBJECTIVES.entries():
+        for f in fields(options_class(entry.name)):
+            if (key := flat_key(f, entry.prefix)) not in own:
+                keys[key] = (entry.name, f.name)
+    return keys
+
+
+def _option_place(key: str, flat: Mapping[str, tuple[str, str]]) -> tuple[str, str] | None:
+    """(objective, option) a recipe or ``--set`` key names: ``finelip.margin`` or the flat ``finelip_margin``;
+    None for any other key (a TrainConfig field, or an unknown one ``from_dict`` reports)."""
+    if key in flat:
+        return flat[key]
+    objective, dot, name = key.partition(".")
+    if dot and objective in OBJECTIVES.names():
+        known = [f.name for f in fields(options_class(objective))]
+        if name not in known:
+            hint = did_you_mean(name, known, n=1)
+            raise ConfigError(f"unknown {objective} option {name!r}" + (f" ({hint})" if hint else "")
+                              + f"; known: {known}")
+        return objective, name
+    return None
+
+
+def nest_options(d: Mapping[str, Any]) -> dict[str, Any]:
+    """``d`` (a recipe, a stored config) with every objective's options in its table: ``{"finelip": {"margin":
+    0.2}}``, whichever spelling gave them (see :func:`upgrade`), the other keys as they are. The same option
+    given twice, a table that is not one, or an option its objective does not declare is one line."""
+    flat, objectives = objective_option_keys(), set(OBJECTIVES.names())
+    own = {f.name for f in fields(TrainConfig)}
+    out: dict[str, Any] = {}
+    tables: dict[str, dict[str, Any]] = {}
+    given: dict[tuple[str, str], str] = {}  # (objective, option) → the key that gave it
+
+    def put(objective: str, name: str, value: Any, key: str) -> None:
+        if (objective, name) in given:
+            raise ConfigError(f"{given[objective, name]} and {key} are one option ({objective}.{name}): give it once")
+        given[objective, name] = key
+        tables.setdefault(objective, {})[name] = value
+
+    objective = str(d.get("objective", TrainConfig.objective))
+    for key, value in d.items():
+        if key == "objective_options" and objective in objectives:  # this shape: the recorded objective's
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):  # the options themselves
+                value = dataclasses.asdict(value)
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"objective_options must be a table of options, got {value!r}")
+            for name, v in value.items():
+                put(*_table_place(objective, str(name), flat), v, f"objective_options.{name}")
+        elif key in objectives and key not in own:  # an objective's table
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{key} must be a table of --objective {key}'s options, got {value!r}")
+            for name, v in value.items():
+                put(*_table_place(key, str(name), flat), v, f"{key}.{name}")
+        elif key not in own and (place := _option_place(key, flat)) is not None:
+            put(*place, value, key)
+        else:  # a field (objective_options of an objective not registered: validate() names it), or unknown
+            out[key] = value
+    return {**out, **tables}
+
+
+def _table_place(objective: str, name: str, flat: Mapping[str, tuple[str, str]]) -> tuple[str, str]:
+    place = _option_place(f"{objective}.{name}", flat)
+    assert place is not None  # a registered objective's option, or _option_place's error
+    return place
+
+
+def set_option(d: dict[str, Any], key: str, value: Any) -> None:
+    """Put ``value`` where ``key`` (a field, ``finelip.margin`` or the flat ``finelip_margin``) belongs in the
+    nested shape of :func:`nest_options`, replacing what was there: a flag or ``--set`` over a recipe."""
+    place = None if key in {f.name for f in fields(TrainConfig)} else _option_place(key, objective_option_keys())
+    if place is None:
+        d[key] = value
+    else:
+        d.setdefault(place[0], {})[place[1]] = value
+
+
+def upgrade(d: Mapping[str, Any]) -> dict[str, Any]:
+    """A recipe, ``--set`` keys or a stored ``train_config.json`` config in any shape hnbench has read or
+    written → TrainConfig's: the chosen objective's options under ``objective_options``.
+
+    An objective's option may be given as its flat key (``finelip_margin``, ``filter_colors``: every recipe and
+    stored config before options were nested — a stored one holds every objective's), in the objective's
+    table (``[finelip] margin = 0.2``), as a dotted key (``finelip.margin``, from ``--set``) or under
+    ``objective_options`` (this shape, of the recorded objective). The options of other objectives than the
+    chosen one are dropped, as they never changed a run (a recipe's tables stay behind when ``--objective``
+    picks another). Keys that are none of these are left for :meth:`TrainConfig.from_dict` to report."""
+    nested = nest_options(d)
+    objective, own = nested.get("objective", TrainConfig.objective), {f.name for f in fields(TrainConfig)}
+    out = {k: v for k, v in nested.items() if k in own or k not in OBJECTIVES.names()}
+    if isinstance(objective, str) and objective in OBJECTIVES.names():
+        out["objective_options"] = nested.get(objective, {})
+    return out
 
 
 def load_recipe(name_or_path: str) -> dict[str, Any]:

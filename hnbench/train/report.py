@@ -19,6 +19,7 @@ from hnbench.errors import ConfigError, HnbenchError
 from hnbench.io import read_json_untrusted, read_rows
 from hnbench.metrics import recall_ci
 from hnbench.plots import PALETTE
+from hnbench.registry import LOSSES
 from hnbench.results.record import read_per_query, read_result
 
 __all__ = ["COLUMN_LEGEND", "epoch_table", "r1_summary", "read_run", "render_table", "report_figure", "stopped_at",
@@ -63,7 +64,9 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{d / 'train_config.json'}: not a training config (an object with a config object)")
     cfg = meta.get("config", {})
     framework = f"{cfg['objective']}, " if cfg.get("objective", "clip") != "clip" else ""
-    name = f"{d.name} ({framework}{cfg.get('loss', '?')}{', γ=' + str(cfg.get('gamma')) if cfg.get('loss') == 'hn' else ''})"
+    loss = cfg.get("loss")
+    uses_g = isinstance(loss, str) and loss in LOSSES and LOSSES.entry(loss).uses_g  # γ weighs its Ḡ
+    name = f"{d.name} ({framework}{cfg.get('loss', '?')}{', γ=' + str(cfg.get('gamma')) if uses_g else ''})"
     evals = [r for r in diag if r.get("kind") == "eval"]
     for ev in evals:
         ev.update({f"{direction}_R@1_ci95": ci for direction, ci in _r1_intervals(d, ev).items()})

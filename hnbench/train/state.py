@@ -30,8 +30,9 @@ from safetensors.torch import save_file
 from hnbench.errors import CheckpointError, ConfigError
 from hnbench.io import atomic_write_bytes, follow_umask, human_bytes
 from hnbench.models.checkpoint import load_into, load_torch, read_state_dict
+from hnbench.registry import OBJECTIVES
 from hnbench.settings import resume_free
-from hnbench.train.config import TrainConfig
+from hnbench.train.config import TrainConfig, options_class, upgrade
 from hnbench.train.rundir import LOCK
 
 logger = logging.getLogger(__name__)
@@ -163,13 +164,42 @@ def resolve_resume(path: str | Path) -> Path:
     raise CheckpointError(f"no resumable state in {p} (expected {p / STATE_DIR / 'trainer_state.pt'})")
 
 
+def _by_option(config: dict[str, Any]) -> dict[str, Any]:
+    """A config's fields with its objective's options as ``<objective>.<option>`` keys (compared one by one)."""
+    out = {k: v for k, v in config.items() if k != "objective_options"}
+    options = config.get("objective_options")
+    out.update({f"{config.get('objective')}.{k}": v for k, v in options.items()} if isinstance(options, dict)
+               else {"objective_options": options})
+    return out
+
+
+def _resume_free_options(objective: Any) -> frozenset[str]:
+    """The options of ``objective`` declared ``resume_free``, as ``<objective>.<option>``."""
+    if not isinstance(objective, str) or objective not in OBJECTIVES:
+        return frozenset()
+    return frozenset(f"{objective}.{name}" for name in resume_free(options_class(objective)))
+
+
 def check_resume_config(saved: dict[str, Any], current: dict[str, Any]) -> None:
-    """Refuse to continue a run with options that change what it trains."""
+    """Refuse to continue a run with options that change what it trains (its objective's options each by
+    name, ``finelip.margin``; those declared ``resume_free`` may change, as TrainConfig's fields)."""
+    free = RESUME_FREE | _resume_free_options(current.get("objective"))
+    saved, current = _by_option(saved), _by_option(current)
     diff = sorted(k for k in set(saved) | set(current)
-                  if k not in RESUME_FREE and saved.get(k) != current.get(k))
+                  if k not in free and saved.get(k) != current.get(k))
     if diff:
         details = "; ".join(f"{k}: {saved.get(k)!r} → {current.get(k)!r}" for k in diff[:6])
         raise ConfigError(f"cannot resume: the run was started with different options ({details})")
+
+
+def _upgraded(started_with: dict[str, Any], state_dir: Path) -> dict[str, Any]:
+    """The saved config in today's shape (:func:`hnbench.train.config.upgrade`: a run started before options
+    were nested recorded every objective's flat)."""
+    try:
+        return upgrade(started_with)
+    except ConfigError as e:
+        raise CheckpointError(f"{state_dir / 'train_config.json'}: {e}; it records the options the run was started "
+                              "with, so the run cannot be resumed") from None
 
 
 def load_state(state_dir: Path, module: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: Any,
@@ -182,6 +212,7 @@ def load_state(state_dir: Path, module: torch.nn.Module, optimizer: torch.optim.
                               "run was started with, so the run cannot be resumed") from None
     if isinstance(started_with, dict):  # a run started before last_batch existed trained drop_last's batches
         started_with.setdefault("last_batch", "drop")
+        started_with = _upgraded(started_with, state_dir)  # its objective's options nested, as they are now
     check_resume_config(started_with, config)
     saved = load_torch(state_dir / "trainer_state.pt")  # weights only: a pickled object is refused in one line
     if not isinstance(saved, dict) or not {"step", "epoch", "batch_in_epoch", "optimizer", "rng"} <= set(saved):

@@ -3,8 +3,9 @@ asks the family (:class:`~hnbench.models.family.ModelFamily`) and never branches
 
 AdamW with linear warm-up and cosine decay, gradient accumulation (per-micro-batch loss or cached
 features, see :mod:`hnbench.train.step`), AMP on CUDA, gradient clipping, tower locking, LoRA/DoRA,
-Long-CLIP stretching, ``torchrun`` data parallelism, seeded and resumable, periodic evaluation with
-hnbench's evaluator and the saturation diagnostics. Writes into the output directory:
+Long-CLIP stretching, ``torchrun`` data parallelism, seeded and resumable, periodic evaluation (a callable
+the caller hands in, :data:`PeriodicEval`: :func:`hnbench.train.train` builds it with hnbench's evaluator, so
+this module never imports the evaluation) and the saturation diagnostics. Writes into the output directory:
 
 * the family's export (:meth:`~hnbench.models.family.ModelFamily.export`: ``checkpoint.safetensors`` for open_clip,
   ``hf_model/`` for HF CLIP; merged weights under PEFT), loadable by ``hnbench eval``; ``adapter/`` for
@@ -27,7 +28,7 @@ import shutil
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -35,17 +36,15 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from hnbench.data import load_dataset
-from hnbench.distributed import DistContext, from_env
+from hnbench.distributed import DistContext, default_num_workers, from_env
 from hnbench.errors import ConfigError
-from hnbench.evaluation.encode import default_num_workers
-from hnbench.evaluation.evaluate import evaluate
 from hnbench.io import append_line, atomic_write_bytes
 from hnbench.models import load_model
 from hnbench.models.base import TrainableEncoder, require_trainable, state_dict_fingerprint
 from hnbench.models.family import check_trusted, family_of
 from hnbench.models.longclip_tables import KEEP
 from hnbench.models.towers import CLIPTowers, bpe_encode, freeze_position_rows, param_groups
-from hnbench.registry import LOSSES, OBJECTIVES, TASKS
+from hnbench.registry import LOSSES, OBJECTIVES
 from hnbench.sidecars.edges import require_edges
 from hnbench.sidecars.segments import default_sidecar_path, require_segments
 from hnbench.train.adapters import apply_peft
@@ -59,9 +58,10 @@ from hnbench.train.batches import (
     group_positions,
     subset_fraction,
 )
-from hnbench.train.config import TrainConfig, load_recipe, options_of  # noqa: F401  (load_recipe: re-exported)
+from hnbench.train.config import TrainConfig, load_recipe  # noqa: F401  (load_recipe: re-exported)
 from hnbench.train.diagnostics import measure, summarize_epoch
 from hnbench.train.export import export_checkpoints
+from hnbench.train.objective_options import FilterOptions, StructXLIPTermOptions
 from hnbench.train.objectives import check_inputs
 from hnbench.train.report import r1_summary
 from hnbench.train.rundir import MANIFEST, check_run_dir, claim, clear_recorded, locked
@@ -76,7 +76,7 @@ from hnbench.train.state import (
     write_failed,
 )
 from hnbench.train.step import MicroBatch, Objective, run_step
-from hnbench.train.terms.lexicon import FilterOptions, filter_caption
+from hnbench.train.terms.lexicon import filter_caption
 from hnbench.validate import check_device
 
 logger = logging.getLogger(__name__)
@@ -85,6 +85,16 @@ logger = logging.getLogger(__name__)
 _RUN_INPUTS = frozenset({"pixels", "tokens", "global_features", "image_ids", "token_features", "token_features_cls",
                          "token_states", "segments", "edge_maps", "filtered_captions"})
 _SIDE_INPUTS = frozenset({"segments", "edge_maps", "filtered_captions"})  # made from the data, beside (image, caption)
+
+
+class PeriodicEval(Protocol):
+    """A run's periodic evaluation (``eval_dataset``), handed to :func:`train` by its caller: called on rank 0
+    after every ``eval_every`` epochs (and before training with ``eval_at_start``) with the encoder holding the
+    current weights (its info names them: this run after that epoch) on ``device``, the epoch and the folder its
+    result goes to; returns the fields of the run's ``diagnostics.jsonl`` eval record (the data, the result's
+    path, its scores)."""
+
+    def __call__(self, encoder: TrainableEncoder, *, device: str, epoch: int, output_dir: Path) -> dict[str, Any]: ...
 
 
 def seed_everything(seed: int) -> None:
@@ -101,13 +111,18 @@ def cosine_lr(step: int, total: int, base: float, warmup: int) -> float:
     return 0.5 * base * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def train(config: TrainConfig, *, progress: bool = True) -> Path:
+def train(config: TrainConfig, *, progress: bool = True, evaluate: PeriodicEval | None = None) -> Path:
     """Run one training job (one process, or one rank under ``torchrun``); returns the checkpoint path.
 
-    Under ``torchrun`` the process group follows :mod:`hnbench.distributed`'s timeout policy
+    ``evaluate``: the periodic evaluation of ``config.eval_dataset`` (:class:`PeriodicEval`; a config with an
+    ``eval_dataset`` needs one: :func:`hnbench.train.train` builds it with hnbench's evaluator). Under
+    ``torchrun`` the process group follows :mod:`hnbench.distributed`'s timeout policy
     (``HNBENCH_DIST_TIMEOUT_S``, default 6 hours): the other ranks wait that long for rank 0's evaluation.
     """
     config.validate()
+    if config.eval_dataset and evaluate is None:
+        raise ConfigError(f"eval_dataset {config.eval_dataset!r} needs a periodic evaluation: train with "
+                          "hnbench.train.train (it evaluates with hnbench's evaluator), or pass evaluate=")
     check_device(config.device)  # here, not in validate(): a recipe may be written for another machine's GPU
     check_trusted(config.model, config.pretrained, config.trust_remote_code)  # remote code: before anything loads
     family_of(config.model).check_training(config.model)
@@ -119,7 +134,7 @@ def train(config: TrainConfig, *, progress: bool = True) -> Path:
     dist = from_env(config.device)
     try:
         with locked(out, resume=resume, overwrite=overwrite) if dist.is_main else contextlib.nullcontext():
-            return _Run(config, dist, progress).run()
+            return _Run(config, dist, progress, evaluate).run()
     except BaseException:
         if created is not None and dist.is_main and _nothing_of_value(created):
             shutil.rmtree(created, ignore_errors=True)  # a failed start leaves no empty run directory behind
@@ -148,10 +163,25 @@ def _nothing_of_value(root: Path) -> bool:
 class _Run:
     """One training run: builds everything in a fixed order (it decides the RNG stream), then loops."""
 
-    def __init__(self, config: TrainConfig, dist: DistContext, progress: bool) -> None:
-        self.config, self.dist, self.progress = config, dist, progress
-        c, device = config, dist.device
-        seed_everything(c.seed)
+    def __init__(self, config: TrainConfig, dist: DistContext, progress: bool,
+                 evaluate: PeriodicEval | None = None) -> None:
+        self.config, self.dist, self.progress, self.periodic = config, dist, progress, evaluate
+        self.side_record: dict[str, Any] = {}
+        # the steps in this order: it decides the RNG stream (the model's initialisation follows the seed)
+        seed_everything(config.seed)
+        self._build_objective()
+        self.ds: Any = None
+        self._check_side_inputs()  # the side inputs are checked before any model loads: the data first
+        self.out_dir = Path(config.output)
+        self._build_towers()
+        if self.ds is None:
+            self.ds = self._load_data()
+        self._build_batches()
+        self._build_optimizer()
+
+    def _build_objective(self) -> None:
+        """The objective's terms, and the refusals of what this run cannot give them."""
+        c, dist = self.config, self.dist
         terms = OBJECTIVES.get(c.objective)(c)
         self.objective = Objective(LOSSES.get(c.loss), c.loss, c.gamma, c.label_smoothing, c.mask_duplicates,
                                    c.token_loss_weight, dist, terms=terms)
@@ -164,19 +194,26 @@ class _Run:
         if side and c.accum_mode == "cached" and c.accum_steps > 1:
             raise ConfigError(f"objective {c.objective!r} trains on side inputs ({', '.join(sorted(side))}), which "
                               "--accum-mode cached does not carry: use --accum-mode loss")
-        self.ds: Any = None
+
+    def _check_side_inputs(self) -> None:
+        """The segment sidecar and edge maps the terms declare (the data loaded for them), or one line each."""
+        c = self.config
+        side = self.objective.needs & _SIDE_INPUTS
         self.sidecar: Any = None
         self.edges: Any = None
-        self.side_record: dict[str, Any] = {}
-        if side:  # the side inputs are checked before any model loads: the data first
-            self.ds = self._load_data()
-            needed_by = f"--objective {c.objective}"
-            if "segments" in side:  # GOAL trains one segment of every image; edge crops take what there is
-                self.sidecar = require_segments(self.ds, c.segments, needed_by=needed_by,
-                                                every_image="edge_maps" not in side)
-            if "edge_maps" in side:
-                self.edges = require_edges(self.ds, c.edge_settings(), needed_by=needed_by)
-        self.out_dir = Path(c.output)
+        if not side:
+            return
+        self.ds = self._load_data()
+        needed_by = f"--objective {c.objective}"
+        if "segments" in side:  # GOAL trains one segment of every image; edge crops take what there is
+            self.sidecar = require_segments(self.ds, c.segments, needed_by=needed_by,
+                                            every_image="edge_maps" not in side)
+        if "edge_maps" in side:
+            self.edges = require_edges(self.ds, c.edge_settings(), needed_by=needed_by)
+
+    def _build_towers(self) -> None:
+        """The model (Long-CLIP stretch, frozen Ḡ copy, position rows, PEFT, locks) and the terms' modules."""
+        c, device = self.config, self.dist.device
         encoder = load_model(c.model, c.pretrained, model_config=c.model_config,
                              context_length=c.context_length, device=device, init_seed=None,  # seeded above
                              trust_remote_code=c.trust_remote_code)
@@ -189,7 +226,8 @@ class _Run:
         if c.init_logit_scale is not None:
             with torch.no_grad():
                 base_towers.model.logit_scale.fill_(math.log(c.init_logit_scale))
-        self.frozen = base_towers.frozen_text_copy() if c.g_source == "frozen_init" and c.loss == "hn" else None
+        uses_g = LOSSES.entry(c.loss).uses_g
+        self.frozen = base_towers.frozen_text_copy() if c.g_source == "frozen_init" and uses_g else None
         if c.position_table == "frozen-20":
             freeze_position_rows(base_towers.model, KEEP)
         model = self.encoder.model
@@ -202,8 +240,10 @@ class _Run:
         # the terms' trainable modules live beside the towers: checkpointed, resumed and exported with them
         self.towers.extra = torch.nn.ModuleDict({m.name: m.build(self.encoder.info.embed_dim).to(device).train()
                                                  for m in self.objective.modules})
-        if self.ds is None:
-            self.ds = self._load_data()
+
+    def _build_batches(self) -> None:
+        """Captions tokenised, the global batch sampler, the items with their side inputs, the loader."""
+        c, dist = self.config, self.dist
         if len(self.ds.images) < 2:  # batch_size >= 2 is checked up front; this is the same rule on the data
             left = " after --data-fraction" if c.data_fraction < 1 else ""
             n_images = f"{len(self.ds.images)} image{'' if len(self.ds.images) == 1 else 's'}"
@@ -224,36 +264,54 @@ class _Run:
             (logger.warning if sum(self.sampler.sizes) < n else logger.info)("%s", note)
         self.plan: SegmentPlan | None = None
         self.filtered: list[str] | None = None
-        items = PairItems(self.ds.images, self.encoder.image_transform)
-        if self.edges is not None:  # StructXLIP: edge maps, edge crops at the best segments' boxes, filtered captions
-            boxes = [[] if e is None else [seg.box for seg in e.segments] for e in self.sidecar.per_image(self.ds)]
-            items = EdgeItems(self.ds.images, self.encoder.image_transform, self.edges, boxes, c.structxlip_top_k)
-            options = options_of(FilterOptions, c)
-            self.filtered = [filter_caption(text, options) for text in self.ds.captions]
-            self.filtered_tokens = self.encoder.tokenize(self.filtered).tokens
-            self.encode = bpe_encode(self.encoder)
-            self.side_record["edge_maps"] = self.edges.settings.recorded()
-            self.side_record["filtered_captions"] = {"lexicons": asdict(options),
-                                                     "changed": sum(a != b for a, b in zip(self.filtered,
-                                                                                            self.ds.captions))}
-            self.side_record["segments"] = {"path": str(self.sidecar_path), "writer": self.sidecar.writer,
-                                            "parameters": self.sidecar.parameters, "top_k": c.structxlip_top_k}
+        if self.edges is not None:
+            self.items: Any = self._edge_items()
         elif self.sidecar is not None:
-            self.plan = SegmentPlan.build(self.sidecar, self.ds, bpe_encode(self.encoder),
-                                          self.encoder.info.context_length, choice=c.segment_choice, seed=c.seed)
-            items = SegmentItems(self.ds.images, self.encoder.image_transform, self.plan, c.crop_margin)
-            sentences = sorted({s.sentence for segs in self.plan.segments for s in segs})
-            self.sentence_row = {text: k for k, text in enumerate(sentences)}
-            self.sentence_tokens = self.encoder.tokenize(sentences).tokens
-            self.side_record["segments"] = {
-                "path": str(self.sidecar_path), "writer": self.sidecar.writer, "parameters": self.sidecar.parameters,
-                "choice": c.segment_choice, "crop_margin": c.crop_margin, "goal_compat": c.goal_compat}
-        self.items = items
-        self.loader = torch.utils.data.DataLoader(items, batch_sampler=self.sampler, num_workers=workers,
+            self.items = self._segment_items()
+        else:
+            self.items = PairItems(self.ds.images, self.encoder.image_transform)
+        self.loader = torch.utils.data.DataLoader(self.items, batch_sampler=self.sampler, num_workers=workers,
                                                   generator=self.generator)
         self.micro_per_epoch = len(self.sampler)
         self.steps_per_epoch = math.ceil(self.micro_per_epoch / c.accum_steps)
         self.total = self.steps_per_epoch * c.epochs
+
+    def _edge_items(self) -> EdgeItems:
+        """StructXLIP's side inputs: edge maps, edge crops at the best segments' boxes, filtered captions (the
+        crops per image and the lexicons: the objective's options where they are StructXLIP's, else theirs)."""
+        options = self.config.objective_options
+        top_k = options.top_k if isinstance(options, StructXLIPTermOptions) else StructXLIPTermOptions.top_k
+        lexicons = options.filter_options() if isinstance(options, FilterOptions) else FilterOptions()
+        boxes = [[] if e is None else [seg.box for seg in e.segments] for e in self.sidecar.per_image(self.ds)]
+        items = EdgeItems(self.ds.images, self.encoder.image_transform, self.edges, boxes, top_k)
+        self.filtered = [filter_caption(text, lexicons) for text in self.ds.captions]
+        self.filtered_tokens = self.encoder.tokenize(self.filtered).tokens
+        self.encode = bpe_encode(self.encoder)
+        self.side_record["edge_maps"] = self.edges.settings.recorded()
+        self.side_record["filtered_captions"] = {"lexicons": asdict(lexicons),
+                                                 "changed": sum(a != b for a, b in zip(self.filtered,
+                                                                                        self.ds.captions))}
+        self.side_record["segments"] = {"path": str(self.sidecar_path), "writer": self.sidecar.writer,
+                                        "parameters": self.sidecar.parameters, "top_k": top_k}
+        return items
+
+    def _segment_items(self) -> SegmentItems:
+        """GOAL's side inputs: one segment per image and epoch (its crop, its sentence, box and span)."""
+        c = self.config
+        self.plan = SegmentPlan.build(self.sidecar, self.ds, bpe_encode(self.encoder),
+                                      self.encoder.info.context_length, choice=c.segment_choice, seed=c.seed)
+        items = SegmentItems(self.ds.images, self.encoder.image_transform, self.plan, c.crop_margin)
+        sentences = sorted({s.sentence for segs in self.plan.segments for s in segs})
+        self.sentence_row = {text: k for k, text in enumerate(sentences)}
+        self.sentence_tokens = self.encoder.tokenize(sentences).tokens
+        self.side_record["segments"] = {"path": str(self.sidecar_path), "writer": self.sidecar.writer,
+                                        "parameters": self.sidecar.parameters, "choice": c.segment_choice,
+                                        "crop_margin": c.crop_margin}
+        return items
+
+    def _build_optimizer(self) -> None:
+        """AdamW over the trainable parameters (each extra module its own group), RNG, AMP and DDP."""
+        c, dist, device = self.config, self.dist, self.dist.device
         named = [(n_, p) for n_, p in self.towers.model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
         opt_groups = param_groups(named, c.weight_decay)
@@ -274,7 +332,6 @@ class _Run:
                 self.towers, [n for n, _ in self.towers.named_parameters() if n.startswith("extra.")])
             self.ddp = DistributedDataParallel(
                 self.towers, device_ids=[dist.local_rank] if device.startswith("cuda") else None)
-        self.eval_ds: Any = None  # the eval task's loaded data (retrieval: an ImageTextDataset)
 
     def _load_data(self) -> Any:
         c = self.config
@@ -462,7 +519,7 @@ class _Run:
         c = self.config
         why = (f"; with --gamma {c.gamma:g} the handicap γ·s·Ḡ of every negative whose caption is dissimilar "
                "(Ḡ < 0) pushes it out of the softmax: a smaller --gamma (the paper's: 0.5)"
-               if c.loss == "hn" and c.gamma > 0 else "")
+               if LOSSES.entry(c.loss).uses_g and c.gamma > 0 else "")
         return ("the training loss is exactly 0.0 at the first step, every term of it: no gradient reaches the "
                 "model (a contrastive loss is 0 only when each positive of the batch has probability exactly 1 in "
                 f"fp32){why}; stopped before the first update, no checkpoint written")
@@ -501,17 +558,10 @@ class _Run:
         self._save(state, start)  # after the last epoch too: the run's last resumable state is its end
 
     def _evaluate(self, epoch: int, step: int) -> None:
-        """Score the current weights with hnbench's evaluator (rank 0; the others wait)."""
+        """Score the current weights with the run's periodic evaluation (rank 0; the others wait): the encoder
+        named after this run and epoch, the torch RNG forked (the training's stream is untouched)."""
         if self.dist.is_main:
-            c = self.config
-            assert c.eval_dataset is not None  # evaluation runs only with an eval_dataset
-            if self.eval_ds is None and c.eval_task == "retrieval":
-                self.eval_ds = load_dataset(c.eval_dataset, data_root=c.eval_data_root, protocol=c.eval_protocol,
-                                            **c.eval_dataset_options)
-            elif self.eval_ds is None:  # another task loads its own data (a labelled image set)
-                spec, options = c.eval_spec()
-                self.eval_ds = TASKS.get(c.eval_task).load(spec, **options)
-            eval_ds = self.eval_ds
+            assert self.periodic is not None  # train() refuses an eval_dataset without one
             claim(self.out_dir, "eval")
             self.towers.eval()
             self.encoder.info.fingerprint = state_dict_fingerprint(self.towers.model.state_dict())
@@ -522,29 +572,12 @@ class _Run:
                                         extra={**info.extra, "trained_from": info.pretrained, "epoch": epoch})
             try:
                 with torch.random.fork_rng(devices=[]):
-                    r = evaluate(self.encoder, eval_ds, output_dir=self.out_dir / "eval" / f"epoch-{epoch:03d}",
-                                 task=c.eval_task, device=self.dist.device, batch_size=c.eval_batch_size,
-                                 num_workers=0, ci=False,
-                                 use_cache=False, progress=False, overwrite=True)  # the run owns its eval/
+                    scores = self.periodic(self.encoder, device=self.dist.device, epoch=epoch,
+                                           output_dir=self.out_dir / "eval" / f"epoch-{epoch:03d}")
             finally:
                 self.encoder.info = info
             self.towers.train()
-            rec = {"kind": "eval", "epoch": epoch, "step": step, "dataset": r.dataset.get("name"),
-                   "protocol": r.dataset.get("protocol"), "path": str(r.path) if r.path else None}
-            if r.task != "retrieval":  # another task: its columns (``classification_top-1``) and main score
-                task = r.task_spec()
-                rec.update(task=r.task, main_score=r.main_score.get("value"),
-                           **{c.replace(" ", "_"): task.value(r.metrics, c) for c in task.columns})
-                self._write_diag(rec)
-                logger.info("epoch %d: %s %s %.2f", epoch, r.task, task.main_score, task.main_value(r.metrics))
-            else:
-                for d in ("t2i", "i2t"):
-                    for k in ("R@1", "R@5", "R@10", "MRR"):
-                        if k in r.metrics[d]:
-                            rec[f"{d}_{k}"] = r.metrics[d][k]
-                self._write_diag(rec)
-                logger.info("epoch %d: t2i R@1 %.2f, i2t R@1 %.2f", epoch, rec.get("t2i_R@1", float("nan")),
-                            rec.get("i2t_R@1", float("nan")))
+            self._write_diag({"kind": "eval", "epoch": epoch, "step": step, **scores})
         self.dist.barrier()
 
     def _config_dict(self) -> dict[str, Any]:

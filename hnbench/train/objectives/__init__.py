@@ -6,9 +6,11 @@ what the chosen terms declare is produced. A term may carry an extra trainable m
 AdamW parameter group (:class:`ExtraModule`) and a per-epoch weight schedule. Every term's value is
 logged by name each step.
 
-An objective is registered in :data:`hnbench.registry.OBJECTIVES` as a builder
-``build(config, context) -> list[Term]``; ``--objective`` picks it and ``--loss infonce|hn`` its global
-term (:func:`global_term`), so every framework runs with and without L_HN from one flag.
+An objective is registered in :data:`hnbench.registry.OBJECTIVES` as a builder ``build(config) -> list[Term]``
+with the dataclass of its options (:class:`~hnbench.registry.ObjectiveEntry`; the built-in ones:
+:mod:`hnbench.train.objective_options`), which ``build`` reads as ``config.objective_options``; ``--objective``
+picks it and ``--loss infonce|hn`` its global term (:func:`global_term`), so every framework runs with and
+without L_HN from one flag.
 """
 
 from hnbench.train.objectives.base import (

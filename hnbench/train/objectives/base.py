@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from hnbench.distributed import DistContext
 from hnbench.errors import ConfigError
+from hnbench.registry import LOSSES
 
 __all__ = ["INPUTS", "ExtraModule", "Term", "TermInputs", "check_inputs", "global_term", "ramp_first_epoch"]
 
@@ -90,8 +91,9 @@ def ramp_first_epoch(progress: float) -> float:
 
 def global_term(base_fn: Callable[..., Tensor], loss: str, gamma: float, label_smoothing: float = 0.0,
                 name: str = "global") -> Term:
-    """The framework's global contrastive term on the pooled features: InfoNCE or L_HN (``--loss``, ``--gamma``)."""
-    is_hn = loss == "hn"
+    """The framework's global contrastive term on the pooled features: InfoNCE or L_HN (``--loss``, ``--gamma``;
+    Ḡ and γ passed to a loss whose entry declares ``uses_g``)."""
+    is_hn = LOSSES.entry(loss).uses_g
 
     def fn(x: TermInputs) -> Tensor:
         out = x.out

@@ -21,6 +21,7 @@ from hnbench.errors import ConfigError
 from hnbench.models.finelip import ATRM, clim_scores, finelip_k
 from hnbench.registry import LOSSES
 from hnbench.train.losses import no_autocast
+from hnbench.train.objective_options import FineLIPOptions
 from hnbench.train.objectives.base import ALWAYS, ExtraModule, Term, TermInputs, global_term, ramp_first_epoch
 
 __all__ = ["build", "vse_hinge"]
@@ -69,11 +70,12 @@ def build(config: Any) -> list[Term]:
     if config.token_loss_weight > 0:
         raise ConfigError("--objective finelip: --token-loss-weight is the clip objective's token-level term; FineLIP's own "
                           "token term is its hinge (drop --token-loss-weight, or use --objective clip)")
-    k = finelip_k(config.finelip_num_patches)
-    atrm = ExtraModule("finelip", lambda dim: ATRM(dim, k), lr=config.finelip_lr,
-                       weight_decay=config.finelip_weight_decay)
-    if config.finelip_swap == "margin-hinge":
-        gamma = config.gamma if config.loss == "hn" else 0.0
-        return [_hinge_term(atrm, config.finelip_margin, gamma, config.finelip_max_violation)]
-    return [_hinge_term(atrm, config.finelip_margin, 0.0, config.finelip_max_violation),
+    o = config.objective_options
+    assert isinstance(o, FineLIPOptions), "TrainConfig.validate checks the options are the objective's"
+    k = finelip_k(o.num_patches)
+    atrm = ExtraModule("finelip", lambda dim: ATRM(dim, k), lr=o.lr, weight_decay=o.weight_decay)
+    if o.swap == "margin-hinge":
+        gamma = config.gamma if LOSSES.entry(config.loss).uses_g else 0.0
+        return [_hinge_term(atrm, o.margin, gamma, o.max_violation)]
+    return [_hinge_term(atrm, o.margin, 0.0, o.max_violation),
             global_term(LOSSES.get(config.loss), config.loss, config.gamma, config.label_smoothing)]

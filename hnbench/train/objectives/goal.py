@@ -19,16 +19,10 @@ from typing import Any
 from torch import Tensor
 
 from hnbench.registry import LOSSES
-from hnbench.train.config import options_of
+from hnbench.train.objective_options import GoalOptions
 from hnbench.train.objectives.base import ALWAYS, Term, TermInputs, global_term
 from hnbench.train.terms.geometry import box_patch_mask
-from hnbench.train.terms.goal import (
-    GoalOptions,
-    goal_patch_loss,
-    goal_segment_loss,
-    goal_text_loss,
-    span_mask,
-)
+from hnbench.train.terms.goal import goal_patch_loss, goal_segment_loss, goal_text_loss, span_mask
 
 __all__ = ["NEEDS", "build", "patch_mask", "text_span_mask"]
 
@@ -39,18 +33,18 @@ def patch_mask(x: TermInputs, options: GoalOptions) -> Tensor:
     """(b, 1+P) the patch tokens each row's box touches, on the model's own input grid (CLS at 0)."""
     heads, states = x.heads, x.out["image_states"]
     return box_patch_mask(x.side["boxes"], x.side["image_sizes"], input_size=heads.input_size,
-                          patch_size=heads.patch_size, num_tokens=states.shape[1], compat=options.goal_compat)
+                          patch_size=heads.patch_size, num_tokens=states.shape[1], compat=options.compat)
 
 
 def text_span_mask(x: TermInputs, options: GoalOptions) -> Tensor:
-    """(b, T) each row's sentence tokens in its long caption (``goal_compat``: one token late, as the authors')."""
-    shift = int(options.goal_compat)
+    """(b, T) each row's sentence tokens in its long caption (``compat``: one token late, as the authors')."""
+    shift = int(options.compat)
     spans = [(a + shift, b + shift) for a, b in x.side["spans"]]
     return span_mask(spans, x.out["text_states"].shape[1])
 
 
 def goal_terms(loss: str, gamma: float, options: GoalOptions, label_smoothing: float = 0.0) -> list[Term]:
-    """GOAL's four named terms; ``loss``/``gamma`` choose the global term (and, with ``goal_segment_hn``, the
+    """GOAL's four named terms; ``loss``/``gamma`` choose the global term (and, with ``segment_hn``, the
     segment term's)."""
     o = options
 
@@ -66,13 +60,15 @@ def goal_terms(loss: str, gamma: float, options: GoalOptions, label_smoothing: f
         return goal_text_loss(x.out["text_states"], text_span_mask(x, o), x.heads.text, x.out["sentence"],
                               context=x.context)
 
-    glob = replace(global_term(LOSSES.get(loss), loss, gamma, label_smoothing), weight=o.goal_global_weight,
+    glob = replace(global_term(LOSSES.get(loss), loss, gamma, label_smoothing), weight=o.global_weight,
                    needs=NEEDS)
-    return [glob, Term("segment", segment, weight=o.goal_segment_weight, needs=NEEDS),
-            Term("patch", patch, weight=o.goal_patch_weight, needs=NEEDS),
-            Term("text", text, weight=o.goal_text_weight, needs=NEEDS)]
+    return [glob, Term("segment", segment, weight=o.segment_weight, needs=NEEDS),
+            Term("patch", patch, weight=o.patch_weight, needs=NEEDS),
+            Term("text", text, weight=o.text_weight, needs=NEEDS)]
 
 
 def build(config: Any) -> list[Term]:
-    """GOAL's terms for a :class:`~hnbench.train.config.TrainConfig`."""
-    return goal_terms(config.loss, config.gamma, options_of(GoalOptions, config), config.label_smoothing)
+    """GOAL's terms for a :class:`~hnbench.train.config.TrainConfig` (its ``objective_options``: GoalOptions)."""
+    options = config.objective_options
+    assert isinstance(options, GoalOptions), "TrainConfig.validate checks the options are the objective's"
+    return goal_terms(config.loss, config.gamma, options, config.label_smoothing)

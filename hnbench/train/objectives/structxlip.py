@@ -22,10 +22,9 @@ import torch
 from torch import Tensor
 
 from hnbench.registry import LOSSES
-from hnbench.train.config import options_of
+from hnbench.train.objective_options import StructXLIPOptions
 from hnbench.train.objectives.base import ALWAYS, Term, TermInputs, global_term
 from hnbench.train.terms.structxlip import (
-    StructXLIPOptions,
     local_structure_term,
     rgb_structure_loss,
     schedule_factor,
@@ -40,13 +39,13 @@ MAX_LOGIT_SCALE = math.exp(3.5)  # StructXLIP clamps log s to [0, 3.5] after eve
 
 def _decay(options: StructXLIPOptions, floor: float) -> Callable[[float], float]:
     o = options
-    return lambda progress: schedule_factor(int(progress), floor, warm=o.structxlip_warm_epochs,
-                                            decay_start=o.structxlip_decay_start, decay_end=o.structxlip_decay_end)
+    return lambda progress: schedule_factor(int(progress), floor, warm=o.warm_epochs, decay_start=o.decay_start,
+                                            decay_end=o.decay_end)
 
 
 def structxlip_terms(loss: str, gamma: float, options: StructXLIPOptions, label_smoothing: float = 0.0) -> list[Term]:
     """StructXLIP's four named terms; ``loss``/``gamma`` choose the global term (and, with
-    ``structxlip_structure_hn``, L_SC's)."""
+    ``structure_hn``, L_SC's)."""
     o = options
 
     def every(x: TermInputs) -> Tensor:  # every image has an edge map here (made, not read from files)
@@ -66,15 +65,18 @@ def structxlip_terms(loss: str, gamma: float, options: StructXLIPOptions, label_
                                     x.side["encode"], x.heads.text_ln, x.heads.text_proj, crops, valid,
                                     x.out["scale"], options=o, context=x.context)
 
-    sketch = o.structxlip_sketch_epochs
-    glob = replace(global_term(LOSSES.get(loss), loss, gamma, label_smoothing), weight=o.structxlip_global_weight,
+    sketch = o.sketch_epochs
+    glob = replace(global_term(LOSSES.get(loss), loss, gamma, label_smoothing), weight=o.global_weight,
                    needs=NEEDS, schedule=(lambda p: 0.0 if p < sketch else 1.0) if sketch else None)
     return [glob,
-            Term("structure", structure, o.structxlip_structure_weight, NEEDS, _decay(o, o.structxlip_structure_floor)),
-            Term("rgb_structure", rgb, o.structxlip_rgb_weight, NEEDS, _decay(o, o.structxlip_rgb_floor)),
-            Term("local_structure", local, o.structxlip_local_weight, NEEDS, _decay(o, o.structxlip_local_floor))]
+            Term("structure", structure, o.structure_weight, NEEDS, _decay(o, o.structure_floor)),
+            Term("rgb_structure", rgb, o.rgb_weight, NEEDS, _decay(o, o.rgb_floor)),
+            Term("local_structure", local, o.local_weight, NEEDS, _decay(o, o.local_floor))]
 
 
 def build(config: Any) -> list[Term]:
-    """StructXLIP's terms for a :class:`~hnbench.train.config.TrainConfig`."""
-    return structxlip_terms(config.loss, config.gamma, options_of(StructXLIPOptions, config), config.label_smoothing)
+    """StructXLIP's terms for a :class:`~hnbench.train.config.TrainConfig` (its ``objective_options``:
+    StructXLIPOptions)."""
+    options = config.objective_options
+    assert isinstance(options, StructXLIPOptions), "TrainConfig.validate checks the options are the objective's"
+    return structxlip_terms(config.loss, config.gamma, options, config.label_smoothing)

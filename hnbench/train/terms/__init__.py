@@ -1,8 +1,8 @@
 """Framework objectives' terms as pure tensor functions (issue 22; ``shared/spec/frameworks.md`` §2, §3, §4).
 
-Each term is a function of tensors and a small frozen options dataclass (fields made with
-:func:`hnbench.settings.option`, so flags and recipe keys can be generated from them) returning a
-differentiable scalar tensor; nothing here holds module state. The objective contract
+Each term is a function of tensors and its objective's frozen options dataclass
+(:mod:`hnbench.train.objective_options`: fields made with :func:`hnbench.settings.option`, so flags and recipe
+keys are generated from them) returning a differentiable scalar tensor; nothing here holds module state. The objective contract
 (:mod:`hnbench.train.objectives`) names, weights and schedules them; each framework's global term (the one
 L_HN replaces) is :func:`hnbench.train.objectives.global_term`.
 

@@ -24,43 +24,33 @@ before normalising is not reproduced (``F.normalize`` is used).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from hnbench.distributed import DistContext
-from hnbench.settings import same_as
-from hnbench.train.config import TrainConfig
+from hnbench.registry import LOSSES
 from hnbench.train.losses import compute_dtype, hn_clip_loss
+from hnbench.train.objective_options import GoalOptions
 from hnbench.train.terms import gather_all
 
 __all__ = ["GOAL_TERMS", "GoalOptions", "goal_patch_loss", "goal_segment_loss",
            "goal_text_loss", "pool_tokens", "span_mask"]
+
+DEFAULTS = GoalOptions()  # the default options of the functions below
 
 GOAL_TERMS = ("global", "segment", "patch", "text")
 
 Head = Callable[[Tensor], Tensor]  # a tower's LayerNorm + projection applied to a pooled (B, W) state
 
 
-@dataclass(frozen=True)
-class GoalOptions:
-    """GOAL's weights and fidelity switches (spec §2.1, §2.4, §2.7)."""
-
-    goal_global_weight: float = same_as(TrainConfig, "goal_global_weight")
-    goal_segment_weight: float = same_as(TrainConfig, "goal_segment_weight")
-    goal_patch_weight: float = same_as(TrainConfig, "goal_patch_weight")
-    goal_text_weight: float = same_as(TrainConfig, "goal_text_weight")
-    goal_segment_hn: bool = same_as(TrainConfig, "goal_segment_hn")
-    goal_compat: bool = same_as(TrainConfig, "goal_compat")
-
 def goal_segment_loss(crop: Tensor, sentence: Tensor, logit_scale: Tensor | float, *, loss: str = "infonce",
-                      gamma: float = 0.5, options: GoalOptions = GoalOptions(),
+                      gamma: float = 0.5, options: GoalOptions = DEFAULTS,
                       context: DistContext | None = None) -> Tensor:
     """L_seg (spec §2.1 item 2): InfoNCE on (crop, sentence) embeddings, sentences of other images the
-    negatives; L_HN (Ḡ from the sentences) only with ``loss="hn"`` and ``options.goal_segment_hn``."""
-    swap = loss == "hn" and options.goal_segment_hn
+    negatives; L_HN (Ḡ from the sentences) only with a ``loss`` that uses Ḡ (``hn``) and ``options.segment_hn``."""
+    swap = LOSSES.entry(loss).uses_g and options.segment_hn
     return hn_clip_loss(crop, sentence, logit_scale, gamma if swap else 0.0, context=context)
 
 

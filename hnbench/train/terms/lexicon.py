@@ -14,13 +14,13 @@ dependency parsing, which the released code does not do).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 
-from hnbench.settings import same_as
-from hnbench.train.config import TrainConfig
+from hnbench.train.objective_options import FilterOptions
 
 __all__ = ["LEXICONS", "STOPWORDS", "FilterOptions", "filter_caption"]
+
+DEFAULTS = FilterOptions()  # the default options of the functions below
 
 COLORS = (
     "red blue green yellow black white gray grey orange purple pink brown beige cyan magenta turquoise teal "
@@ -54,16 +54,6 @@ LEXICONS: dict[str, tuple[str, ...]] = {"insect": tuple(INSECT_TERMS), "colors":
 STOPWORDS = frozenset("a an and are as at be by for from in is it of on or that the to with".split())
 
 
-@dataclass(frozen=True)
-class FilterOptions:
-    """Which lexicons StructXLIP's filtered caption drops (spec §3.2; the shipped DOCCI script removes colours)."""
-
-    filter_colors: bool = same_as(TrainConfig, "filter_colors")
-    filter_materials: bool = same_as(TrainConfig, "filter_materials")
-    filter_textures: bool = same_as(TrainConfig, "filter_textures")
-    filter_insect: bool = same_as(TrainConfig, "filter_insect")
-    filter_min_words: int = same_as(TrainConfig, "filter_min_words")
-
 @lru_cache(maxsize=8)
 def _pattern(name: str) -> re.Pattern[str]:
     phrases = sorted({p.lower() for p in LEXICONS[name]}, key=lambda p: (-len(p), p))
@@ -80,7 +70,7 @@ def _tidy(text: str) -> str:
     return re.sub(r",(?: ?,)+", ",", text).strip()
 
 
-def filter_caption(caption: str, options: FilterOptions = FilterOptions()) -> str:
+def filter_caption(caption: str, options: FilterOptions = DEFAULTS) -> str:
     """``caption`` with the chosen lexicons' phrases removed (in the order insect, colours, materials,
     textures, as ``VisualTermFilter.filter_text``), tidied; the tidied original when too few content words
     remain."""

@@ -18,8 +18,8 @@ t the caption and t̃ the lexicon-filtered caption (:mod:`hnbench.train.terms.le
 
 Corrected behaviour by default, the authors' quirks behind compat options (spec §3.1 "Quirks"): chunks pool
 the *pre*-final-LayerNorm states of the text they were cut from (the filtered caption); compat: the states
-are already LayerNormed before the final LayerNorm is applied again (``structxlip_compat_double_ln``), and the
-spans index the unfiltered caption's states (``structxlip_compat_span_shift``).
+are already LayerNormed before the final LayerNorm is applied again (``compat_double_ln``), and the
+spans index the unfiltered caption's states (``compat_span_shift``).
 
 UNVERIFIED (spec §3, §6): the edge detector and its parameters; the paper's λ's and K; whether the HN-CLIP
 paper also put the Ḡ margin on L_SC (a switch here, Ḡ from t̃); the authors' ε = 1e-8 before normalising is
@@ -31,51 +31,27 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hnbench.distributed import DistContext
-from hnbench.settings import same_as
-from hnbench.train.config import TrainConfig
+from hnbench.registry import LOSSES
 from hnbench.train.losses import as_scale, compute_dtype, duplicate_mask, hn_clip_loss
+from hnbench.train.objective_options import StructXLIPOptions
 from hnbench.train.terms import gather_all
 
 __all__ = ["STRUCTXLIP_TERMS", "StructXLIPOptions", "chunk_spans", "chunk_embeddings",
            "local_structure_loss", "local_structure_term", "rgb_structure_loss", "schedule_factor", "structure_loss",
            "structxlip_weights"]
 
+DEFAULTS = StructXLIPOptions()  # the default options of the functions below
+
 STRUCTXLIP_TERMS = ("global", "structure", "rgb_structure", "local_structure")
 
 Head = Callable[[Tensor], Tensor]
 
-
-@dataclass(frozen=True)
-class StructXLIPOptions:
-    """StructXLIP's weights, schedule, chunking, clamp and fidelity switches (spec §3.1, §3.4; argparse
-    defaults — the shipped DOCCI script uses λ_SC 0.25, λ_RGB 0.001, λ_LSC 0.001)."""
-
-    structxlip_global_weight: float = same_as(TrainConfig, "structxlip_global_weight")
-    structxlip_structure_weight: float = same_as(TrainConfig, "structxlip_structure_weight")
-    structxlip_rgb_weight: float = same_as(TrainConfig, "structxlip_rgb_weight")
-    structxlip_local_weight: float = same_as(TrainConfig, "structxlip_local_weight")
-    structxlip_structure_floor: float = same_as(TrainConfig, "structxlip_structure_floor")
-    structxlip_rgb_floor: float = same_as(TrainConfig, "structxlip_rgb_floor")
-    structxlip_local_floor: float = same_as(TrainConfig, "structxlip_local_floor")
-    structxlip_warm_epochs: int = same_as(TrainConfig, "structxlip_warm_epochs")
-    structxlip_decay_start: int = same_as(TrainConfig, "structxlip_decay_start")
-    structxlip_decay_end: int = same_as(TrainConfig, "structxlip_decay_end")
-    structxlip_sketch_epochs: int = same_as(TrainConfig, "structxlip_sketch_epochs")
-    structxlip_chunk_tau: float = same_as(TrainConfig, "structxlip_chunk_tau")
-    structxlip_chunk_window: int = same_as(TrainConfig, "structxlip_chunk_window")
-    structxlip_chunk_stride: int = same_as(TrainConfig, "structxlip_chunk_stride")
-    structxlip_max_chunks: int = same_as(TrainConfig, "structxlip_max_chunks")
-    structxlip_structure_hn: bool = same_as(TrainConfig, "structxlip_structure_hn")
-    structxlip_mask_duplicates: bool = same_as(TrainConfig, "structxlip_mask_duplicates")
-    structxlip_compat_double_ln: bool = same_as(TrainConfig, "structxlip_compat_double_ln")
-    structxlip_compat_span_shift: bool = same_as(TrainConfig, "structxlip_compat_span_shift")
 
 def _has_edges(has_edge: Tensor, b: int) -> Tensor:
     if has_edge.shape != (b,):
@@ -85,14 +61,14 @@ def _has_edges(has_edge: Tensor, b: int) -> Tensor:
 
 def structure_loss(edge: Tensor, filtered_text: Tensor, has_edge: Tensor, logit_scale: Tensor | float, *,
                    loss: str = "infonce", gamma: float = 0.5,
-                   options: StructXLIPOptions = StructXLIPOptions(), context: DistContext | None = None,
+                   options: StructXLIPOptions = DEFAULTS, context: DistContext | None = None,
                    filtered_tokens: Tensor | None = None) -> Tensor:
     """L_SC (spec §3.1 item 2; ``compute_structure_centric_loss`` in ``structxlip/losses.py``): symmetric
     InfoNCE of s̄·e t̃ᵀ on the images with an edge map (``has_edge``), s̄ = s detached; 0 (still attached to the
-    graph) when none has one. L_HN (Ḡ from t̃) only with ``loss="hn"`` and ``structxlip_structure_hn``. Data
+    graph) when none has one. L_HN (Ḡ from t̃) only with ``loss="hn"`` and ``structure_hn``. Data
     parallel: the global subset's loss on every rank (:func:`hnbench.train.terms.gather_all`).
 
-    With ``filtered_tokens`` (this rank's filtered captions' token ids) and ``structxlip_mask_duplicates``, pairs
+    With ``filtered_tokens`` (this rank's filtered captions' token ids) and ``mask_duplicates``, pairs
     whose filtered captions are identical are no negatives of each other (spec §3.6: with colours removed,
     synthdense's colour variants filter to the same text); without such a pair the loss is unchanged, bit for bit."""
     keep = _has_edges(has_edge, edge.shape[0]).to(edge.device)
@@ -100,9 +76,9 @@ def structure_loss(edge: Tensor, filtered_text: Tensor, has_edge: Tensor, logit_
     if not bool(keep.any()):
         return (edge.sum() * 0).to(compute_dtype(edge, filtered_text))
     s = logit_scale.detach() if isinstance(logit_scale, Tensor) else logit_scale
-    g = gamma if loss == "hn" and options.structxlip_structure_hn else 0.0
+    g = gamma if LOSSES.entry(loss).uses_g and options.structure_hn else 0.0
     mask = None
-    if filtered_tokens is not None and options.structxlip_mask_duplicates:
+    if filtered_tokens is not None and options.mask_duplicates:
         (tokens,) = gather_all(context, filtered_tokens, grad=(False,))
         same = duplicate_mask(None, tokens[keep].cpu())
         mask = same.to(edge.device) if bool(same.any()) else None
@@ -174,13 +150,13 @@ def chunk_spans(caption: str, encode: Callable[[str], list[int]], *, window: int
 
 
 def chunk_embeddings(states: Tensor, spans: Sequence[tuple[int, int]], text_ln: nn.Module | Head,
-                     text_proj: Head, *, options: StructXLIPOptions = StructXLIPOptions()) -> Tensor:
+                     text_proj: Head, *, options: StructXLIPOptions = DEFAULTS) -> Tensor:
     """(C, D) normalised chunk embeddings of one caption (spec §3.1 item 4; ``compute_local_structure_centric_
     loss``): per span the softmax(‖h‖)-weighted sum of the token states h (weights without gradient), then the
     final LayerNorm and the projection. ``states`` (T, W) are *pre*-final-LN; with
-    ``structxlip_compat_double_ln`` the LayerNorm is applied to them first as well (the authors' HF
+    ``compat_double_ln`` the LayerNorm is applied to them first as well (the authors' HF
     ``last_hidden_state`` is already normalised)."""
-    if options.structxlip_compat_double_ln:
+    if options.compat_double_ln:
         states = text_ln(states)
     pooled = []
     for start, end in spans:
@@ -195,7 +171,7 @@ def chunk_embeddings(states: Tensor, spans: Sequence[tuple[int, int]], text_ln: 
 
 
 def local_structure_loss(chunks: Sequence[Tensor], crops: Tensor, crop_valid: Tensor, logit_scale: Tensor | float,
-                         *, options: StructXLIPOptions = StructXLIPOptions(),
+                         *, options: StructXLIPOptions = DEFAULTS,
                          context: DistContext | None = None) -> Tensor:
     """L_LSC (spec §3.1 item 4; ``compute_local_structure_centric_loss``): for image b's chunks c
     (``chunks[b]``, (C_b, D) normalised, possibly empty) and the edge crops ``crops`` (B, K, D) with
@@ -205,16 +181,16 @@ def local_structure_loss(chunks: Sequence[Tensor], crops: Tensor, crop_valid: Te
 
     s_eff = min(s/τ, 100) (gradient into s below the cap). Invalid crops are in neither sum. Mean over the
     chunks, then over the images with chunks and a valid crop; 0 (attached) when there is none. Data parallel:
-    every rank's chunks (padded to ``structxlip_max_chunks``) and crops gathered, the global loss on every rank."""
+    every rank's chunks (padded to ``max_chunks``) and crops gathered, the global loss on every rank."""
     b, k = crop_valid.shape
     if crops.ndim != 3 or crops.shape[:2] != (b, k) or len(chunks) != b:
         raise ValueError(f"need (B, K, D) crops matching a (B, K) mask and B chunk sets, got "
                          f"{tuple(crops.shape)}, {tuple(crop_valid.shape)} and {len(chunks)}")
     if context is not None and context.enabled:
-        n = options.structxlip_max_chunks
+        n = options.max_chunks
         counts = torch.tensor([c.shape[0] for c in chunks], device=crops.device)
         if bool((counts > n).any()):
-            raise ValueError(f"an image has more than structxlip_max_chunks = {n} chunks")
+            raise ValueError(f"an image has more than max_chunks = {n} chunks")
         padded = torch.stack([F.pad(c, (0, 0, 0, n - c.shape[0])) for c in chunks])
         padded, counts, crops, crop_valid = gather_all(context, padded, counts, crops, crop_valid,
                                                       grad=(True, False, True, False))
@@ -224,7 +200,7 @@ def local_structure_loss(chunks: Sequence[Tensor], crops: Tensor, crop_valid: Te
     valid = crop_valid.bool().to(crops.device).reshape(-1)
     flat = F.normalize(crops.reshape(b * k, -1).to(dtype), dim=-1)
     s = as_scale(logit_scale, dtype, crops.device)
-    s_eff = (s / options.structxlip_chunk_tau).clamp(max=100.0)
+    s_eff = (s / options.chunk_tau).clamp(max=100.0)
     per_image = []
     for i in range(b):
         own = torch.zeros(b * k, dtype=torch.bool, device=crops.device)
@@ -243,18 +219,18 @@ def local_structure_loss(chunks: Sequence[Tensor], crops: Tensor, crop_valid: Te
 def local_structure_term(caption_states: Tensor, filtered_states: Tensor, filtered_captions: Sequence[str],
                          encode: Callable[[str], list[int]], text_ln: nn.Module | Head, text_proj: Head, crops: Tensor,
                          crop_valid: Tensor, logit_scale: Tensor | float, *,
-                         options: StructXLIPOptions = StructXLIPOptions(),
+                         options: StructXLIPOptions = DEFAULTS,
                          context: DistContext | None = None) -> Tensor:
     """L_LSC from the text tower's pre-final-LN states (spec §3.1 item 4, "Quirks"): chunks of each filtered
     caption (:func:`chunk_spans`) pooled from the filtered caption's own states ``filtered_states`` (B, T, W),
-    or with ``structxlip_compat_span_shift`` from the unfiltered caption's ``caption_states`` (the authors'
+    or with ``compat_span_shift`` from the unfiltered caption's ``caption_states`` (the authors'
     mismatch); then :func:`chunk_embeddings` and :func:`local_structure_loss`."""
     o = options
-    states = caption_states if o.structxlip_compat_span_shift else filtered_states
+    states = caption_states if o.compat_span_shift else filtered_states
     chunks = []
     for i, text in enumerate(filtered_captions):
-        spans = chunk_spans(text, encode, window=o.structxlip_chunk_window, stride=o.structxlip_chunk_stride,
-                            max_chunks=o.structxlip_max_chunks, context_length=states.shape[1])
+        spans = chunk_spans(text, encode, window=o.chunk_window, stride=o.chunk_stride,
+                            max_chunks=o.max_chunks, context_length=states.shape[1])
         chunks.append(chunk_embeddings(states[i], spans, text_ln, text_proj, options=o) if spans
                       else crops.new_zeros(0, crops.shape[-1], dtype=compute_dtype(crops)))
     return local_structure_loss(chunks, crops, crop_valid, logit_scale, options=o, context=context)
@@ -272,17 +248,17 @@ def schedule_factor(epoch: int, floor: float, *, warm: int = 1, decay_start: int
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def structxlip_weights(epoch: int, options: StructXLIPOptions = StructXLIPOptions()) -> dict[str, float]:
+def structxlip_weights(epoch: int, options: StructXLIPOptions = DEFAULTS) -> dict[str, float]:
     """Each term's weight at ``epoch`` (0-based): λ_global (0 during the sketch epochs) and λ·factor(epoch, floor)
     for the three structure terms (spec §3.1 "Total", "Weight schedule")."""
     o = options
 
     def factor(floor: float) -> float:
-        return schedule_factor(epoch, floor, warm=o.structxlip_warm_epochs, decay_start=o.structxlip_decay_start,
-                               decay_end=o.structxlip_decay_end)
+        return schedule_factor(epoch, floor, warm=o.warm_epochs, decay_start=o.decay_start,
+                               decay_end=o.decay_end)
 
-    return {"global": 0.0 if epoch < o.structxlip_sketch_epochs else o.structxlip_global_weight,
-            "structure": o.structxlip_structure_weight * factor(o.structxlip_structure_floor),
-            "rgb_structure": o.structxlip_rgb_weight * factor(o.structxlip_rgb_floor),
-            "local_structure": o.structxlip_local_weight * factor(o.structxlip_local_floor)}
+    return {"global": 0.0 if epoch < o.sketch_epochs else o.global_weight,
+            "structure": o.structure_weight * factor(o.structure_floor),
+            "rgb_structure": o.rgb_weight * factor(o.rgb_floor),
+            "local_structure": o.local_weight * factor(o.local_floor)}
 
