@@ -14,6 +14,7 @@ from conftest import assert_one_line_error, make_pairs, snapshot, write_jsonl
 
 import hnbench
 from hnbench.cli import build_parser, main
+from hnbench.settings import help_of
 
 PACKAGE = Path(hnbench.__file__).parent  # the package under test
 
@@ -212,7 +213,7 @@ def test_data_and_model_flags_are_declared_once_with_their_help():
             for prog, p in _parsers(build_parser()):
                 action = p._option_string_actions.get(flag)
                 if action is not None and flag not in own.get(prog, ()):
-                    assert action.help.replace("%%", "%") == f.metadata["help"], (prog, flag)
+                    assert action.help.replace("%%", "%") == help_of(f.metadata), (prog, flag)
     train = dict(_parsers(build_parser()))["hnbench train"]
     for flag in ("--model", "--pretrained", "--dataset", "--protocol", "--data-root", "--split-file", "--name"):
         assert flag in train._option_string_actions

@@ -79,6 +79,7 @@ class Task:
     # leaderboard) or another word ("class prompts") for texts that are not captions (the budget is not shown)
     texts: str = "captions"
     options: type | None = None  # the dataclass of the data options only this task reads
+    data_noun: str = "image–caption set"  # what its data is called in a refusal ("an option-choice benchmark")
     value_rule: str = ""  # what a reader says of an impossible value ("R@K must be finite, in 0–100")
     per_query: bool = False
     limit: bool = False

@@ -94,6 +94,7 @@ class Choice(Task):
 TASK = Choice(
     name="choice",
     title="Option choice (compositional benchmarks)",
+    data_noun="option-choice benchmark",
     inputs="option-choice items, one or two images and K texts each: sugarcrepe, sugarcrepe-pp, winoground, aro (each "
            "protocol an official subset and rule, or MTEB's), synthdense --protocol compositional (generated)",
     groups=("choice",),

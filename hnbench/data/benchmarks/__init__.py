@@ -14,7 +14,7 @@ from hnbench.data.base import ImageTextDataset
 from hnbench.data.benchmarks.protocol import Protocol, SplitList
 from hnbench.data.benchmarks.spec import BenchmarkSpec, Resource, load_benchmark
 from hnbench.errors import ConfigError, unknown_name
-from hnbench.registry import BENCHMARK_SPECS
+from hnbench.registry import BENCHMARK_SPECS, TASKS
 
 __all__ = ["BENCHMARKS", "BenchmarkSpec", "Protocol", "Resource", "SplitList", "get_benchmark", "load"]
 
@@ -60,6 +60,7 @@ def load(name: str, **kwargs: Any) -> ImageTextDataset:
     option-choice sets) is refused in one line saying which."""
     spec = get_benchmark(name)
     if spec.task is not None:
-        raise ConfigError(f"{spec.name} is not an image–caption set: it is scored by --task {spec.task} "
+        noun = TASKS.get(spec.task).data_noun
+        raise ConfigError(f"{spec.name} is an {noun}, not an image–caption set: it is scored by --task {spec.task} "
                           f"(hnbench eval --task {spec.task} --dataset {spec.name} ...)")
     return load_benchmark(spec, **kwargs)
