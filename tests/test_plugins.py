@@ -150,3 +150,41 @@ def test_a_plugin_imported_after_the_cli_is_used_by_it(pairs_root, tmp_path, cap
     (result,) = [json.loads(p.read_text()) for p in (tmp_path / "out").glob("*.json")]
     assert result["task"] == "example-margin" and result["model"]["arch"] == "example:colour"
     assert result["main_score"]["name"] == "positive"
+
+
+@pytest.mark.slow
+def test_the_plain_cli_trains_the_plugins_objective_with_its_option(micro_config, tmp_path):
+    """The plugin's objective through HNBENCH_PLUGINS: its option is a flag, a recipe table and a ``--set`` key, its
+    bound is one line naming the flag, and the run logs its term beside the global one, weighted by the option."""
+    env = _env(PLUGIN, plugins="hnbench_example")
+    pairs = make_pairs(tmp_path, n=8)
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("".join(json.dumps({"image": p, "caption": c}) + "\n" for p, c in pairs))
+    base = ["train", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset", str(data),
+            "--objective", "example-objective", "--epochs", "1", "--batch-size", "4", "--num-workers", "0",
+            "--log-every", "1", "--seed", "3"]
+    help_text = _hnbench("train", "--help", env=env, cwd=tmp_path)
+    assert help_text.returncode == 0 and "--example-objective-spread" in help_text.stdout
+    bad = _hnbench(*base, "--set", "example-objective.spread=-1", "--output", str(tmp_path / "bad"), env=env,
+                   cwd=tmp_path)
+    assert bad.returncode == 2 and not (tmp_path / "bad").exists()
+    assert len(bad.stderr.strip().splitlines()) == 1 and "--example-objective-spread" in bad.stderr, bad.stderr
+    recipe = tmp_path / "spread.toml"
+    recipe.write_text('[example-objective]\nspread = 0.25\n')
+    runs = {"flag": ["--example-objective-spread", "0.5"], "set": ["--set", "example-objective.spread=0.5"],
+            "recipe": ["--recipe", str(recipe)]}
+    logs = {}
+    for name, given in runs.items():
+        run = _hnbench(*base, *given, "--output", str(tmp_path / name), env=env, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+        logs[name] = [json.loads(line) for line in (tmp_path / name / "log.jsonl").read_text().splitlines()]
+        recorded = json.loads((tmp_path / name / "train_config.json").read_text())["config"]
+        assert recorded["objective"] == "example-objective"
+        assert recorded["objective_options"] == {"spread": 0.25 if name == "recipe" else 0.5}
+    for name, log in logs.items():
+        first = log[0]
+        assert set(first["terms"]) == {"global", "example-spread"}
+        weight = 0.25 if name == "recipe" else 0.5
+        assert first["loss"] == pytest.approx(first["terms"]["global"] + weight * first["terms"]["example-spread"],
+                                              rel=1e-5)
+    assert logs["flag"] == [{**r, "seconds": s["seconds"]} for r, s in zip(logs["set"], logs["flag"])]

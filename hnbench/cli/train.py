@@ -87,7 +87,8 @@ def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
         key, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
-        set_option(cfg, key.strip().replace("-", "_"), _parse_value(value))
+        section, dot, name = key.strip().rpartition(".")  # an objective's name keeps its spelling
+        set_option(cfg, section + dot + name.replace("-", "_"), _parse_value(value))
     # DataSpec fields TrainConfig has not: loader options
     data_flags = {f.name: getattr(args, f.name) for f in fields(DataSpec)
                   if f.name not in train_fields and getattr(args, f.name)}

@@ -310,13 +310,19 @@ def objective_option_keys() -> dict[str, tuple[str, str]]:
     return keys
 
 
+def _same_name(a: str, b: str) -> bool:
+    """An objective's name as a ``--set`` key or recipe table may spell it: case and ``-`` / ``_`` aside."""
+    return a.lower().replace("-", "_") == b.lower().replace("-", "_")
+
+
 def _option_place(key: str, flat: Mapping[str, tuple[str, str]]) -> tuple[str, str] | None:
     """(objective, option) a recipe or ``--set`` key names: ``finelip.margin`` or the flat ``finelip_margin``;
     None for any other key (a TrainConfig field, or an unknown one ``from_dict`` reports)."""
     if key in flat:
         return flat[key]
-    objective, dot, name = key.partition(".")
-    if dot and objective in OBJECTIVES.names():
+    given, dot, name = key.partition(".")
+    objective = next((o for o in OBJECTIVES.names() if _same_name(o, given)), None) if dot else None
+    if objective is not None:
         known = [f.name for f in fields(options_class(objective))]
         if name not in known:
             hint = did_you_mean(name, known, n=1)

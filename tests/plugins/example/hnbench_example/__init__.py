@@ -5,7 +5,7 @@ live. The plain ``hnbench`` command imports it through the entry point its ``pyp
 registering imports nothing heavy.
 """
 
-from hnbench.registry import BENCHMARK_SPECS, CAPTION_RULES, MODELS, READERS, SUITES, TASKS
+from hnbench.registry import BENCHMARK_SPECS, CAPTION_RULES, MODELS, OBJECTIVES, READERS, SUITES, TASKS
 
 # a benchmark: its release layout (pairs.tsv beside images/) read by its own reader, its captions by its own rule
 READERS.register("example-pairs-tsv", "hnbench_example.benchmark:read_pairs_tsv",
@@ -27,3 +27,8 @@ MODELS.register("example", "hnbench_example.family:FAMILY", prefixes=("example:"
 SUITES.register("example-suite", "hnbench.evaluation.suites:fixed",
                 help="the example plugin's benchmark, by retrieval and by its margin task",
                 entries=(("example-pairs", "test", "retrieval"), ("example-pairs", "test", "example-margin")))
+
+# a training objective with an option of its own: --example-objective-spread, recipe table [example-objective]
+OBJECTIVES.register("example-objective", "hnbench_example.objective:build",
+                    options="hnbench_example.objective:ExampleOptions",
+                    help="the example plugin's objective: the global term plus an image-uniformity term")
