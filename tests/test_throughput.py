@@ -23,6 +23,7 @@ from hnbench.evaluation.throughput import (
     footer,
     model_counts,
     peak_rate,
+    peak_share,
 )
 from hnbench.models import load_model
 from hnbench.results.record import EvalResult, read_result
@@ -208,6 +209,15 @@ def test_known_gpus_have_a_peak_and_unknown_ones_say_so():
     assert peak_rate("Tesla V100-SXM2-16GB", "bf16")[0] == 125.0  # no bf16: --amp autocasts to fp16 there
     rate, note = peak_rate("NVIDIA GeForce GTX 1080", "fp32")
     assert rate is None and "unknown device" in note and "GTX 1080" in note
+    assert peak_share("NVIDIA GeForce GTX 1080", "fp32", 100.0, 100.0, {"image": 1.0, "text": 1.0})[0] is None
+
+
+def test_peak_share_is_the_flop_rate_over_the_devices_peak():
+    # 10,000 images/s of 8.82 GFLOPs = 88.2 TFLOP/s of an H200's 989 bf16 TFLOP/s; no caption rate: no text share
+    share, note = peak_share("NVIDIA H200", "bf16", 10_000.0, None, {"image": 8.82, "text": 5.96})
+    assert share == {"image": pytest.approx(88.2 / 989, abs=1e-6), "text": None}
+    assert "989 TFLOP/s" in note and "bf16" in note
+    assert peak_share("NVIDIA H200", "fp32", 1000.0, 1000.0, None)[0] == {"image": None, "text": None}  # no count
 
 
 # --- stored results, the footer, the export -------------------------------------------------------------------

@@ -58,7 +58,7 @@ from typing import Any
 from hnbench.io import atomic_write_bytes, cache_dir, read_json_untrusted
 
 __all__ = ["COUNT_FORMAT", "FLOP_UNIT", "PEAK_TFLOPS", "architecture_key", "count_cache_dir", "count_model",
-           "device_name", "footer", "model_counts", "open_clip_numbers", "peak_rate", "ran_before",
+           "device_name", "footer", "model_counts", "open_clip_numbers", "peak_rate", "peak_share", "ran_before",
            "throughput_record"]
 
 logger = logging.getLogger(__name__)
@@ -70,12 +70,13 @@ FLOP_UNIT = ("FLOPs (torch.utils.flop_counter.FlopCounterMode: 2 per multiply-ad
 RATE_RULE = ("items run through the model / wall seconds of that tower's encode step (reading, decoding or "
              "tokenizing, forward, copying back); cached items not counted")
 
-#: Dense peak TFLOP/s (no structured sparsity) per GPU, from the vendors' datasheets: ``fp32`` the non-tensor-core
+#: Dense peak TFLOP/s (no structured sparsity) per GPU, from NVIDIA's datasheets (half their "with sparsity" figures): ``fp32`` the non-tensor-core
 #: rate (hnbench runs fp32 without TF32), ``bf16`` / ``fp16`` the 16-bit tensor-core rate with fp32 accumulation.
 #: Keys are matched, in this order, as words of ``torch.cuda.get_device_name`` ("NVIDIA H100 80GB HBM3",
 #: "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB"); the first key found wins, so a variant comes before its family.
 PEAK_TFLOPS: dict[str, dict[str, float]] = {
-    "H200": {"fp32": 67.0, "bf16": 989.0, "fp16": 989.0},
+    "H200 NVL": {"fp32": 60.0, "bf16": 835.0, "fp16": 835.0},
+    "H200": {"fp32": 67.0, "bf16": 989.0, "fp16": 989.0},  # SXM
     "H100 PCIe": {"fp32": 51.0, "bf16": 756.0, "fp16": 756.0},
     "H100 NVL": {"fp32": 60.0, "bf16": 835.0, "fp16": 835.0},
     "H100": {"fp32": 67.0, "bf16": 989.0, "fp16": 989.0},  # SXM
@@ -140,6 +141,21 @@ def peak_rate(name: str, compute: str) -> tuple[float | None, str]:
             return rate, f"of {name}'s dense {compute} peak, {rate:g} TFLOP/s (hnbench's table, as {key})"
     return None, (f"unknown device {name!r}: no peak rate in hnbench's table ({', '.join(PEAK_TFLOPS)}), "
                   "so no peak share")
+
+
+def peak_share(name: str, compute: str, images_per_s: float | None, captions_per_s: float | None,
+               gflops: Mapping[str, Any] | None) -> tuple[dict[str, float | None] | None, str]:
+    """The share of device ``name``'s peak at ``compute`` each tower reached (its rate × its GFLOPs per item over
+    the peak; None for a tower without a rate or a count), and the note saying against what; (None, why) where
+    the device has no peak in :data:`PEAK_TFLOPS`."""
+    rate, note = peak_rate(name, compute)
+    if rate is None:
+        return None, note
+    g = gflops or {}
+    share = {tower: round(per_s * g[tower] * 1e9 / (rate * 1e12), 6) if per_s is not None and g.get(tower) else None
+             for tower, per_s in (("image", images_per_s), ("text", captions_per_s))}
+    return share, (f"{note}; the rate × the FLOPs per item; the text share is at the full context (an upper bound "
+                   "where batches run trimmed to their longest caption)")
 
 
 def _compute_precision(settings: Any) -> str:
@@ -376,14 +392,7 @@ def throughput_record(encoder: Any, images: tuple[int, float], texts: tuple[int,
             "text": None if counts["text_flops"] is None else round(counts["text_flops"] / 1e9, 6),
             "image_size": counts["image_size"], "context_length": counts["context_length"], "unit": FLOP_UNIT,
             "counted": source})
-    rate, peak_note = peak_rate(name, record["compute"])
-    share: dict[str, float | None] | None = None
-    if rate is not None:
-        g = record["gflops"] or {}
-        share = {tower: (round(per_s * g[key] * 1e9 / (rate * 1e12), 6) if per_s is not None and g.get(key) else None)
-                 for tower, key, per_s in (("image", "image", images_per_s), ("text", "text", captions_per_s))}
-        peak_note = f"{peak_note}; FLOPs per item × rate; the text share is at the full context (an upper bound " \
-                    "where batches run trimmed to their longest caption)"
+    share, peak_note = peak_share(name, record["compute"], images_per_s, captions_per_s, record["gflops"])
     record.update(peak_share=share, peak_note=peak_note, note="; ".join(notes))
     return record
 
