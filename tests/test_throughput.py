@@ -275,3 +275,26 @@ def test_open_clip_csv_takes_params_and_flops_from_throughput_and_lists_them_mis
     manifest = json.loads((tmp_path / "oc-old" / "hnbench-export.json").read_text())
     missing = {s["what"]: s["reason"] for s in manifest["not_exported"]}
     assert "no throughput record" in missing["params (M)"] and "no throughput record" in missing["FLOPs (B)"]
+
+
+def test_an_hf_clip_model_counts_its_towers_by_hand(hf_clip_dir):
+    """transformers' CLIP (its own attention, through scaled-dot-product attention): the same hand count with its
+    MLP width, and each tower's parameters (vision model + visual projection, text model + text projection)."""
+    encoder = load_model(str(hf_clip_dir))
+    counts = count_model(encoder)
+    cfg = encoder.model.config
+    v, t, proj = cfg.vision_config, cfg.text_config, cfg.projection_dim
+    patches = (v.image_size // v.patch_size) ** 2
+    image = (2 * patches * v.hidden_size * 3 * v.patch_size ** 2
+             + _transformer_flops(patches + 1, v.hidden_size, v.num_hidden_layers, v.intermediate_size)
+             + 2 * v.hidden_size * proj)
+    ctx = counts["context_length"]
+    text = _transformer_flops(ctx, t.hidden_size, t.num_hidden_layers, t.intermediate_size) + 2 * t.hidden_size * proj
+    assert ctx == encoder.info.context_length and (counts["image_flops"], counts["text_flops"]) == (image, text)
+
+    def size(*modules) -> int:
+        return sum(p.numel() for m in modules for p in m.parameters())
+
+    model = encoder.model
+    assert counts["params"]["image"] == size(model.vision_model, model.visual_projection)
+    assert counts["params"]["text"] == size(model.text_model, model.text_projection)

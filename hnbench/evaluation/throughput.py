@@ -14,8 +14,8 @@ process also pays for loading kernels and allocating memory.
 **FLOPs** are counted once per architecture by :class:`torch.utils.flop_counter.FlopCounterMode` on a real forward
 of one image (a grey picture through the model's own image transform: its image size) and one caption that fills
 the model's context (a long text through its tokenizer, truncated there), with ``nn.MultiheadAttention``'s fused
-inference path off and scaled-dot-product attention on its math kernel, so that the attention's matrix products
-are counted on every device. The unit is the one open_clip's ``docs/model_profile.csv`` uses for its ``gflops``
+inference path off and the CPU's fused attention kernel given the formula torch has for the CUDA ones, so that the
+attention's matrix products are counted on every device. The unit is the one open_clip's ``docs/model_profile.csv`` uses for its ``gflops``
 columns (its ``src/training/profiler.py``, ``--profiler torch``, the default since open_clip#693): **FLOPs, two per
 multiply-add**, counting matrix products, convolutions and attention only (not normalisations, activations,
 softmax or embedding look-ups). fvcore's counts, which open_clip's earlier profile reported as ``gmacs``, are half
@@ -245,9 +245,9 @@ def _modules(encoder: Any) -> list[Any]:
 
 @contextlib.contextmanager
 def _counting(modules: list[Any], device: Any) -> Iterator[None]:
-    """Eval mode, the RNG forked, MHA's fused path off and attention on its math kernel; all restored after."""
+    """Eval mode, the RNG forked and MHA's fused inference path off (its one fused op is not counted); all
+    restored after."""
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     flags = [(m, m.training) for module in modules for m in module.modules()]
     fastpath = torch.backends.mha.get_fastpath_enabled()
@@ -257,12 +257,30 @@ def _counting(modules: list[Any], device: Any) -> Iterator[None]:
         for module in modules:
             module.eval()
         torch.backends.mha.set_fastpath_enabled(False)
-        with torch.random.fork_rng(devices=cuda), sdpa_kernel([SDPBackend.MATH]), torch.inference_mode():
+        with torch.random.fork_rng(devices=cuda), torch.inference_mode():
             yield
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)
         for m, training in flags:
             m.training = training
+
+
+def _attention_formulas() -> dict[Any, Any]:
+    """FLOP formulas of the fused attention kernels torch's counter lacks: the CPU's (and MPS's) scaled-dot-product
+    attention get the formula it has for the CUDA kernels (QKᵀ and AV: 2 FLOPs per multiply-add, the full square
+    even under a causal mask, as a matrix-product path counts them)."""
+    import torch
+    from torch.utils.flop_counter import flop_registry
+
+    aten = torch.ops.aten
+    formula = flop_registry[aten._scaled_dot_product_flash_attention]
+
+    def fused(*args: Any, **kwargs: Any) -> int:
+        return int(formula(*args, **kwargs))  # the registered formula reads the tensors' shapes itself
+
+    fused._get_raw = True  # type: ignore[attr-defined]  # FlopCounterMode: pass the tensors as they are
+    names = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_attention_math_for_mps")
+    return {getattr(aten, n): fused for n in names if hasattr(aten, n)}
 
 
 def _measure(run: Any) -> tuple[int, set[int]]:
@@ -284,7 +302,7 @@ def _measure(run: Any) -> tuple[int, set[int]]:
                         self.seen.add(t.untyped_storage().data_ptr())
             return func(*args, **(kwargs or {}))
 
-    counter, inputs = FlopCounterMode(display=False), _Inputs()
+    counter, inputs = FlopCounterMode(display=False, custom_mapping=_attention_formulas()), _Inputs()
     with counter, inputs:
         run()
     return int(counter.get_total_flops()), inputs.seen
