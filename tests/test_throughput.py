@@ -298,3 +298,16 @@ def test_an_hf_clip_model_counts_its_towers_by_hand(hf_clip_dir):
     model = encoder.model
     assert counts["params"]["image"] == size(model.vision_model, model.visual_projection)
     assert counts["params"]["text"] == size(model.text_model, model.text_projection)
+
+
+@pytest.mark.slow
+def test_under_torchrun_the_shared_encoding_has_no_per_tower_rate_and_says_so(micro_config, manifest, tmp_path):
+    from test_distributed import _torchrun
+
+    run = _torchrun(["eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset", str(manifest),
+                     "--num-workers", "0", "--batch-size", "4", "--json", "--output", str(tmp_path / "out"),
+                     "--cache-dir", str(tmp_path / "cache")], tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    t = json.loads(run.stdout)["throughput"]
+    assert t["images_per_s"] is None and t["captions_per_s"] is None and t["cached"] is False
+    assert "under torchrun the ranks encoded 12 items" in t["note"] and t["gflops"]["image"] > 0

@@ -377,20 +377,24 @@ def _rate(n: int, seconds: float) -> float | None:
 
 
 def throughput_record(encoder: Any, images: tuple[int, float], texts: tuple[int, float], settings: Any, device: Any,
-                      *, warm: bool) -> dict[str, Any]:
+                      *, warm: bool, shared: int = 0) -> dict[str, Any]:
     """``result.throughput`` of a run: rates of each tower from ``images`` / ``texts`` (the items each encode step
     ran through the model, and its seconds), the device, ``warm`` (asked with :func:`ran_before` before encoding),
     the parameters and FLOPs of the architecture (:func:`model_counts`) and, on a known GPU, the share of its peak
-    at the run's precision (``settings``: its ``precision`` and ``amp``; module docstring)."""
+    at the run's precision (``settings``: its ``precision`` and ``amp``; module docstring). ``shared``: the items
+    the ranks of a ``torchrun`` encoded together into the cache before rank 0 read them (no per-tower rate)."""
     (n_img, img_s), (n_txt, txt_s) = (int(images[0]), float(images[1])), (int(texts[0]), float(texts[1]))
     if n_img or n_txt:
         _mark_ran(encoder)
     name = device_name(device)
     counts, source = model_counts(encoder)
     images_per_s, captions_per_s = _rate(n_img, img_s), _rate(n_txt, txt_s)
-    cached = not n_img and not n_txt
+    cached = not n_img and not n_txt and not shared
     notes = [RATE_RULE]
-    if cached:
+    if shared:
+        notes.append(f"no rate: under torchrun the ranks encoded {shared:,} items into the cache together (both "
+                     "towers in timings.encode_share) and rank 0 read them back")
+    elif cached:
         notes.append("no rate: every embedding came from the cache (nothing was encoded)")
     else:
         notes += [f"no {what} rate: all came from the cache" for what, n in (("image", n_img), ("caption", n_txt))

@@ -441,11 +441,12 @@ class _Run:
                       **({"approximate": {d: o.recall_vs_exact for d, o in outs.items()}} if s.search == "approximate"
                          else {})},
             timings={k: round(v, 4) for k, v in self.timings.items()},
-            # rates of rank 0's encoding (under torchrun the ranks encode into the cache: rank 0 then reads it)
+            # rates of rank 0's encoding (under torchrun the ranks encode into the cache and rank 0 reads it: no rate)
             throughput=throughput_record(
                 encoder, (img.n_encoded, img.seconds),
                 (txt.n_encoded + (query.n_encoded if query is not txt else 0),
-                 txt.seconds + (query.seconds if query is not txt else 0.0)), s, self.device, warm=self.warm),
+                 txt.seconds + (query.seconds if query is not txt else 0.0)), s, self.device, warm=self.warm,
+                shared=shared["images"] + shared["texts"]),
             scorer=scorer_record(scorer, s.rerank_top),
         )
         if data.n_skipped():
