@@ -311,3 +311,21 @@ def test_under_torchrun_the_shared_encoding_has_no_per_tower_rate_and_says_so(mi
     t = json.loads(run.stdout)["throughput"]
     assert t["images_per_s"] is None and t["captions_per_s"] is None and t["cached"] is False
     assert "under torchrun the ranks encoded 12 items" in t["note"] and t["gflops"]["image"] > 0
+
+
+def test_a_remembered_model_never_built_takes_its_count_from_the_cache_or_goes_without(micro_config, tmp_path):
+    """A run whose embeddings all come from the cache never builds the model (hnbench.evaluation.remembered): its
+    count comes from the count cache, or the record says it was not counted; asking never builds it."""
+    from hnbench.evaluation.remembered import load_remembered
+
+    def remembered():
+        return load_remembered("hnb-micro", None, root=tmp_path / "emb", model_config=str(micro_config))
+
+    built = remembered()  # builds and remembers the model
+    unbuilt = remembered()
+    assert not unbuilt.built
+    counts, why = model_counts(unbuilt)
+    assert counts is None and "not counted: the model was not built" in why and not unbuilt.built
+    model_counts(built)
+    counts, source = model_counts(unbuilt)
+    assert source == "cache" and counts == count_model(built) and not unbuilt.built

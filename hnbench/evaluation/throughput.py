@@ -346,9 +346,9 @@ def model_counts(encoder: Any) -> tuple[dict[str, Any] | None, str]:
     """The counts of ``encoder``'s architecture (:func:`count_model`), from the cache or counted and cached, and
     where they came from (``"cache"``, ``"counted"``); (None, why) where they cannot be had: a model never built in
     this run (every embedding came from the cache) whose architecture was never counted, or a count that failed."""
-    from hnbench.models.base import DeferredEncoder
-
-    deferred = isinstance(encoder, DeferredEncoder)
+    # a DeferredEncoder (hnbench.models.base), asked of its class: on Python 3.11 ``isinstance`` against the
+    # protocol reads every member, and reading a deferred encoder's properties builds its model
+    deferred = callable(getattr(type(encoder), "real", None))
     try:
         key = architecture_key(encoder)
     except Exception as e:  # a transform that cannot be described: count without the cache
