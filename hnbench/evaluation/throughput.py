@@ -70,8 +70,9 @@ FLOP_UNIT = ("FLOPs (torch.utils.flop_counter.FlopCounterMode: 2 per multiply-ad
 RATE_RULE = ("items run through the model / wall seconds of that tower's encode step (reading, decoding or "
              "tokenizing, forward, copying back); cached items not counted")
 
-#: Dense peak TFLOP/s (no structured sparsity) per GPU, from NVIDIA's datasheets (half their "with sparsity" figures): ``fp32`` the non-tensor-core
-#: rate (hnbench runs fp32 without TF32), ``bf16`` / ``fp16`` the 16-bit tensor-core rate with fp32 accumulation.
+#: Dense peak TFLOP/s (no structured sparsity: half the datasheets' "with sparsity" figures) per GPU, from NVIDIA's
+#: datasheets: ``fp32`` the non-tensor-core rate (hnbench runs fp32 without TF32), ``bf16`` / ``fp16`` the 16-bit
+#: tensor-core rate with fp32 accumulation.
 #: Keys are matched, in this order, as words of ``torch.cuda.get_device_name`` ("NVIDIA H100 80GB HBM3",
 #: "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB"); the first key found wins, so a variant comes before its family.
 PEAK_TFLOPS: dict[str, dict[str, float]] = {
@@ -86,7 +87,7 @@ PEAK_TFLOPS: dict[str, dict[str, float]] = {
     "V100": {"fp32": 15.7, "fp16": 125.0},  # SXM2 (PCIe: 14 / 112); no bf16 (hnbench's --amp autocasts to fp16)
 }
 
-# A picture larger than any supported image size, so that every transform resizes it down to the model's.
+# The side of the grey picture counted: any size does, the model's transform resizes and crops it to its own.
 _PICTURE_SIDE = 512
 # Encoders (by object) that have run a forward in this process: their next timed pass is warm.
 _RAN: weakref.WeakSet[Any] = weakref.WeakSet()
