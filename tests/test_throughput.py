@@ -230,6 +230,22 @@ def test_a_stored_result_without_throughput_reads_and_writes_no_throughput():
         assert "throughput" not in json.loads(path.read_text())  # the committed files are as they were
 
 
+def test_the_record_changes_no_board(micro, manifest, tmp_path):
+    """A board of results with the record is the board of the same results without it (as stored results are)."""
+    from hnbench.results.leaderboard import leaderboard
+
+    r = hnbench.evaluate(micro, str(manifest), output_dir=tmp_path / "new" / "res", use_cache=False, **RUN)
+    assert r.throughput
+    shutil.copytree(tmp_path / "new" / "res", tmp_path / "old" / "res")
+    path = tmp_path / "old" / "res" / Path(r.path).name
+    d = json.loads(path.read_text())
+    del d["throughput"]
+    path.write_text(json.dumps(d, indent=2) + "\n")
+    boards = [leaderboard([tmp_path / side / "res"], tmp_path / side / "board.md", ci=True) for side in ("new", "old")]
+    # the header names the command (its folders); everything else is the same
+    assert boards[0].replace(str(tmp_path / "new"), str(tmp_path / "old")) == boards[1] and "hnb-micro" in boards[1]
+
+
 def test_the_eval_footer_follows_the_table(micro_config, manifest, tmp_path, capsys):
     assert main(["-q", "eval", "--model", "hnb-micro", "--model-config", str(micro_config), "--dataset",
                  str(manifest), "--output", str(tmp_path / "out"), "--num-workers", "0", "--no-cache"]) == 0
