@@ -8,8 +8,8 @@ values are fractions with 4 decimals, as open_clip writes them. ``params (M)`` i
 millions and ``FLOPs (B)`` the GFLOPs of one image plus one caption at the model's context (up to 2 decimals), both
 from the result's ``throughput`` record (:mod:`hnbench.evaluation.throughput`: counted as open_clip's
 ``docs/model_profile.csv`` counts ``mparams`` and ``gflops``, FLOPs = 2 per multiply-add); a result written before
-it was recorded leaves them empty (the manifest lists them with the reason). The WinoGAViL columns stay empty (hnbench has no WinoGAViL), and
-so does ``Average score``, open_clip's mean over all 19 metric columns. Any other benchmark or protocol, and a
+it was recorded leaves them empty (the manifest lists them with the reason). The WinoGAViL columns stay empty
+(hnbench has no WinoGAViL), and so does ``Average score``, open_clip's mean over all 19 metric columns. Any other benchmark or protocol, and a
 zero-shot result, has no column: listed as not exported.
 """
 
