@@ -377,15 +377,22 @@ def test_open_clip_csv_has_its_header_and_4_decimal_fractions_for_the_karpathy_s
     row = dict(zip(rows[0], rows[1]))
     flickr, coco = read_result(stored["flickr"]), read_result(stored["coco"])
     assert row["name"] == "hnb-micro" and row["pretrained"] == "random-init"
-    assert row["params (M)"] == f"{flickr.model['n_params'] / 1e6:.2f}".rstrip("0").rstrip(".")
+    assert row["params (M)"] == f"{flickr.throughput['params']['total'] / 1e6:.2f}".rstrip("0").rstrip(".")
+    assert flickr.throughput["params"]["total"] == flickr.model["n_params"]
+    gflops = flickr.throughput["gflops"]["image"] + flickr.throughput["gflops"]["text"]  # open_clip's whole-model gflops
+    assert row["FLOPs (B)"] == f"{gflops:.2f}".rstrip("0").rstrip(".")
     for s, result in (("Flickr", flickr), ("MSCOCO", coco)):
         for d, direction in (("image", "t2i"), ("text", "i2t")):
             for k in (1, 5, 10):
                 assert row[f"{s} {d} retr. R@{k}"] == f"{result.metrics[direction][f'R@{k}'] / 100:.4f}"
-    assert row["FLOPs (B)"] == row["Average score"] == row["WinoGAViL avg jaccard score"] == ""
-    m = _check_traces(out, lambda v, field: f"{v / 1e6:.2f}".rstrip("0").rstrip(".") if field == "model.n_params"
-                      else f"{v / 100:.4f}")
-    assert any("FLOPs (B) is empty" in n for n in m["notes"])
+    assert row["Average score"] == row["WinoGAViL avg jaccard score"] == ""
+
+    def short(x: float) -> str:
+        return f"{x:.2f}".rstrip("0").rstrip(".")
+
+    m = _check_traces(out, lambda v, field: short(v / 1e6) if field == "throughput.params.total"
+                      else short(v["image"] + v["text"]) if field == "throughput.gflops" else f"{v / 100:.4f}")
+    assert not any("FLOPs (B)" in n for n in m["notes"])  # every result of the row records its FLOPs
     reasons = _reasons(m)
     assert "karpathy-test" in reasons[stored["val2017"].name][0] and "val2017" in reasons[stored["val2017"].name][0]
     assert "Flickr30k and COCO" in reasons[stored["urban"].name][0]

@@ -76,6 +76,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _run_eval(args: argparse.Namespace, model: ModelSpec, data: DataSpec) -> int:
     from hnbench.evaluation.evaluate import evaluate
+    from hnbench.evaluation.throughput import footer
 
     assert model.model is not None and data.dataset is not None  # required flags
     result = evaluate(model.model, data.dataset, pretrained=model.pretrained, model_config=model.model_config,
@@ -102,6 +103,9 @@ def _run_eval(args: argparse.Namespace, model: ModelSpec, data: DataSpec) -> int
         print(f"scored by {result.scorer['name']}" + (f", re-ranking the dual encoder's top {top}" if top else
                                                       ", every pair") + f": {result.scorer.get('description', '')}")
     print(result.table())
+    speed = footer(result)  # rates, device, params and FLOPs
+    if speed:
+        print(speed)
     print(f"wrote {result.path}")
     return 0
 

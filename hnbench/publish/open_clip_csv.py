@@ -5,9 +5,11 @@ A row per model (``name`` = architecture, ``pretrained`` = weights tag), filled 
 that table has: Flickr30k and COCO, Karpathy's test splits (hnbench's ``karpathy-test`` protocols, those
 CLIP_benchmark scores). ``<Set> image retr. R@K`` is text→image (hnbench's t2i), ``text retr.`` image→text (i2t);
 values are fractions with 4 decimals, as open_clip writes them. ``params (M)`` is the model's parameter count in
-millions (up to 2 decimals); ``FLOPs (B)`` is a result's ``model.gflops`` where it records one, else empty (no
-result records FLOPs yet: the manifest says so). The WinoGAViL columns stay empty (hnbench has no WinoGAViL), and
-so does ``Average score``, open_clip's mean over all 19 metric columns. Any other benchmark or protocol, and a
+millions and ``FLOPs (B)`` the GFLOPs of one image plus one caption at the model's context (up to 2 decimals), both
+from the result's ``throughput`` record (:mod:`hnbench.evaluation.throughput`: counted as open_clip's
+``docs/model_profile.csv`` counts ``mparams`` and ``gflops``, FLOPs = 2 per multiply-add); a result written before
+it was recorded leaves them empty (the manifest lists them with the reason). The WinoGAViL columns stay empty
+(hnbench has no WinoGAViL), and so does ``Average score``, open_clip's mean over all 19 metric columns. Any other benchmark or protocol, and a
 zero-shot result, has no column: listed as not exported.
 """
 
@@ -17,6 +19,7 @@ import csv
 import io
 from typing import Any
 
+from hnbench.evaluation.throughput import open_clip_numbers
 from hnbench.io import csv_cell
 from hnbench.publish.options import ExportSettings
 from hnbench.publish.sources import Built, Skip, Source, Value, fraction, number, recall_ks
@@ -67,14 +70,16 @@ def build(sources: list[Source], settings: ExportSettings) -> Built:
             continue
         row = rows.setdefault(row_key, {"name": s.model.arch, "pretrained": s.model.tag})
         trace = traces.setdefault(row_key, [])
-        n_params = s.result.model.get("n_params")
-        if isinstance(n_params, int) and "params (M)" not in row:
-            row["params (M)"] = _short(n_params / 1e6)
-            trace.append(("params (M)", s.index, "model.n_params"))
-        gflops = number(s.result.model.get("gflops"))
+        mparams, gflops, why = open_clip_numbers(s.result.throughput)
+        if mparams is not None and "params (M)" not in row:
+            row["params (M)"] = _short(mparams)
+            trace.append(("params (M)", s.index, "throughput.params.total"))
         if gflops is not None and "FLOPs (B)" not in row:
             row["FLOPs (B)"] = _short(gflops)
-            trace.append(("FLOPs (B)", s.index, "model.gflops"))
+            trace.append(("FLOPs (B)", s.index, "throughput.gflops"))  # its image + text
+        for column, value in (("params (M)", mparams), ("FLOPs (B)", gflops)):
+            if value is None:
+                built.skipped.append(Skip(s.path, column, why))
         for group, direction in _DIRECTIONS.items():
             m = s.result.metrics.get(group) or {}
             for k in recall_ks(m):
@@ -91,9 +96,9 @@ def build(sources: list[Source], settings: ExportSettings) -> Built:
                 trace.append((column, s.index, f"metrics.{group}.R@{k}"))
     if not rows:
         return built
-    if any("FLOPs (B)" not in row for row in rows.values()):
-        built.note("FLOPs (B) is empty where no result of the model records FLOPs (model.gflops): hnbench's results "
-                   "do not measure them yet (open_clip's docs/model_profile.csv lists gflops per architecture)")
+    if any("FLOPs (B)" not in row or "params (M)" not in row for row in rows.values()):
+        built.note("params (M) and FLOPs (B) are empty where no result of the model records a throughput record "
+                   "with them (results written before hnbench recorded one: re-run the evaluation)")
     built.note("Average score and the WinoGAViL columns are empty: hnbench has no WinoGAViL, and open_clip's "
                "average is over all 19 metric columns")
     buf = io.StringIO()

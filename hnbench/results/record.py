@@ -21,6 +21,11 @@ Schema (version 2)::
                cache, encoding {world_size, cache key, encoded/cached counts}, identity (the names of the
                settings that change the numbers), ...}
     timings   {load_model, load_data, encode_images, encode_texts, search, metrics, total}  (seconds)
+    throughput {device, compute, warm, cached, images_per_s, captions_per_s, images_encoded, captions_encoded,
+              image_encode_s, text_encode_s, params {image, text, total}, gflops {image, text, image_size,
+              context_length, unit, counted} (null: not counted), peak_share {image, text} (null: a CPU or a GPU
+              the peak table lacks), peak_note, note}: how fast each tower encoded, and the model's size and FLOPs
+              per item (:mod:`hnbench.evaluation.throughput`); absent in files written before it was recorded
     per_query file name of the per-query parquet written beside the JSON
     per_query_sha256  sha256 of that parquet's bytes (absent in files written before it was added)
     scorer    {name, description, rerank_top (null: every pair scored)}: how a pair was scored (``--scorer``,
@@ -118,6 +123,7 @@ class EvalResult:
     tokens: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    throughput: dict[str, Any] = field(default_factory=dict)  # rates, params, FLOPs (hnbench.evaluation.throughput)
     per_query: str | None = None
     per_query_sha256: str | None = None
     task: str = field(default_factory=lambda: str(TASKS.default))  # the first task: files older than tasks
@@ -140,8 +146,9 @@ class EvalResult:
         d = asdict(self)
         d.pop("path")
         order = ["schema_version", "hnbench_version", "created", "task", "main_score", "model", "dataset", "metrics",
-                 "ci95", "ci95_method", "tokens", "settings", "timings", "per_query", "per_query_sha256", "scorer"]
-        optional: dict[str, Any] = {"per_query_sha256": None, "ci95_method": {}}  # left out when empty: older files keep their bytes
+                 "ci95", "ci95_method", "tokens", "settings", "timings", "throughput", "per_query", "per_query_sha256",
+                 "scorer"]
+        optional: dict[str, Any] = {"per_query_sha256": None, "ci95_method": {}, "throughput": {}}  # left out when empty: older files keep their bytes
         return {k: d[k] for k in order if k not in optional or d[k] != optional[k]}
 
     def table(self, fmt: str = "github") -> str:
@@ -390,6 +397,7 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], bool, str]] = {
     "dataset.meta": ((dict,), True, "an object or null"),
     "ci95": ((dict,), True, "an object"), "ci95_method": ((dict,), True, "an object"), "tokens": ((dict,), True, "an object"),
     "settings": ((dict,), True, "an object"), "timings": ((dict,), True, "an object"),
+    "throughput": ((dict,), True, "an object"),
     "settings.search": ((str,), True, "a text"), "settings.ks": ((list,), True, "a list"),
     "settings.identity": ((list,), True, "a list"),
     "per_query": ((str,), True, "a file name or null"), "per_query_sha256": ((str,), True, "a text or null"),

@@ -1,5 +1,6 @@
 """What the pipelines of the tasks after retrieval share: the output check before encoding, the embedding
-cache, and the result record (model, data, metrics, intervals, tokens, settings with the cache use, timings)."""
+cache, and the result record (model, data, metrics, intervals, tokens, settings with the cache use, timings,
+throughput)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ class TaskRun:
         self.dataset = {"name": data.name, "protocol": data.protocol, "fingerprint": data.fingerprint(),
                         "meta": data.meta}
         self.cache: Any = None
+        from hnbench.evaluation.throughput import ran_before
+
+        self.warm = ran_before(encoder)  # asked before encoding: whether the timed pass is warm
 
     def start(self) -> Any:
         """Refuse an output that would replace another result (before encoding; checked again when
@@ -46,6 +50,8 @@ class TaskRun:
         """The result of the run (``ci95_method``: how each interval was made, where the task records it;
         ``per_query``: the bytes of its per-item parquet, written beside the JSON as a pair; ``dataset``: counts
         added to the data record), written if there is an output."""
+        from hnbench.evaluation.throughput import throughput_record
+
         self.timings.update(encode_images=img.seconds, encode_texts=txt.seconds,
                             total=time.perf_counter() - self.t0)
         data = self.data
@@ -60,7 +66,9 @@ class TaskRun:
                       "encoding": {"cache_key": self.cache.key if self.cache else None,
                                    "encoded": {"images": img.n_encoded, "texts": txt.n_encoded},
                                    "cached": {"images": img.n_cached, "texts": txt.n_cached}}},
-            timings={k: round(v, 4) for k, v in self.timings.items()})
+            timings={k: round(v, 4) for k, v in self.timings.items()},
+            throughput=throughput_record(self.encoder, (img.n_encoded, img.seconds), (txt.n_encoded, txt.seconds),
+                                         self.settings, self.recorded["device"], warm=self.warm))
         if self.output_dir is not None:
             write_result_pair(result, self.output_dir, per_query, overwrite=self.settings.overwrite)
         return result

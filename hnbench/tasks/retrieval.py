@@ -254,6 +254,9 @@ class _Run:
         self.cache: EmbeddingCache | None = None
         self.shared = {"images": 0, "texts": 0}  # what the ranks encoded into the cache (torchrun)
         self.scorer: PairScorer | None = None
+        from hnbench.evaluation.throughput import ran_before
+
+        self.warm = ran_before(encoder)  # asked before encoding: whether the timed pass is warm
 
     def run(self) -> EvalResult:
         from hnbench import distributed as dist
@@ -406,8 +409,10 @@ class _Run:
 
     def _record(self, searched: tuple[_Encoded, dict[str, Any], dict[str, Any], dict[str, RetrievalOutput]],
                 ) -> EvalResult:
-        """The result record (model, data, metrics, intervals, tokens, settings with the cache use, timings), written
-        with its per-query file where there is an output."""
+        """The result record (model, data, metrics, intervals, tokens, settings with the cache use, timings,
+        throughput), written with its per-query file where there is an output."""
+        from hnbench.evaluation.throughput import throughput_record
+
         e, metrics, ci95, outs = searched
         s, encoder, data, cache, scorer = self.s, self.encoder, e.data, self.cache, self.scorer
         self.timings["total"] = time.perf_counter() - self.t0
@@ -436,6 +441,12 @@ class _Run:
                       **({"approximate": {d: o.recall_vs_exact for d, o in outs.items()}} if s.search == "approximate"
                          else {})},
             timings={k: round(v, 4) for k, v in self.timings.items()},
+            # rates of rank 0's encoding (under torchrun the ranks encode into the cache and rank 0 reads it: no rate)
+            throughput=throughput_record(
+                encoder, (img.n_encoded, img.seconds),
+                (txt.n_encoded + (query.n_encoded if query is not txt else 0),
+                 txt.seconds + (query.seconds if query is not txt else 0.0)), s, self.device, warm=self.warm,
+                shared=shared["images"] + shared["texts"]),
             scorer=scorer_record(scorer, s.rerank_top),
         )
         if data.n_skipped():
