@@ -164,6 +164,7 @@ def recall_bars_png(labels: Sequence[str], series: Sequence[tuple[str, Sequence[
     ax = fig.subplots()
     y = np.arange(len(labels))
     height = 0.8 / max(len(series), 1)
+    right = 0.0
     for k, (name, values, ci) in enumerate(series):
         v = np.array([x if x == x else 0.0 for x in values], dtype=float)
         lo = np.array([c[0] if c is not None and c[0] == c[0] else np.nan for c in ci], dtype=float)
@@ -174,15 +175,18 @@ def recall_bars_png(labels: Sequence[str], series: Sequence[tuple[str, Sequence[
         if ok.any():
             err = np.vstack([np.clip(v[ok] - lo[ok], 0, None), np.clip(hi[ok] - v[ok], 0, None)])
             ax.errorbar(v[ok], pos[ok], xerr=err, fmt="none", ecolor="#222", elinewidth=1, capsize=2.5)
-        for p, x, fine in zip(pos, v, [c == c for c in values]):
-            ax.text(x + 1, p, f"{x:.1f}" if fine else "—", va="center", fontsize=7, color="#333", parse_math=False)
+        ends = np.fmax(v, np.nan_to_num(hi, nan=0.0))  # the label goes right of the whisker
+        right = max(right, float(ends.max(initial=0.0)))
+        for p, x, end, fine in zip(pos, v, ends, [c == c for c in values]):
+            ax.text(end + 0.8, p, f"{x:.1f}" if fine else "—", va="center", fontsize=7, color="#333",
+                    parse_math=False)
     ax.set_yticks(y, [short(s) for s in labels], fontsize=8, parse_math=False)
-    ax.invert_yaxis()  # the first label (the best) on top
-    ax.set_xlim(0, 110)
+    ax.set_ylim(len(labels) - 0.5, -0.5)  # the first label (the best) on top, no empty margin
+    ax.set_xlim(0, min(100.0, right) * 1.12 + 2)
     ax.set_xlabel("R@1 (%), whiskers: 95% interval", parse_math=False)
     ax.set_title(short(title) if len(title) > 90 else title, fontsize=10, parse_math=False)
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    fig.legend(fontsize=8, loc="outside upper right", ncols=len(series))
     buf = io.BytesIO()
     fig.savefig(buf, dpi=DPI, format="png", metadata={"Software": None})
     return buf.getvalue()

@@ -360,7 +360,7 @@ class _Site:
                            else f'<span class="muted">{E(b)}</span>', R.link("result", f"../data/{f.id}.json")])
         intro = (("<h2>R@1 at a glance</h2>" + figures if figures else "")
                  + "<h2>Models on this board</h2>" + R.table(["model", "failures", "file"], models))
-        text = render(rows, (), baseline=base, ci=True, link_base=Path.cwd(), notes=self.inputs.notes,
+        text = render(rows, (), baseline=base, fmt="html", ci=True, link_base=Path.cwd(), notes=self.inputs.notes,
                       title=title, link=lambda p: f"../data/{self.by_path[p].id}.json",
                       page=lambda body, t: board_page(R.nav(1) + "\n" + body, t, css=R.SITE_CSS), intro=intro)
         return text.encode()
