@@ -320,7 +320,7 @@ class _Site:
         page.notes.append(f"The {self.s.limit} worst queries per direction (hnbench site --limit); hnbench browse "
                           "shows every query and compares two results.")
         self.plan[rel].needs = sorted(set(needs))
-        return render_page(page, nav=R.nav(2), css=R.SITE_CSS).encode()
+        return render_page(page, nav=R.nav(2), css=R.SITE_CSS + R.BROWSE_CSS).encode()
 
     # -- boards, suites ----------------------------------------------------------------------------------
     def _board(self, rows: pd.DataFrame, title: str, stem: str) -> None:

@@ -29,6 +29,12 @@ table.kv td:first-child{font-weight:600;white-space:nowrap}
 .muted{color:#667}
 """
 
+# a failure browser within the site: its wide query table scrolls sideways inside the page (the page itself stays
+# as wide as the window), captions a little narrower
+BROWSE_CSS = """
+#queries{display:block;overflow-x:auto;max-width:100%}.cap{max-width:26em}
+"""
+
 
 def slug(text: str, key: object) -> str:
     """A file name for ``text`` that no text can turn into a path: its letters and digits (at most 40) and a
