@@ -28,6 +28,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -142,7 +143,8 @@ def _json_files(paths: Sequence[str | Path], skipped: list[tuple[str, str]]) -> 
 
 def read_inputs(paths: Sequence[str | Path]) -> Inputs:
     """Every result and hardness report below ``paths``; what cannot be used is skipped with its reason."""
-    from hnbench.hardness.schema import KIND as HARDNESS, HardnessFormatError, read_report
+    from hnbench.hardness.schema import KIND as HARDNESS
+    from hnbench.hardness.schema import HardnessFormatError, read_report
 
     if not paths:
         raise ConfigError("give at least one results folder (or result file) to build a site from")
@@ -299,7 +301,7 @@ class _Site:
                 rel = f"browse/{f.id}/index.html"
                 self.browser[f.id] = rel
                 self.add(rel, _fingerprint("browse", f.sha256, self.s.limit, self.s.top, ds.fingerprint()),
-                         lambda f=f, ds=ds, rel=rel: self._browser_page(f, ds, rel))
+                         partial(self._browser_page, f, ds, rel))
 
     def _browser_page(self, f: Found, ds: ImageTextDataset, rel: str) -> bytes:
         from hnbench.pages.build import THUMB_PX, build_page, thumbnail_jpeg
@@ -340,8 +342,8 @@ class _Site:
                                                               < rows.groupby(TABLE_KEY).ngroups else "") \
                 + ("" if tkey[3] == "exact" else f" · {tkey[3]} search")
             charts.append((png, caption))
-            self.add(png, key, lambda t=t, series=series, caption=caption: _chart(t, series, caption))
-        self.add(f"{stem}.html", key, lambda: self._board_html(rows, title, charts))
+            self.add(png, key, partial(_chart, t, series, caption))
+        self.add(f"{stem}.html", key, partial(self._board_html, rows, title, charts))
 
     def _board_html(self, rows: pd.DataFrame, title: str, charts: list[tuple[str, str]]) -> bytes:
         base = self.s.baseline
@@ -380,12 +382,12 @@ class _Site:
             key = _fingerprint("model", sorted(f.sha256 for f in found),
                                {f.id: self.browser.get(f.id) for f in found}, self.model_label[mk],
                                {f.id: self._board_rel(f) for f in found})
-            self.add(self.model_of[mk], key, lambda mk=mk, found=found: self._model_html(mk, found))
+            self.add(self.model_of[mk], key, partial(self._model_html, mk, found))
 
     def _board_rel(self, f: Found) -> str | None:
         frame = self.inputs.frame
-        hit = frame.loc[frame["path"] == f.path, "benchmark"] if len(frame) else []
-        return self.board_of.get(next(iter(hit), None))
+        hit = list(frame.loc[frame["path"] == f.path, "benchmark"]) if len(frame) else []
+        return self.board_of.get(hit[0]) if hit else None
 
     def _model_html(self, mk: tuple[str, ...], found: list[Found]) -> bytes:
         found = sorted(found, key=lambda f: (str(f.result.created), f.path))
@@ -436,13 +438,13 @@ class _Site:
                     continue
                 target = f"hardness/{h.id}/{R.slug(rel, rel)}.png"
                 plots[name] = target
-                self.add(target, _fingerprint("plot", h.sha256, name), lambda data=data: data)
+                self.add(target, _fingerprint("plot", h.sha256, name), partial(bytes, data))
             self.add(f"hardness/{h.id}/index.html", _fingerprint("hardness", h.sha256, plots),
-                     lambda h=h, plots=plots: _hardness_html(h, plots))
+                     partial(_hardness_html, h, plots))
 
     def plan_data(self) -> None:
         for f in self.inputs.results:
-            self.add(f"data/{f.id}.json", _fingerprint("data", f.sha256), lambda f=f: f.data)
+            self.add(f"data/{f.id}.json", _fingerprint("data", f.sha256), partial(bytes, f.data))
 
     def plan_index(self) -> None:
         key = _fingerprint("index", self.paths, sorted(f.sha256 for f in self.inputs.results),
