@@ -125,6 +125,8 @@ def test_every_internal_link_and_image_of_a_site_resolves_and_nothing_is_fetched
     assert {"index.html"} | {p for p in pages if p.startswith("boards/")} <= pages
     assert sum(p.startswith("models/") for p in pages) == 4  # three plug-and-play models and the older one
     assert sum(p.startswith("browse/") for p in pages) == 3  # the older result's data is not here
+    older = [t for t in (p.read_text() for p in site.glob("models/*.html")) if "no failure browser" in t]
+    assert len(older) == 1 and "its data is not here" in older[0] and "fingerprint" in older[0]
     assert sum(p.startswith("suites/") for p in pages) == 1
     assert list(site.glob("boards/*.png")) and list(site.glob("thumbs/*/*.jpg"))
     for page in site.rglob("*.html"):

@@ -280,19 +280,20 @@ class _Site:
         if key not in self.datasets:
             try:
                 self.datasets[key] = reload_dataset(f.result)
-            except (HnbenchError, OSError) as e:
-                self.datasets[key] = f"its data is not here to show ({str(e).removeprefix(f'{f.path}: ')})"
+            except (HnbenchError, OSError) as e:  # said of every result on this data: no one file's path in it
+                why = str(e).replace(f"{f.result.path}: ", "").replace(str(f.result.path), "the result")
+                self.datasets[key] = f"no failure browser: its data is not here ({why})"
         return self.datasets[key]
 
     def plan_browsers(self) -> None:
         for f in self.inputs.results:
             r = f.result
             if not self.s.limit:
-                self.browser[f.id] = "failure browsers are off (--limit 0)"
+                self.browser[f.id] = "no failure browser (--limit 0)"
             elif not r.task_spec().per_query or not r.per_query:
-                self.browser[f.id] = "its task writes no per-query file"
+                self.browser[f.id] = "no failure browser: its task writes no per-query file"
             elif not os.path.lexists(per_query_path(r)):
-                self.browser[f.id] = "its per-query file is not beside it"
+                self.browser[f.id] = "no failure browser: its per-query file is not beside it"
             else:
                 ds = self._dataset(f)
                 if isinstance(ds, str):
@@ -449,7 +450,7 @@ class _Site:
     def plan_index(self) -> None:
         key = _fingerprint("index", self.paths, sorted(f.sha256 for f in self.inputs.results),
                            sorted(h.sha256 for h in self.inputs.hardness), self.inputs.skipped,
-                           sorted(self.inputs.suites.items()))
+                           sorted(self.inputs.suites.items()), sorted(self.browser.items()))
         self.add("index.html", key, self._index_html)
 
     def _index_html(self) -> bytes:
@@ -559,9 +560,11 @@ def build_site(results: Sequence[str | Path], output: str | Path | None = None, 
     for rel in sorted(site.plan, key=lambda r: (r == "index.html", r)):
         planned = site.plan[rel]
         before = old.get(rel) or {}
-        if before.get("inputs") == planned.key and before.get("sha256") and _sha256(out / rel) == before["sha256"]:
-            kept.append(rel)
-            planned.needs = [n for n in before.get("needs") or [] if isinstance(n, str) and _inside(n)]
+        needs = [n for n in before.get("needs") or [] if isinstance(n, str) and _inside(n)]
+        if before.get("inputs") == planned.key and before.get("sha256") and _sha256(out / rel) == before["sha256"] \
+                and all(_sha256(out / n) == (old.get(n) or {}).get("sha256") for n in needs):
+            kept.append(rel)  # unchanged, and so are the thumbnails it shows
+            planned.needs = needs
             entries[rel] = before
             continue
         data = planned.make()

@@ -26,7 +26,7 @@ nav.site a{margin-right:1.1em;text-decoration:none}nav.site b{margin-right:1.4em
 figure{margin:.6em 0 1.2em}figure img{max-width:100%;height:auto;border:1px solid #dde1e8}
 figcaption{font-size:12px;color:#556}
 table.kv td:first-child{font-weight:600;white-space:nowrap}
-.muted{color:#667}td .muted{display:inline-block;white-space:normal;min-width:14em;max-width:30em}
+.muted{color:#667}td .muted{display:inline-block;white-space:normal;min-width:14em;max-width:24em;font-size:12px}
 """
 
 # a failure browser within the site: its wide query table scrolls sideways inside the page (the page itself stays
