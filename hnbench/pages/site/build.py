@@ -224,6 +224,16 @@ def _earlier(out: Path, overwrite: bool) -> dict[str, dict[str, Any]]:
     return {rel: e for rel, e in record["files"].items() if _inside(rel) and isinstance(e, dict)}
 
 
+def _target(out: Path, rel: str) -> Path:
+    """Where file ``rel`` of the site goes: inside ``out`` whatever links its folders hold (a folder of the site
+    replaced by a link to elsewhere is refused, one line, rather than written or removed through)."""
+    path = out / rel
+    if not path.parent.resolve().is_relative_to(out.resolve()):
+        raise ConfigError(f"--output {out}: {Path(rel).parent} is a link to a folder outside the site; remove it "
+                          "and build again")
+    return path
+
+
 def _sha256(path: Path) -> str | None:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() and not path.is_symlink() else None
@@ -556,8 +566,11 @@ def build_site(results: Sequence[str | Path], output: str | Path | None = None, 
     site.plan_hardness()
     site.plan_data()
     site.plan_index()
+    from tqdm.auto import tqdm
+
     written, kept, entries = [], [], {}
-    for rel in sorted(site.plan, key=lambda r: (r == "index.html", r)):
+    for rel in tqdm(sorted(site.plan, key=lambda r: (r == "index.html", r)), desc="site", unit="file",
+                    disable=not progress):
         planned = site.plan[rel]
         before = old.get(rel) or {}
         needs = [n for n in before.get("needs") or [] if isinstance(n, str) and _inside(n)]
@@ -568,7 +581,7 @@ def build_site(results: Sequence[str | Path], output: str | Path | None = None, 
             entries[rel] = before
             continue
         data = planned.make()
-        atomic_write_bytes(out / rel, data)
+        atomic_write_bytes(_target(out, rel), data)
         written.append(rel)
         entries[rel] = {"inputs": planned.key, "sha256": hashlib.sha256(data).hexdigest(),
                         **({"needs": planned.needs} if planned.needs else {})}
@@ -581,12 +594,12 @@ def build_site(results: Sequence[str | Path], output: str | Path | None = None, 
             entries[rel] = before
         elif made is not None:
             data = made[1]()
-            atomic_write_bytes(out / rel, data)
+            atomic_write_bytes(_target(out, rel), data)
             written.append(rel)
             entries[rel] = {"inputs": made[0], "sha256": hashlib.sha256(data).hexdigest()}
     removed = []
     for rel in sorted(set(old) - set(entries)):
-        stale = out / rel
+        stale = _target(out, rel)
         if stale.is_file() and not stale.is_symlink():
             stale.unlink()
             removed.append(rel)
