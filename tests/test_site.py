@@ -198,6 +198,23 @@ def test_a_hostile_model_name_is_escaped_on_every_page(tmp_path):
     assert _broken_links(site)[0] == []  # the model page's file name is a slug, not the name
 
 
+def test_a_model_page_shows_the_release_card_and_a_recorded_throughput(tmp_path):
+    results = tmp_path / "results"
+    path = _copy_result(_plug(1)[0], results)
+    record = json.loads(path.read_text())
+    record["model"]["extra"] = {"zoo": {"name": "longclip-b16"}}  # loaded as a registered release
+    record["throughput"] = {"device": "cpu", "images_per_s": 40.0, "captions_per_s": 300.0,
+                            "gflops": {"image": 4.4, "text": 2.9}, "peak_note": "no peak known for a CPU"}
+    path.write_text(json.dumps(record))
+    site = tmp_path / "site"
+    build_site([results], site, limit=0, progress=False)
+    (model,) = (p.read_text() for p in site.glob("models/*.html"))
+    card = model[model.index("<h2>Card</h2>"):model.index("<h2>Throughput</h2>")]
+    assert "longclip-b16" in card and "Long-CLIP B/16" in card and "published R@1" in card
+    throughput = model[model.index("<h2>Throughput</h2>"):]
+    assert "captions_per_s" in throughput and "gflops.image" in throughput and "not recorded" not in throughput
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["site", str(tmp_path / "nowhere"), "--output", str(tmp_path / "site")]) == 2
     assert_one_line_error(capsys.readouterr().err, "nowhere", "no such results")

@@ -422,14 +422,14 @@ class _Site:
                          R.link("result", f"../data/{f.id}.json")])
         throughput = next((f.raw["throughput"] for f in reversed(found) if isinstance(f.raw.get("throughput"), dict)),
                           None)
-        card = {k: v for k, v in newest.result.model.items()}
         body = (f"<h1>{E(self.model_label[mk])}</h1>"
                 f"<p>{len(found)} result file{'s' * (len(found) != 1)}; R@K in %, brackets: the 95% interval each "
                 "result recorded.</p><h2>Results</h2>"
                 + R.table(["benchmark", "task", "main score", "t2i R@1", "i2t R@1", "context", "created", "failures",
                            "file"], rows)
                 + f"<h2>Model</h2><p>As the newest result ({E(str(newest.result.created))}) records it.</p>"
-                + R.key_values(card)
+                + R.key_values(newest.result.model)
+                + _card(newest.result.model)
                 + "<h2>Throughput</h2>"
                 + (R.key_values(throughput) if throughput else '<p class="muted">not recorded</p>'))
         return R.document(body, f"{self.model_label[mk]} · hnbench results", 1).encode()
@@ -497,6 +497,24 @@ class _Site:
                 + '<h2 id="skipped">Skipped files</h2>'
                 + (f"<ul>{skipped}</ul>" if skipped else '<p class="muted">none</p>'))
         return R.document(body, "hnbench results", 0).encode()
+
+
+def _card(model: dict[str, Any]) -> str:
+    """The model's card where it was loaded as a registered release (its record names the zoo entry): what it is,
+    where its weights come from, its licence and the published numbers hnbench packages for it; "" otherwise."""
+    from hnbench.models.zoo import entry_of, reference_numbers
+
+    extra = model.get("extra")
+    zoo = extra.get("zoo") if isinstance(extra, dict) else None
+    name = zoo.get("name") if isinstance(zoo, dict) else None
+    entry = entry_of(name) if isinstance(name, str) else None
+    if entry is None:
+        return ""
+    card = {**entry.to_dict(), "description": entry.description, "license": entry.license or "not stated",
+            **({"not verified": entry.unverified} if entry.unverified else {}),
+            "published R@1": reference_numbers(entry) or "none packaged"}
+    return f"<h2>Card</h2><p>The registered release {E(entry.name)} (<code>hnbench models</code>).</p>" + \
+        R.key_values(card)
 
 
 def _glob(label: str, pattern: str) -> bool:
