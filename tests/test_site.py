@@ -5,6 +5,7 @@ input is one line — and its pages in a real headless Chromium (no script error
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import urllib.parse
@@ -252,11 +253,13 @@ def test_a_broken_result_is_listed_as_skipped_and_the_rest_is_built(tmp_path, ca
     outside = tmp_path / "elsewhere.json"
     outside.write_text("{}")
     (results / "link.json").symlink_to(outside)
+    os.mkfifo(results / "pipe.json")  # never opened for reading in a way that blocks
     site = tmp_path / "site"
     assert main(["-q", "site", str(results), "--output", str(site), "--limit", "0"]) == 0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("skipped ")]
-    assert len(lines) == 3 and all(len(line) < 400 for line in lines), out
+    assert len(lines) == 4 and all(len(line) < 400 for line in lines), out
+    assert any("pipe.json" in line and "FIFO" in line for line in lines)
     assert any("impossible.json" in line and "R@" in line for line in lines)
     assert any("link.json" in line and "outside" in line for line in lines)
     index = (site / "index.html").read_text()

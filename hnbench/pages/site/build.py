@@ -132,8 +132,8 @@ def _json_files(paths: Sequence[str | Path], skipped: list[tuple[str, str]]) -> 
         for f in sorted(p.rglob("*")):
             if f.name.startswith("suite-") and f.suffix == ".md" and f.is_file():
                 suites.setdefault(f.name[len("suite-"):-len(".md")], f)
-            if f.suffix != ".json" or is_record(f) or not (f.is_file() or f.is_symlink()):
-                continue
+            if f.suffix != ".json" or is_record(f) or (f.is_dir() and not f.is_symlink()):
+                continue  # anything else named *.json (a FIFO, a device) is read, and refused, with its reason
             if not f.resolve().is_relative_to(root):
                 skipped.append((str(f), "a link to a file outside the results folder; not followed"))
                 continue
