@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,8 +49,6 @@ if TYPE_CHECKING:
     from hnbench.hardness.schema import HardnessReport
 
 __all__ = ["SiteBuild", "build_site"]
-
-logger = logging.getLogger(__name__)
 
 KIND = "hnbench site"
 E = R.E
@@ -82,6 +79,9 @@ class Hard:
 
 @dataclass
 class Inputs:
+    """Everything read from the result folders: results, hardness reports, suites (by the ``suite-NAME.md`` found
+    beside their results), the files skipped and why, and the board's rows (:func:`measured_rows`) with its notes."""
+
     results: list[Found] = field(default_factory=list)
     hardness: list[Hard] = field(default_factory=list)
     suites: dict[str, list[str]] = field(default_factory=dict)  # suite name → its result files' paths
@@ -245,8 +245,8 @@ def _sha256(path: Path) -> str | None:
 class _Site:
     """The plan of one build: every file's fingerprint and maker (see the module docstring)."""
 
-    def __init__(self, inputs: Inputs, settings: SiteSettings, paths: Sequence[str | Path], progress: bool):
-        self.inputs, self.s, self.progress = inputs, settings, progress
+    def __init__(self, inputs: Inputs, settings: SiteSettings, paths: Sequence[str | Path]):
+        self.inputs, self.s = inputs, settings
         self.paths = [str(p) for p in paths]
         self.plan: dict[str, Planned] = {}
         self.by_path = {f.path: f for f in inputs.results}
@@ -577,7 +577,7 @@ def build_site(results: Sequence[str | Path], output: str | Path | None = None, 
     out = Path(s.output)
     old = _earlier(out, s.overwrite)
     inputs = read_inputs(results)
-    site = _Site(inputs, s, results, progress)
+    site = _Site(inputs, s, results)
     site.plan_browsers()
     site.plan_boards()
     site.plan_models()
