@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -144,3 +145,48 @@ def plot_recall(path: str | Path, series: Sequence[tuple[str, Sequence[Any]]], *
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
+
+
+def recall_bars_png(labels: Sequence[str], series: Sequence[tuple[str, Sequence[float], Sequence[Sequence[float]]]],
+                    *, title: str) -> bytes:
+    """Horizontal bars of R@1 per model (``labels``, top to bottom), one bar per series (a direction: ``(name,
+    values, [lo, hi] per model)``) with its 95% interval as a whisker (none where an end is NaN), as PNG bytes.
+
+    Texts are drawn as they are (no mathtext: a ``$`` in a model's name is a dollar sign); a long name is cut to
+    48 characters with an ellipsis so the bars keep their room."""
+    from matplotlib.figure import Figure
+
+    def short(s: str) -> str:
+        return s if len(s) <= 48 else s[:47] + "…"
+
+    n = max(len(labels), 1)
+    fig = Figure(figsize=(9.0, 1.3 + 0.36 * n * max(len(series), 1) ** 0.5), layout="constrained")
+    ax = fig.subplots()
+    y = np.arange(len(labels))
+    height = 0.8 / max(len(series), 1)
+    right = 0.0
+    for k, (name, values, ci) in enumerate(series):
+        v = np.array([x if x == x else 0.0 for x in values], dtype=float)
+        lo = np.array([c[0] if c is not None and c[0] == c[0] else np.nan for c in ci], dtype=float)
+        hi = np.array([c[1] if c is not None and c[1] == c[1] else np.nan for c in ci], dtype=float)
+        pos = y - 0.4 + height * (k + 0.5)
+        ax.barh(pos, v, height, color=PALETTE[k % len(PALETTE)], label=name)
+        ok = np.isfinite(lo) & np.isfinite(hi)
+        if ok.any():
+            err = np.vstack([np.clip(v[ok] - lo[ok], 0, None), np.clip(hi[ok] - v[ok], 0, None)])
+            ax.errorbar(v[ok], pos[ok], xerr=err, fmt="none", ecolor="#222", elinewidth=1, capsize=2.5)
+        ends = np.fmax(v, np.nan_to_num(hi, nan=0.0))  # the label goes right of the whisker
+        right = max(right, float(ends.max(initial=0.0)))
+        for p, x, end, fine in zip(pos, v, ends, [c == c for c in values]):
+            ax.text(end + 0.8, p, f"{x:.1f}" if fine else "—", va="center", fontsize=7, color="#333",
+                    parse_math=False)
+    ax.set_yticks(y, [short(s) for s in labels], fontsize=8, parse_math=False)
+    ax.set_ylim(len(labels) - 0.5, -0.5)  # the first label (the best) on top, no empty margin
+    ax.set_xlim(0, min(100.0, right) * 1.12 + 2)
+    ax.set_xlabel("R@1 (%), whiskers: 95% interval", parse_math=False)
+    ax.set_title(short(title) if len(title) > 90 else title, fontsize=10, parse_math=False)
+    ax.grid(axis="x", alpha=0.3)
+    fig.legend(fontsize=8, loc="outside upper right", ncols=len(series))
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=DPI, format="png", metadata={"Software": None})
+    return buf.getvalue()

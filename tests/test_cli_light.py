@@ -100,8 +100,8 @@ def test_every_subcommand_runs_the_runner_its_module_registered():
     """Each runnable subcommand names its runner (``set_defaults(handler=...)``) in the CLI module of its family
     (export: hnbench.publish.command), so dispatch needs no list of command names."""
     family = {"eval": "evaluate", "demo": "evaluate", "suite": "evaluate", "train": "train", "train-report": "train",
-              "leaderboard": "results", "compare": "results", "browse": "results", "datasets": "data",
-              "segments": "data", "cache": "data", "models": "models", "hardness": "hardness"}
+              "leaderboard": "results", "compare": "results", "browse": "results", "site": "results",
+              "datasets": "data", "segments": "data", "cache": "data", "models": "models", "hardness": "hardness"}
     leaves = _leaves(build_parser())
     assert {words[0] for words, _ in leaves} == {*family, "export"}
     for words, parser in leaves:

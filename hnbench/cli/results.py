@@ -1,5 +1,6 @@
-"""``hnbench leaderboard``, ``hnbench compare`` and ``hnbench browse``: what stored results say, as a board, as
-paired significance tests and as a page of failures. The readers load when a command runs."""
+"""``hnbench leaderboard``, ``hnbench compare``, ``hnbench browse`` and ``hnbench site``: what stored results say, as
+a board, as paired significance tests, as a page of failures and as a static site of all of them. The readers load
+when a command runs."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import os
 from dataclasses import fields
 
 from hnbench.cli.flags import Subparsers, add_settings_args, group
+from hnbench.pages.site.options import SiteSettings
 from hnbench.pages.textdiff import MAX_CAPTION_CHARS, MAX_WORDS
 from hnbench.settings import BrowseSettings, CompareSettings
 from hnbench.specs import DataSpec
 
-__all__ = ["add_browse_parser", "add_compare_parser", "add_leaderboard_parser"]
+__all__ = ["add_browse_parser", "add_compare_parser", "add_leaderboard_parser", "add_site_parser"]
 
 
 # --- leaderboard ---------------------------------------------------------------------------------
@@ -92,4 +94,28 @@ def _run_browse(args: argparse.Namespace) -> int:
     path = browse(args.result, args.output, compare=args.compare, hardness=args.hardness, limit=args.limit,
                   top=args.top, progress=not args.quiet, overwrite=args.overwrite, **data)
     print(f"wrote {path}")
+    return 0
+
+
+# --- site ------------------------------------------------------------------------------------------------
+def add_site_parser(sub: Subparsers) -> None:
+    p = sub.add_parser("site", help="one static, self-contained results site: an index of benchmarks, suites and "
+                                    "models, a sortable board per benchmark and suite with R@1 charts, a page per "
+                                    "model, each result's failure browser and the hardness reports; every link "
+                                    "relative, rebuilt incrementally")
+    p.add_argument("results", nargs="+", metavar="RESULTS", help="result folders (searched recursively) or files")
+    add_settings_args(p, SiteSettings, required={"output"})
+    p.set_defaults(handler=_run_site)
+
+
+def _run_site(args: argparse.Namespace) -> int:
+    from hnbench.pages.site.build import build_site
+
+    options = {f.name: getattr(args, f.name) for f in fields(SiteSettings)}
+    built = build_site(args.results, progress=not args.quiet, **options)
+    for path, reason in built.skipped:
+        print(f"skipped {path}: {reason}")
+    print(f"wrote {len(built.written)} files, kept {len(built.kept)} unchanged"
+          + (f", removed {len(built.removed)}" if built.removed else "")
+          + f" ({built.browsers} failure browsers): {built.output / 'index.html'}")
     return 0

@@ -24,7 +24,8 @@ document.body.dataset.ready = '1';
 """
 
 
-def page(body: str, title: str) -> str:
-    """The whole board from its rendered (already escaped) HTML ``body`` and ``title``."""
+def page(body: str, title: str, *, css: str = "") -> str:
+    """The whole board from its rendered (already escaped) HTML ``body`` and ``title``; ``css``: more rules (a
+    site's navigation)."""
     return ("<!DOCTYPE html>\n" f'<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-            f"<style>{CSS}{_CSS}</style></head><body>\n{body}\n<script>{SORT_JS}{_JS}</script>\n</body></html>\n")
+            f"<style>{CSS}{_CSS}{css}</style></head><body>\n{body}\n<script>{SORT_JS}{_JS}</script>\n</body></html>\n")

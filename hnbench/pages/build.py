@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,12 +52,18 @@ def reload_dataset(result: EvalResult, dataset: str | None = None, *, data_root:
     return ds
 
 
-def _thumb(ds: ImageTextDataset, i: int, px: int) -> str:
+def thumbnail_jpeg(ds: ImageTextDataset, i: int, px: int = THUMB_PX) -> bytes:
+    """Image ``i`` of ``ds`` as a JPEG whose long side is at most ``px``."""
     im = ds.images.open(i).convert("RGB")
     im.thumbnail((px, px))
     buf = io.BytesIO()
     im.save(buf, format="JPEG", quality=75)
-    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode()
+    return buf.getvalue()
+
+
+def _thumb(ds: ImageTextDataset, i: int) -> str:
+    """A thumbnail embedded in the page (a data URI): the page opens from disk alone."""
+    return "data:image/jpeg;base64," + base64.b64encode(thumbnail_jpeg(ds, i)).decode()
 
 
 def _hardness_per_caption(path: str, report: HardnessReport,
@@ -122,13 +128,15 @@ def _rows(frame: Any, ds: ImageTextDataset, direction: str, top: int, keep: np.n
 
 def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | None = None,
                hardness: str | None = None, limit: int = 200, top: int = 5, progress: bool = True,
-               frame: Any = None, hardness_report: HardnessReport | None = None) -> Page:
+               frame: Any = None, hardness_report: HardnessReport | None = None,
+               thumb: Callable[[ImageTextDataset, int], str] = _thumb) -> Page:
     """Select the worst queries (and with ``other``, the baseline, every disagreement at K=1), collect texts and
     thumbnails. ``result`` is the page's *model*, ``other`` its *baseline* (:data:`hnbench.results.compare.BASELINE`:
     what ``hnbench compare`` takes first).
 
     ``frame`` / ``hardness_report``: the result's per-query frame and the hardness report when the caller
-    has read them already (else they are read here)."""
+    has read them already (else they are read here); ``thumb`` gives image ``i``'s ``src`` (default: an embedded
+    JPEG; a site links to a file it writes once for every page)."""
     if frame is None:
         frame = read_per_query(result)
     other_frame = read_per_query(other) if other is not None else None
@@ -184,7 +192,7 @@ def build_page(result: EvalResult, ds: ImageTextDataset, *, other: EvalResult | 
         rows += part
     needed = sorted({x for r in rows for x in [r.query_image, r.gt_image, *(it["image"] for it in r.items)] if x})
     img_pos = {c: i for i, c in enumerate(ds.image_ids)}
-    thumbs = {c: _thumb(ds, img_pos[c], THUMB_PX) for c in tqdm(needed, desc="thumbnails", disable=not progress)}
+    thumbs = {c: thumb(ds, img_pos[c]) for c in tqdm(needed, desc="thumbnails", disable=not progress)}
     models = [{"label": model_label(r.model), "role": role, "metrics": r.metrics, "ci95": r.ci95 or {},
                "result": r.path} for r, role in ((result, MODEL), (other, BASELINE)) if r is not None]
     d = result.dataset

@@ -171,8 +171,10 @@ def _hardness(page: Page) -> str:
     return "".join(out)
 
 
-def render(page: Page) -> str:
-    """The whole page; ``T`` maps image ids to embedded JPEG thumbnails, filled into ``<img data-t>``."""
+def render(page: Page, *, nav: str = "", css: str = "") -> str:
+    """The whole page; ``T`` maps image ids to their thumbnails (embedded JPEGs, or a site's relative URLs),
+    filled into ``<img data-t>``. ``nav`` (rendered HTML) opens the body and ``css`` adds rules: a site's
+    navigation."""
     compare, hardness = len(page.models) > 1, bool(page.hardness)
     heads = ["direction", "rank", "margin"] + ([f"{BASELINE} rank", "right at 1 for"] if compare else []) \
         + (["hardness"] if hardness else []) + ["query", "true item", "retrieved (top)"]
@@ -198,7 +200,7 @@ def render(page: Page) -> str:
     thumbs = script_json(page.thumbs)
     parts: list[Any] = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{E(page.title)}</title>",
-        f"<style>{CSS}{_CSS}</style></head><body>",
+        f"<style>{CSS}{_CSS}{css}</style></head><body>", nav,
         '<div id="zoom" title="click or Esc to close"><img alt="enlarged"><span></span></div>',
         f"<h1>{E(page.title)}</h1>",
         *(f'<p class="note">{E(n)}</p>' for n in page.notes),

@@ -54,7 +54,7 @@ import os
 import re
 import shlex
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, TypeAlias, cast
@@ -125,6 +125,8 @@ def benchmark_order() -> list[str]:
 TableKey: TypeAlias = "tuple[str, str, str, str]"  # the TABLE_KEY values of one table
 Tests: TypeAlias = "dict[str, dict[tuple[str, int], PairedTest]]"  # paired tests by row identity, (direction, K)
 Block: TypeAlias = "tuple[str, str | list[str] | pd.DataFrame]"  # (h1/h2/h3/p, text), (ul, items), (table, cells)
+Link: TypeAlias = "Callable[[str], str]"  # a measured row's result path → the href of its "result" link
+PageOf: TypeAlias = "Callable[[str, str], str]"  # (rendered body, escaped title) → the whole HTML document
 
 
 def _scorer(r: EvalResult) -> str:
@@ -268,6 +270,16 @@ def _names_note(t: pd.DataFrame) -> list[str]:
             "ranked once; name it with --name when evaluating"]
 
 
+def measured_rows(paths: Sequence[str | Path], link_base: Path) -> tuple[pd.DataFrame, list[tuple[str, str]],
+                                                                       dict[TableKey, list[str]]]:
+    """The rows of the result files under ``paths`` as a board ranks them: read (:func:`collect`), keyed by their
+    data (:func:`_data_keys`) and de-duplicated (the newest ``created`` per model and table); the files left out
+    (``(path, reason)``) and the notes naming superseded files (their paths relative to ``link_base``), per table."""
+    frame, skipped = collect(paths)
+    frame, notes = _dedupe(_data_keys(frame), link_base) if len(frame) else (frame, {})
+    return frame, skipped, notes
+
+
 def _dedupe(frame: pd.DataFrame, link_base: Path) -> tuple[pd.DataFrame, dict[TableKey, list[str]]]:
     """Keep the newest ``created`` per (model, table); notes naming the superseded files, per table."""
     frame = frame.assign(_t=pd.to_datetime(frame["created"], utc=True, errors="coerce", format="ISO8601"))
@@ -288,7 +300,7 @@ def _rel(path: str, base: Path) -> str:
     return Path(os.path.relpath(Path(path).resolve(), base)).as_posix()
 
 
-def _disambiguate(frame: pd.DataFrame) -> pd.DataFrame:
+def disambiguate(frame: pd.DataFrame) -> pd.DataFrame:
     """Make labels unique per identity: append the fingerprint (measured) or backbone, then a measured
     row's context length (one model scored at two), then the source."""
     measured = (frame["kind"] == "measured").to_numpy()
@@ -378,7 +390,7 @@ def _signed(x: float) -> str:
 
 
 def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_base: Path,
-           sig: Tests | None = None, task: Task | None = None) -> pd.DataFrame:
+           sig: Tests | None = None, task: Task | None = None, link: Link | None = None) -> pd.DataFrame:
     """Display cells of one ranked table of ``task`` (default: the first task, retrieval): marks, deltas,
     intervals, metadata, links."""
     task = task or _default_task()
@@ -411,7 +423,8 @@ def _cells(t: pd.DataFrame, mk: _Markup, base: pd.Series | None, ci: bool, link_
     out["weights"] = [mk.text(w) for w in t["weights"]]
     out["fingerprint"] = [mk.text(f) for f in t["fingerprint"]]
     out["hnbench"] = [mk.text(v) for v in t["hnbench_version"]]
-    out["source"] = [mk.link("result", _rel(p, link_base))
+    href = link or (lambda p: _rel(p, link_base))
+    out["source"] = [mk.link("result", href(p))
                      if k == "measured" else mk.text(f"reported: {s}" + (f" ({n})" if n else ""))
                      for k, p, s, n in zip(t["kind"], t["path"], t["source"], t["note"])]
     cells_shown: pd.DataFrame = out.drop(columns=[c for c in ("fingerprint", "hnbench", "truncated")
@@ -484,8 +497,14 @@ def _borda(tables: dict[TableKey, pd.DataFrame]) -> list[tuple[str, pd.DataFrame
 
 def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, baseline: str | None = None,
            sort: str = "mean R@1", fmt: str = "markdown", ci: bool = False, link_base: str | Path = ".",
-           notes: dict[TableKey, list[str]] | None = None, command: str = "", title: str = "Leaderboard") -> str:
-    """Render leaderboard rows (from :func:`collect` / ``reported_rows``) as Markdown, CSV or HTML."""
+           notes: dict[TableKey, list[str]] | None = None, command: str = "", title: str = "Leaderboard",
+           link: Link | None = None, page: PageOf = board_page, intro: str = "") -> str:
+    """Render leaderboard rows (from :func:`collect` / ``reported_rows``) as Markdown, CSV or HTML.
+
+    ``link`` maps a measured row's result path to the href of its "result" link (default: the path relative to
+    ``link_base``); ``page`` wraps an HTML board's body into its document (default: the standalone board of
+    :mod:`hnbench.pages.board`; ``hnbench site`` adds its navigation); ``intro``: rendered HTML shown under an HTML
+    board's header paragraph (a site's charts)."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})")
     sort, notes, link_base = _normalise_sort(sort), notes or {}, Path(link_base).resolve()
@@ -498,24 +517,26 @@ def render(frame: pd.DataFrame, skipped: Sequence[tuple[str, str]] = (), *, base
     # the first task's results alone: no task headings, as boards were before there were tasks
     sections = not (len(tasks) == 1 and tasks[0].pre_task_layout)
     blocks: list[Block] = [("h1", mk.text(title)), ("p", _header(frame, mk, command, sort, baseline, ci))]
+    if intro and fmt == "html":
+        blocks.append(("div", intro))
     flat: list[pd.DataFrame] = []
     for task in tasks:
         if sections:
             blocks += [("h2", mk.text(task.title))] + [("p", mk.text(task.note))] * bool(task.note)
         blocks += _task_blocks(frame[frame["task"] == task.name], task, mk, flat, level=2 + sections, baseline=baseline, sort=sort, fmt=fmt, ci=ci,
-                               link_base=link_base, notes=notes)
+                               link_base=link_base, notes=notes, link=link)
     if fmt == "csv":
         return csv_frame(pd.concat(flat)).decode() if flat else ""
     if not tasks:
         blocks.append(("p", "No results to show."))
     if skipped:
         blocks += [("h2", "Skipped files"), ("ul", [f"{mk.code(p)}: {mk.text(r)}" for p, r in skipped])]
-    return _emit(blocks, fmt)
+    return _emit(blocks, fmt, page)
 
 
 def _task_blocks(frame: pd.DataFrame, task: Task, mk: _Markup, flat: list[pd.DataFrame], *, level: int,
                  baseline: str | None, sort: str, fmt: str, ci: bool, link_base: Path,
-                 notes: dict[TableKey, list[str]]) -> list[Block]:
+                 notes: dict[TableKey, list[str]], link: Link | None = None) -> list[Block]:
     """The tables of one task (and their Borda ranks), headings at ``level``; CSV rows go to ``flat``."""
     h = f"h{level}"
     blocks: list[Block] = []
@@ -542,7 +563,7 @@ def _task_blocks(frame: pd.DataFrame, task: Task, mk: _Markup, flat: list[pd.Dat
                     table_notes += untested
             elif len(hit) > 1:
                 table_notes.append(f"baseline {baseline!r} matches {len(hit)} rows here; no deltas")
-        blocks += [("table", _cells(t, mk, base, ci, link_base, sig, task))] + [("p", "Note: " + mk.text(n)) for n in table_notes]
+        blocks += [("table", _cells(t, mk, base, ci, link_base, sig, task, link))] + [("p", "Note: " + mk.text(n)) for n in table_notes]
         if fmt == "csv":
             flat.append(_flat(t, base, ci, link_base, sig, task))
     borda = _borda(tables)
@@ -614,7 +635,7 @@ def _flat(t: pd.DataFrame, base: pd.Series | None, ci: bool, link_base: Path, si
     return out
 
 
-def _emit(blocks: list[Block], fmt: str) -> str:
+def _emit(blocks: list[Block], fmt: str, page: PageOf = board_page) -> str:
     parts = []
     for kind, body in blocks:
         if isinstance(body, pd.DataFrame):  # a "table" block
@@ -631,7 +652,7 @@ def _emit(blocks: list[Block], fmt: str) -> str:
             parts.append(f"<{kind}>{body}</{kind}>")
     if fmt == "markdown":
         return "\n\n".join(parts) + "\n"
-    return board_page("\n".join(parts), title=str(blocks[0][1]))  # blocks[0]: the (escaped) h1
+    return page("\n".join(parts), str(blocks[0][1]))  # blocks[0]: the (escaped) h1
 
 
 def _command(results_dirs: Sequence[str | Path], output: str | Path | None, baseline: str | None,
@@ -681,15 +702,14 @@ def leaderboard(results_dirs: Sequence[str | Path] = (), output: str | Path | No
               **({"context_lengths": list(context_lengths)} if context_lengths else {})}
     if output:
         check_output(output, "a leaderboard", inputs, overwrite=overwrite)
-    frame, skipped = collect(results_dirs)
-    frame, notes = _dedupe(_data_keys(frame), link_base) if len(frame) else (frame, {})
+    frame, skipped, notes = measured_rows(results_dirs, link_base)
     if reported:
         ref = reported_rows().assign(data="")
         if len(frame):  # each measured table of a (benchmark, protocol) gets its reported rows
             ref = place(ref, frame)
         frame = pd.concat([frame, ref], ignore_index=True) if len(frame) else ref
     if len(frame):
-        frame = _disambiguate(frame.reset_index(drop=True))
+        frame = disambiguate(frame.reset_index(drop=True))
         keep = pd.Series(True, index=frame.index)
         if benchmarks:  # a benchmark's name, or one of the names results gave an unregistered set
             keep &= frame["benchmark"].isin(benchmarks) | (frame["names"].isin(benchmarks) if "names" in frame else False)
