@@ -165,3 +165,12 @@ def test_bad_input_for_a_compositional_report_is_one_line_before_the_model_loads
     assert_one_line_error(refused(*base, "--dataset", "winoground"), "one --dataset and one --model")
     assert_one_line_error(refused("--results", str(retrieval), "--dataset", "synthdense", "--protocol", "reorder"),
                           "retrieval result")
+
+
+def test_the_caption_set_api_points_an_option_choice_set_to_choice_hardness(sc_root, tmp_path):
+    from hnbench.errors import ConfigError
+    from hnbench.hardness import hardness
+
+    with pytest.raises(ConfigError, match="option-choice set: hnbench.hardness.choice_hardness"):
+        hardness("sugarcrepe", "minilm", data_root=str(sc_root), protocol="mteb", output_dir=tmp_path / "h")
+    assert not (tmp_path / "h").exists()

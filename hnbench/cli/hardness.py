@@ -25,7 +25,9 @@ __all__ = ["add_hardness_parser"]
 # --- hardness ------------------------------------------------------------------------------------
 def add_hardness_parser(sub: Subparsers) -> None:
     p = sub.add_parser("hardness", help="how near-duplicate a caption set's negatives are (for an encoder), and "
-                                        "where a model fails on them: JSON, PNG plots, Markdown report")
+                                        "where a model fails on them: JSON, PNG plots, Markdown report; on an "
+                                        "option-choice set (a compositional benchmark), how close each negative is "
+                                        "to its positive and a choice result's accuracy by that")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--dataset", action="append", help="registered name or path (as for eval); repeat to compare "
                                                         "(default: the data the first --results file records)")
