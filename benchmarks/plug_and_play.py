@@ -8,6 +8,11 @@ trainer (:func:`hnbench.train.trainer.train`, what ``hnbench train --recipe R --
 scores the final checkpoint on synthdense test with :func:`hnbench.evaluation.evaluate.evaluate` (what
 ``hnbench eval`` runs) into the results folder, and compares L_HN with InfoNCE on the same seeds with
 :func:`hnbench.results.compare.compare` (``hnbench compare``: paired bootstrap interval, exact McNemar).
+Each checkpoint is also scored on synthdense's compositional protocol (``hnbench eval --task choice --dataset
+synthdense --protocol compositional``: a true and a near-twin false caption per test image and kind: swapped
+attributes, a swapped relation, a replaced object, reordered words; the macro accuracy over the kinds), compared
+the same way: per seed the accuracy Δ and the exact McNemar on the items one loss chose right and the other wrong,
+over seeds the mean Δ with its Student-t interval and the McNemar of the discordant items pooled over seeds.
 
     python benchmarks/plug_and_play.py --output runs/plug-and-play                  # every framework, 3 seeds
     python benchmarks/plug_and_play.py --output runs/plug-and-play --frameworks goal,structxlip
@@ -16,15 +21,17 @@ scores the final checkpoint on synthdense test with :func:`hnbench.evaluation.ev
 A run is (framework, loss, seed), named ``<framework>__<loss>__s<seed>``. It is *finished* when the
 results folder holds the result file ``hnbench eval`` wrote for its checkpoint (the JSON is written
 last, and its per-query file must match it); a finished run is never redone, even without its training
-folder, so a rerun (another machine, more frameworks, more seeds) does only the missing runs. A run
+folder, so a rerun (another machine, more frameworks, more seeds) does only the missing runs. A finished run
+without its compositional result has its checkpoint scored on it where the checkpoint is still in
+``OUT/runs/<name>/`` (nothing is trained); without the checkpoint it is listed as not scored. A run
 without a result continues from what hnbench wrote in ``OUT/runs/<name>/``: a finished training
 (``train_config.json``) is only scored, a resumable state (``last/``) resumes, anything else the run
 wrote is replaced (``--overwrite`` removes only what the run's manifest lists). A framework whose
 recipe or objective does not exist (yet), or whose run hnbench refuses before training (a side input it
 lacks, say), is reported and skipped; the others still run.
 
-The table (framework rows × T2I / I2T R@1 for InfoNCE, L_HN and Δ, like the paper's Table 2) is
-computed from the stored results only and written between markers into ``benchmarks/README.md``
+The table (framework rows × T2I / I2T R@1 for InfoNCE, L_HN and Δ, like the paper's Table 2, and the
+compositional accuracy's InfoNCE, L_HN and Δ beside it, with Δ per kind) is computed from the stored results only and written between markers into ``benchmarks/README.md``
 (rewritten on every run), with ``summary.json`` and ``table.md`` in ``benchmarks/plug_and_play/``.
 """
 
@@ -57,6 +64,9 @@ FRAMEWORKS = {"clip": "tiny-synthdense-hn", "finelip": "tiny-synthdense-finelip"
 BEGIN = "<!-- plug-and-play table: written by benchmarks/plug_and_play.py from the stored results; do not edit -->"
 END = "<!-- end of the plug-and-play table -->"
 START = "start"  # the run name of the start model's result (the recipes' weights, not fine-tuned)
+# The compositional column: synthdense's compositional protocol scored by the option-choice task (hnbench eval
+# --task choice --dataset synthdense --protocol compositional); its per-kind accuracies are the ``by kind`` groups.
+COMPOSITIONAL = {"dataset": "synthdense", "protocol": "compositional", "task": "choice"}
 
 
 def recipe_of(framework: str) -> str:
@@ -153,12 +163,13 @@ def check(s: StudySettings) -> None:
 
 # -- the stored results -----------------------------------------------------------------------------
 
-def stored(results: Path) -> dict[str, Path]:
+def stored(results: Path, compositional: bool = False) -> dict[str, Path]:
     """Run name → result file in ``results`` (the newest per run): a run's result names its checkpoint
-    ``…/<run name>/checkpoint.safetensors``; the start model's names no file. A result whose JSON does not
-    read or does not match its per-query file is refused (:class:`~hnbench.errors.HnbenchError`)."""
+    ``…/<run name>/checkpoint.safetensors``; the start model's names no file. ``compositional``: the
+    option-choice results (their task stores per-item outcomes), else the retrieval ones. A result whose JSON does
+    not read or does not match the file beside it is refused (:class:`~hnbench.errors.HnbenchError`)."""
     from hnbench.io import is_record
-    from hnbench.results.record import read_per_query, read_result
+    from hnbench.results.record import read_beside, read_result
 
     found: dict[str, tuple[str, Path]] = {}
     for path in sorted(results.glob("*.json")) if results.is_dir() else []:
@@ -167,7 +178,9 @@ def stored(results: Path) -> dict[str, Path]:
         # evaluate writes the JSON last (a killed one leaves no JSON): one that does not read, or does not match
         # its per-query file, was damaged or edited after the fact, and is refused (one line) rather than redone
         res = read_result(path)
-        read_per_query(res)
+        read_beside(res)
+        if res.task_spec().per_item != compositional:
+            continue
         weights = str(res.model.get("pretrained") or "")
         name = Path(weights).parent.name if weights.endswith("checkpoint.safetensors") else START
         if name != START and parse_name(name) is None:
@@ -246,11 +259,24 @@ def execute(run: Run, s: StudySettings, log: Any) -> Path:
     res = evaluate("hnbench-tiny", "synthdense", pretrained=str(ckpt), protocol="test",
                    dataset_options=eval_options(s), output_dir=s.results, progress=not s.quiet)
     assert res.path is not None
+    score_compositional("hnbench-tiny", str(ckpt), s)
     return Path(res.path)
 
 
-def score_start(s: StudySettings, frameworks: Sequence[str]) -> Path:
-    """The recipes' start weights, not fine-tuned, on the same test split (one result file)."""
+def score_compositional(model: str, pretrained: str | None, s: StudySettings) -> Path:
+    """One checkpoint (or the start weights) on synthdense's compositional protocol, into the results folder."""
+    from hnbench.evaluation.evaluate import evaluate
+
+    res = evaluate(model, COMPOSITIONAL["dataset"], pretrained=pretrained, protocol=COMPOSITIONAL["protocol"],
+                   task=COMPOSITIONAL["task"], dataset_options=eval_options(s), output_dir=s.results,
+                   progress=not s.quiet)
+    assert res.path is not None
+    return Path(res.path)
+
+
+def score_start(s: StudySettings, frameworks: Sequence[str], compositional_only: bool = False) -> Path:
+    """The recipes' start weights, not fine-tuned, on the same test split and on the compositional protocol (its
+    retrieval result file; ``compositional_only``: only the compositional result, the retrieval one is stored)."""
     from hnbench.evaluation.evaluate import evaluate
     from hnbench.train.config import load_recipe
 
@@ -259,8 +285,12 @@ def score_start(s: StudySettings, frameworks: Sequence[str]) -> Path:
         raise ConfigError(f"the recipes start from different weights {sorted(map(str, starts))}: one start row "
                           "cannot stand for them")
     model, pretrained = starts.pop()
-    res = evaluate(str(model), "synthdense", pretrained=pretrained, protocol="test",
-                   dataset_options=eval_options(s), output_dir=s.results, progress=not s.quiet)
+    if not compositional_only:
+        res = evaluate(str(model), "synthdense", pretrained=pretrained, protocol="test",
+                       dataset_options=eval_options(s), output_dir=s.results, progress=not s.quiet)
+    comp = score_compositional(str(model), pretrained, s)
+    if compositional_only:
+        return comp
     assert res.path is not None
     return Path(res.path)
 
@@ -304,6 +334,59 @@ def paired(found: dict[str, Path], out: Path | None) -> list[dict[str, Any]]:
     return out_rows
 
 
+def _choice_outcomes(path: Path) -> tuple[dict[str, Any], dict[str, bool]]:
+    """A compositional result's metrics and each item's outcome of its headline (the per-item file, checked against
+    the JSON), by item id."""
+    from hnbench.results.record import read_per_item, read_result
+
+    res = read_result(path)
+    frame = read_per_item(res)
+    m = res.metrics["choice"]
+    column = f"right_{m.get('headline') or 'accuracy'}"
+    return m, dict(zip(frame["item_id"].astype(str), frame[column].astype(bool)))
+
+
+def paired_compositional(found: dict[str, Path]) -> list[dict[str, Any]]:
+    """Per framework with both losses' compositional results on some seed: per seed the accuracy (the protocol's
+    macro over kinds) of each loss, Δ = L_HN − InfoNCE, the items one chose right and the other wrong (paired by
+    item id) and their exact McNemar p; over the seeds the mean of each, the mean Δ with its 95% Student-t interval,
+    the McNemar of the discordant items pooled over seeds (as the R@1 columns), and the mean Δ per kind."""
+    from hnbench.results.significance import mcnemar_exact
+
+    runs = {r: p for r, p in ((parse_name(n), p) for n, p in found.items()) if r is not None}
+    order = [*FRAMEWORKS, *sorted({r.framework for r in runs} - set(FRAMEWORKS))]
+    out = []
+    for fw in order:
+        seeds = sorted({r.seed for r in runs if r.framework == fw and r.loss == LOSSES[1]
+                        and Run(fw, LOSSES[0], r.seed) in runs})
+        if not seeds:
+            continue
+        per_seed = []
+        for seed in seeds:
+            (mb, base), (mh, hn) = (_choice_outcomes(runs[Run(fw, loss, seed)]) for loss in LOSSES)
+            if set(base) != set(hn):
+                raise ConfigError(f"{runs[Run(fw, LOSSES[0], seed)].name} and {runs[Run(fw, LOSSES[1], seed)].name} "
+                                  "score different compositional items: not a paired comparison")
+            hn_only = sum(hn[i] and not base[i] for i in base)
+            base_only = sum(base[i] and not hn[i] for i in base)
+            kinds = {k: (mh["by"]["kind"][k]["accuracy"] - mb["by"]["kind"][k]["accuracy"])
+                     for k in mb.get("by", {}).get("kind", {}) if k in mh.get("by", {}).get("kind", {})}
+            per_seed.append({"seed": seed, "infonce": runs[Run(fw, LOSSES[0], seed)].name,
+                             "hn": runs[Run(fw, LOSSES[1], seed)].name, "acc_infonce": mb["accuracy"],
+                             "acc_hn": mh["accuracy"], "delta": mh["accuracy"] - mb["accuracy"],
+                             "n_hn_only": hn_only, "n_infonce_only": base_only, "n_items": len(base),
+                             "p_mcnemar": mcnemar_exact(hn_only, base_only), "kind_delta": kinds})
+        mean, lo, hi = t_interval([p["delta"] for p in per_seed])
+        kinds = list(dict.fromkeys(k for p in per_seed for k in p["kind_delta"]))
+        out.append({"framework": fw, "recipe": recipe_of(fw), "seeds": seeds, "per_seed": per_seed,
+                    "infonce": statistics.fmean(p["acc_infonce"] for p in per_seed),
+                    "hn": statistics.fmean(p["acc_hn"] for p in per_seed), "delta": mean, "delta_ci95": [lo, hi],
+                    "kind_delta": {k: statistics.fmean(p["kind_delta"][k] for p in per_seed if k in p["kind_delta"])
+                                   for k in kinds},
+                    **pooled_mcnemar([(p["n_hn_only"], p["n_infonce_only"]) for p in per_seed])})
+    return out
+
+
 def _delta(r: dict[str, Any]) -> str:
     lo, hi = r["delta_ci95"]
     return f"{r['delta']:+.2f}" + ("" if math.isnan(lo) else f" [{lo:+.2f}, {hi:+.2f}]")
@@ -319,9 +402,12 @@ def _verdict(r: dict[str, Any]) -> str:
 
 
 def render(rows: Sequence[dict[str, Any]], start: dict[str, float] | None, skipped: dict[str, str],
-           runs: dict[str, dict[str, Any]] | None = None) -> str:
-    """The Markdown block: the Table-2-shaped table, the per-seed comparisons, the runs' training times (from
-    their ``train_config.json`` copies in ``runs``), stored runs without their pair, what was not run."""
+           runs: dict[str, dict[str, Any]] | None = None, comp: Sequence[dict[str, Any]] = (),
+           comp_start: dict[str, Any] | None = None, unscored: Sequence[str] = ()) -> str:
+    """The Markdown block: the Table-2-shaped table, the compositional accuracy beside it (``comp``, the start
+    model's ``comp_start``, the finished runs without a compositional result ``unscored``), the per-seed
+    comparisons, the runs' training times (from their ``train_config.json`` copies in ``runs``), stored runs without
+    their pair, what was not run."""
     from tabulate import tabulate
 
     from hnbench.io import markdown_text
@@ -338,6 +424,7 @@ def render(rows: Sequence[dict[str, Any]], start: dict[str, float] | None, skipp
             "[95% Student-t interval across seeds]; p: exact McNemar on the discordant queries pooled over seeds.\n\n")
     text += tabulate(table, headers=["framework (recipe)", "seeds", "T2I InfoNCE", "T2I L_HN", "T2I Δ", "T2I p",
                                      "I2T InfoNCE", "I2T L_HN", "I2T Δ", "I2T p"], tablefmt="github", disable_numparse=True) + "\n"
+    text += _render_compositional(comp, comp_start, unscored)
     if rows:
         seed_rows = [[r["framework"], p["seed"],
                       *[f"{p[d]['delta']:+.2f} [{p[d]['ci95'][0]:+.2f}, {p[d]['ci95'][1]:+.2f}], p {p[d]['p_mcnemar']:.3g}"
@@ -367,6 +454,46 @@ def render(rows: Sequence[dict[str, Any]], start: dict[str, float] | None, skipp
         text += "\nStored without their pair (not in the table yet): " + ", ".join(markdown_text(n) for n in alone) + ".\n"
     if skipped:
         text += "\nNot run: " + "; ".join(f"{markdown_text(f)} ({markdown_text(why)})" for f, why in skipped.items()) + ".\n"
+    return text
+
+
+def _render_compositional(comp: Sequence[dict[str, Any]], start: dict[str, Any] | None, unscored: Sequence[str]) -> str:
+    """The compositional column: per framework each loss's accuracy, Δ with its seed interval and pooled McNemar p,
+    and Δ per kind; the per-seed comparisons."""
+    from tabulate import tabulate
+
+    from hnbench.io import markdown_text
+
+    if not comp and not start and not unscored:
+        return ""
+    kinds = list(dict.fromkeys(k for r in comp for k in r["kind_delta"]))
+    table = [[f"{markdown_text(r['framework'])} (`{r['recipe']}`)", len(r["seeds"]), f"{r['infonce']:.2f}",
+              f"{r['hn']:.2f}", _delta(r), f"{r['p_value']:.3g}",
+              *[f"{r['kind_delta'][k]:+.2f}" if k in r["kind_delta"] else "" for k in kinds]] for r in comp]
+    if start:
+        by = start.get("by", {}).get("kind", {})
+        table.append(["start model (not fine-tuned)", "", f"{start['accuracy']:.2f}", "", "", "",
+                      *[f"({by[k]['accuracy']:.2f})" if k in by else "" for k in kinds]])
+    text = ("\nCompositional accuracy in % on synthdense's compositional protocol (`hnbench eval --task choice "
+            "--dataset synthdense --protocol compositional`: per test image and kind a true caption and a near-twin "
+            "false one, right iff s(I, true) > s(I, false); macro over the kinds), mean over seeds; Δ = L_HN − "
+            "InfoNCE [95% Student-t interval across seeds]; p: exact McNemar on the items one loss chose right and "
+            "the other wrong, pooled over seeds; Δ per kind: mean over seeds (the start model's row: its accuracy "
+            "per kind, in brackets).\n\n")
+    text += tabulate(table, headers=["framework (recipe)", "seeds", "comp. InfoNCE", "comp. L_HN", "comp. Δ",
+                                     "comp. p", *[f"Δ {k}" for k in kinds]], tablefmt="github",
+                     disable_numparse=True) + "\n"
+    if comp:
+        seed_rows = [[r["framework"], p["seed"], f"{p['acc_infonce']:.2f}", f"{p['acc_hn']:.2f}", f"{p['delta']:+.2f}",
+                      f"{p['n_hn_only']} / {p['n_infonce_only']} of {p['n_items']}", f"{p['p_mcnemar']:.3g}"]
+                     for r in comp for p in r["per_seed"]]
+        text += ("\nCompositional, per seed: accuracy of each loss, Δ, the items only L_HN / only InfoNCE chose right, "
+                 "exact McNemar p.\n\n")
+        text += tabulate(seed_rows, headers=["framework", "seed", "InfoNCE", "L_HN", "Δ", "discordant", "p"],
+                         tablefmt="github", disable_numparse=True) + "\n"
+    if unscored:
+        text += ("\nFinished runs without a compositional result (their checkpoint is no longer in the run folder: "
+                 "retrain to score them): " + ", ".join(markdown_text(n) for n in unscored) + ".\n")
     return text
 
 
@@ -414,6 +541,8 @@ def study(s: StudySettings) -> dict[str, Any]:
     plan = [Run(f, loss, seed) for seed in range(s.seeds) for f in frameworks for loss in LOSSES]  # seed-major
     done = stored(results)
     todo = [r for r in plan if r.name not in done]
+    comp_done = stored(results, compositional=True)
+    comp_todo = [r for r in plan if r.name in done and r.name not in comp_done]  # finished before the column
     log(f"{len(plan)} runs planned, {len(plan) - len(todo)} finished, {len(todo)} to do"
         + (" (--report-only: none done now)" if s.report_only else ""))
     if not s.report_only:
@@ -427,17 +556,32 @@ def study(s: StudySettings) -> dict[str, Any]:
             except ConfigError as e:  # hnbench refused the run before training (e.g. a side input it lacks)
                 skipped[run.framework] = f"hnbench refused {run.name}: {e}"
                 log(f"skipping {run.framework}: {skipped[run.framework]}")
+        for run in comp_todo:  # scored from the checkpoint where it is still there; never retrained
+            ckpt = training_done(Path(s.output) / "runs" / run.name)
+            if ckpt is not None:
+                log(f"{run.name}: scoring {ckpt} on the compositional protocol")
+                score_compositional("hnbench-tiny", str(ckpt), s)
         ran = [f for f in frameworks if f not in skipped]
         if ran and START not in done:
             score_start(s, ran)
+        elif ran and START not in comp_done:
+            score_start(s, ran, compositional_only=True)
     found = stored(results)
+    comp_found = stored(results, compositional=True)
+    unscored = sorted(n for n in found if n not in comp_found and n != START)
     rows = paired(found, Path(s.output) / "compare")
+    comp = paired_compositional(comp_found)
     start = None
     if START in found:
         from hnbench.results.record import read_result
 
         m = read_result(found[START]).metrics
         start = {d: m[d]["R@1"] for d in DIRECTIONS}
+    comp_start = None
+    if START in comp_found:
+        from hnbench.results.record import read_result
+
+        comp_start = read_result(comp_found[START]).metrics["choice"]
     runs = {}
     for name in sorted(found):
         meta = report / "runs" / f"{name}.json"
@@ -448,9 +592,14 @@ def study(s: StudySettings) -> dict[str, Any]:
                                                           .encode()).hexdigest()[:16]}
         else:
             runs[name] = {"result": found[name].name}
-    block = render(rows, start, skipped, runs)
+    block = render(rows, start, skipped, runs, comp, comp_start, unscored)
     summary = {"settings": {k: v for k, v in asdict(s).items() if k not in ("report_only", "quiet")},
                "study": s.identity(), "frameworks": rows, "start": start, "skipped": skipped, "runs": runs,
+               "compositional": {"protocol": COMPOSITIONAL, "frameworks": comp,
+                                 "start": None if comp_start is None else {
+                                     "accuracy": comp_start["accuracy"],
+                                     "by_kind": {k: v["accuracy"] for k, v in comp_start.get("by", {}).get("kind", {}).items()}},
+                                 "unscored": unscored, "results": {n: p.name for n, p in sorted(comp_found.items())}},
                "seconds": round(time.perf_counter() - t0, 1)}
     report.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(report / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())

@@ -127,19 +127,21 @@ def plot_heatmap(path: str | Path, matrix: np.ndarray, *, title: str, mask_diago
     return _save(fig, path)
 
 
-def plot_recall(path: str | Path, series: Sequence[tuple[str, Sequence[Any]]], *, title: str) -> Path:
-    """R@1 per hardness bucket (bars), one series per direction/model; n under each bar's value."""
+def plot_recall(path: str | Path, series: Sequence[tuple[str, Sequence[Any]]], *, title: str, value: str = "r_at_1",
+                xlabel: str = "similarity of the query's hardest negative caption", ylabel: str = "R@1 (%)") -> Path:
+    """A percentage per hardness bucket (bars: each bucket's attribute ``value``, R@1 by default), one series per
+    direction/model/subset; n under each bar's value."""
     fig, ax = _figure()
     labels = [b.label for b in series[0][1]] if series else []
     x = np.arange(len(labels))
     width = 0.8 / max(len(series), 1)
     for k, (name, buckets) in enumerate(series):
-        y = np.array([b.r_at_1 if b.n else 0.0 for b in buckets])
+        y = np.array([getattr(b, value) if b.n else 0.0 for b in buckets])
         bars = ax.bar(x - 0.4 + width * (k + 0.5), y, width, color=PALETTE[k % len(PALETTE)], label=name)
-        ax.bar_label(bars, labels=[f"{b.r_at_1:.0f}\nn={b.n}" if b.n else "n=0" for b in buckets], fontsize=7)
+        ax.bar_label(bars, labels=[f"{getattr(b, value):.0f}\nn={b.n}" if b.n else "n=0" for b in buckets], fontsize=7)
     ax.set_xticks(x, labels)
-    ax.set_xlabel("similarity of the query's hardest negative caption")
-    ax.set_ylabel("R@1 (%)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_ylim(0, 118)
     ax.set_title(title)
     ax.legend(fontsize=8)

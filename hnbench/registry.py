@@ -302,6 +302,17 @@ SUITES.register("forgetting", "hnbench.evaluation.suites:fixed", help="ImageNet 
                 entries=(("imagenet", None, "zeroshot"),))
 SUITES.register("synthdense", "hnbench.evaluation.suites:fixed", help="synthdense test (generated, offline)",
                 entries=(("synthdense", "test", "retrieval"),))
+SUITES.register("compositional", "hnbench.evaluation.suites:official_choice",
+                help="every official protocol of the compositional benchmarks: sugarcrepe's 7 subsets, "
+                     "sugarcrepe-pp's 5, winoground, aro's 4 (option choice; not the mteb variants)",
+                benchmarks=("sugarcrepe", "sugarcrepe-pp", "winoground", "aro"))
+SUITES.register("long-story-short", "hnbench.evaluation.suites:official_choice",
+                help="Long Story Short's (ACL'26, arXiv 2509.19207) table, long-caption retrieval beside compositional "
+                     "benchmarks: urban1k, docci, iiw 612, then aro, winoground, sugarcrepe-pp (official protocols); "
+                     "its sDCI is not retrieval and not here; which protocols it used is unverified (a paper note, "
+                     "not the PDF)",
+                entries=(("urban1k", "test", "retrieval"), ("docci", "test", "retrieval"), ("iiw", "612", "retrieval")),
+                benchmarks=("aro", "winoground", "sugarcrepe-pp"))
 for _family, _paper in FAMILIES.items():  # a paper's table: every benchmark protocol of its family
     if _family != "train":
         SUITES.register(_family, "hnbench.evaluation.suites:family", family=_family, help=_paper)

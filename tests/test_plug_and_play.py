@@ -211,3 +211,52 @@ def test_a_framework_whose_runs_hnbench_refuses_is_reported_and_skipped(tmp_path
     assert list(summary["skipped"]) == ["finelip"] and summary["frameworks"] == [] and summary["runs"] == {}
     assert not (tmp_path / "results").exists() and not (tmp_path / "out" / "runs").exists()  # nothing trained or scored
     assert "Not run: finelip (hnbench refused" in _block(tmp_path / "README.md")
+
+
+@pytest.mark.slow
+def test_each_checkpoint_is_scored_on_the_compositional_protocol_and_the_losses_are_paired(finished_study, tmp_path,
+                                                                                           capsys):
+    """Every run and the start model have a compositional result (synthdense compositional, the choice task) of
+    the same checkpoint; the column's numbers are those results' accuracies, Δ and the exact McNemar of the items
+    one loss chose right and the other wrong; a finished run without that result is scored from its checkpoint
+    (nothing retrained), or listed as not scored where the checkpoint is gone."""
+    from hnbench.results.record import read_per_item, read_result
+    from hnbench.results.significance import mcnemar_exact
+
+    comp = pnp.stored(finished_study / "results", compositional=True)
+    assert set(comp) == set(_results(finished_study))
+    for name, path in comp.items():
+        res = read_result(path)
+        assert (res.task, res.dataset["name"], res.dataset["protocol"]) == ("choice", "synthdense", "compositional")
+        assert name == "start" or res.model["pretrained"].endswith(f"{name}/checkpoint.safetensors")
+    summary = json.loads((finished_study / "report" / "summary.json").read_text())
+    clip = next(r for r in summary["compositional"]["frameworks"] if r["framework"] == "clip")
+    (seed,) = clip["per_seed"]
+    base, hn = (read_result(comp[f"clip__{loss}__s0"]) for loss in ("infonce", "hn"))
+    assert (seed["acc_infonce"], seed["acc_hn"]) == (base.metrics["choice"]["accuracy"], hn.metrics["choice"]["accuracy"])
+    assert clip["delta"] == pytest.approx(seed["acc_hn"] - seed["acc_infonce"])
+    right = [read_per_item(r).set_index("item_id")["right_accuracy"] for r in (base, hn)]
+    assert (seed["n_hn_only"], seed["n_infonce_only"]) == (int((right[1] & ~right[0]).sum()),
+                                                           int((right[0] & ~right[1]).sum()))
+    assert clip["p_value"] == mcnemar_exact(seed["n_hn_only"], seed["n_infonce_only"])
+    assert set(clip["kind_delta"]) <= {"swap-att", "swap-rel", "replace-obj", "reorder"} and clip["kind_delta"]
+    block = " ".join(_block(finished_study / "README.md").split())
+    assert "| comp. InfoNCE | comp. L_HN | comp. Δ |" in block
+    assert f"| {clip['infonce']:.2f} | {clip['hn']:.2f} | {clip['delta']:+.2f} |" in block
+    assert "start model (not fine-tuned) | | " + f"{summary['compositional']['start']['accuracy']:.2f}" in block
+    # a study stored before the column: finished runs without their compositional result
+    root = _copy(finished_study, tmp_path / "study")
+    for name in ("clip__hn__s0", "finelip__hn__s0"):
+        pnp.stored(root / "results", compositional=True)[name].unlink()
+    shutil.rmtree(root / "out" / "runs" / "finelip__hn__s0")  # its checkpoint gone
+    kept = {n: p.read_bytes() for n, p in _results(root).items()}
+    capsys.readouterr()
+    assert pnp.main(_args(root, "--frameworks", "clip,finelip")) == 0
+    err = capsys.readouterr().err
+    assert "4 runs planned, 4 finished, 0 to do" in err and "clip__hn__s0: scoring" in err and "resuming" not in err
+    assert {n: p.read_bytes() for n, p in _results(root).items()} == kept  # nothing retrained or rescored
+    again = pnp.stored(root / "results", compositional=True)
+    assert "clip__hn__s0" in again and "finelip__hn__s0" not in again
+    new = json.loads((root / "report" / "summary.json").read_text())["compositional"]
+    assert new["unscored"] == ["finelip__hn__s0"] and [r["framework"] for r in new["frameworks"]] == ["clip"]
+    assert "without a compositional result" in _block(root / "README.md")

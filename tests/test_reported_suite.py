@@ -50,6 +50,10 @@ def test_every_reported_row_names_a_registered_protocol_and_a_source():
         if rec["benchmark"] in ZERO_SHOT_SETS:
             assert task_of(rec["direction"]) == "zeroshot" and protocol in ZERO_SHOT_SETS[rec["benchmark"]], where
             assert 0 < rec["top-1"] <= 100, where
+        elif rec["direction"] == "choice":  # a compositional benchmark's option-choice accuracy (%)
+            assert task_of(rec["direction"]) == "choice", where
+            assert protocol in [p.name for p in BENCHMARKS[rec["benchmark"]].protocols], where
+            assert 0 < rec["accuracy"] <= 100 and math.isnan(rec["R@1"]), where
         else:
             assert task_of(rec["direction"]) == "retrieval", where
             assert protocol in [p.name for p in BENCHMARKS[rec["benchmark"]].protocols], where
@@ -59,7 +63,8 @@ def test_every_reported_row_names_a_registered_protocol_and_a_source():
             assert ":" in rec["source"].split("@", 1)[1], where
     # both directions of a retrieval source/method/benchmark, one classification row per zero-shot set
     rows = reported_rows()
-    assert len(rows) == len(raw[raw["direction"] != "classification"]) // 2 + (raw["direction"] == "classification").sum()
+    retrieval = raw["direction"].isin(["t2i", "i2t"])
+    assert len(rows) == retrieval.sum() // 2 + (~retrieval).sum()  # one row per classification or choice line
     # the keys the model zoo links to: (source, method)
     keys = set(zip(raw["source"], raw["method"]))
     assert ("wuw2019/LoTLIP@301b906:README.md", "LoTLIP") in keys

@@ -25,7 +25,9 @@ __all__ = ["add_hardness_parser"]
 # --- hardness ------------------------------------------------------------------------------------
 def add_hardness_parser(sub: Subparsers) -> None:
     p = sub.add_parser("hardness", help="how near-duplicate a caption set's negatives are (for an encoder), and "
-                                        "where a model fails on them: JSON, PNG plots, Markdown report")
+                                        "where a model fails on them: JSON, PNG plots, Markdown report; on an "
+                                        "option-choice set (a compositional benchmark), how close each negative is "
+                                        "to its positive and a choice result's accuracy by that")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--dataset", action="append", help="registered name or path (as for eval); repeat to compare "
                                                         "(default: the data the first --results file records)")
@@ -69,6 +71,14 @@ def _run_hardness(args: argparse.Namespace) -> int:
         from hnbench.results.record import read_result
 
         data = [DataSpec.from_record(read_result(args.results[0]).dataset).override(**spec.set_fields())]
+    from hnbench.hardness.choice import choice_task
+
+    specs = [d if isinstance(d, DataSpec) else DataSpec.of(d, options, data_root=args.data_root, protocol=args.protocol)[0]
+             for d in data if isinstance(d, (str, DataSpec))]
+    if any(choice_task(sp) is not None for sp in specs):  # an option-choice set: its negatives beside its positives
+        if len(data) * len(pairs) != 1:
+            raise ConfigError("the hardness of an option-choice set takes one --dataset and one --model at a time")
+        return _run_choice_hardness(args, data[0], pairs[0], options, settings)
     kw = dict(model_config=args.model_config, trust_remote_code=args.trust_remote_code, data_root=args.data_root,
               protocol=args.protocol,
               dataset_options=options or None, label_field=label, settings=settings)
@@ -83,5 +93,24 @@ def _run_hardness(args: argparse.Namespace) -> int:
         shares = ", ".join(f"{lab} {100 * s:.1f}%" for lab, s in zip(t.buckets.labels, t.buckets.shares))
         print(f"{r.label}: pairwise mean {t.pairwise.mean:.3f} ({t.pairwise.method}), hardest negative mean "
               f"{t.nearest.mean:.3f}; in-batch (B={t.buckets.batch_size}): {shares}")
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _run_choice_hardness(args: argparse.Namespace, data: Any, pair: tuple[Any, str | None], options: dict[str, Any],
+                         settings: HardnessSettings) -> int:
+    """``hnbench hardness`` on an option-choice set (:mod:`hnbench.hardness.choice`): the report and one line per
+    subset and per result."""
+    from hnbench.hardness.choice import choice_hardness
+
+    r = choice_hardness(data, pair[0], pretrained=pair[1], model_config=args.model_config,
+                        trust_remote_code=args.trust_remote_code, data_root=args.data_root, protocol=args.protocol,
+                        dataset_options=options or None, output_dir=args.output, settings=settings)
+    for sub in r.subsets:
+        print(f"{sub.subset}: {sub.n_items} items, negative–positive similarity mean {sub.hardness.mean:.3f}, "
+              f"{100 * sub.share_near_twins:.1f}% ≥ {settings.threshold:g}")
+    for acc in r.accuracy:
+        cells = ", ".join(f"{b.label} {b.accuracy:.1f}% (n={b.n})" for b in acc.overall if b.n)
+        print(f"{acc.result}: {acc.metric} by hardness: {cells}")
     print(f"wrote {args.output}")
     return 0

@@ -47,12 +47,15 @@ class ChoiceProtocol(Protocol):
     """A protocol of an option-choice benchmark: ``reader`` is a ``"module:function"`` reading the release into a
     :class:`ChoiceBuilder`; ``scoring`` its rule; ``counts`` the published item count of each part it reads (a
     file, a subset: ``{}`` when unpublished); ``breakdown`` the item fields whose groups are reported one by one;
-    ``crop``: the images are cropped to each item's box first (ARO's VG-*)."""
+    ``crop``: the images are cropped to each item's box first (ARO's VG-*); ``official``: the release's own rule
+    (False: a variant to compare with another harness's published numbers, MTEB's: left out of the
+    ``compositional`` suite, :func:`hnbench.evaluation.suites.official_choice`)."""
 
     scoring: Scoring = field(default_factory=lambda: Scoring("option", ("positive", "negative"), "positive"))
     counts: Mapping[str, int] = field(default_factory=dict)
     breakdown: tuple[str, ...] = ()
     crop: bool = False
+    official: bool = True
 
     @property
     def n_items(self) -> int | None:

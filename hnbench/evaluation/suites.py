@@ -2,7 +2,9 @@
 
 Each suite is declared once in :data:`hnbench.registry.SUITES` (``hnbench suite NAME``; the Python API is
 :func:`run_suite`): a fixed list of entries (:func:`fixed`) or a protocol family of the benchmark specs
-(:func:`family`: every protocol whose ``families`` name it, in registration order). An entry's data comes
+(:func:`family`: every protocol whose ``families`` name it, in registration order), or fixed entries followed by
+every official protocol of the named option-choice benchmarks (:func:`official_choice`: ``compositional``, and
+the long-caption + compositional table of Long Story Short). An entry's data comes
 from the data-root map (a JSON or TOML file, benchmark → folder): a registered benchmark reads its folder as
 ``--data-root``; a class-folder set (``imagenet``, zero-shot) is its folder. Generated data (synthdense)
 needs no folder. A suite file may also list the user's own data (``dataset``: a manifest, an image or class
@@ -43,7 +45,7 @@ from hnbench.registry import BENCHMARK_SPECS, DATASETS, SUITES, TASKS
 from hnbench.settings import EvalSettings, check_declared, from_options, option, same_as
 from hnbench.specs import DataSpec, check_data, data_keywords
 
-__all__ = ["Entry", "Suite", "SuiteRun", "SuiteSettings", "family", "fixed", "run_suite"]
+__all__ = ["Entry", "Suite", "SuiteRun", "SuiteSettings", "family", "fixed", "official_choice", "run_suite"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +115,19 @@ def family(family: str, *, name: str) -> Suite:
     entries = tuple(Entry(b, p.name) for b in BENCHMARK_SPECS.declared()
                     for p in BENCHMARK_SPECS.get(b).protocols if family in p.families)
     return Suite(name, entries)
+
+
+def official_choice(benchmarks: Sequence[str], *, name: str,
+                    entries: Sequence[tuple[str, str | None, str]] = ()) -> Suite:
+    """The given ``(benchmark, protocol, task)`` entries, then every official protocol of each option-choice
+    benchmark in ``benchmarks`` (its spec's task, in the spec's order; a protocol declared ``official=False``, a
+    variant kept to compare with MTEB's numbers, is left out). Read from the specs each time, so a protocol
+    added to a benchmark joins its suites."""
+    out = [Entry(*e) for e in entries]
+    for bench in benchmarks:
+        spec = BENCHMARK_SPECS.get(bench)
+        out += [Entry(bench, p.name, str(spec.task)) for p in spec.protocols if getattr(p, "official", True)]
+    return Suite(name, tuple(out))
 
 
 SUITE_FILE_SUFFIXES = (".toml", ".json")

@@ -96,9 +96,11 @@ def hardness(
         data = load_captions(data, label_field=None if label_field == "auto" else label_field)
     elif isinstance(data, DataSpec):
         spec = data.override(data_root=data_root, protocol=protocol)
+        _refuse_choice(spec)
         data = load_spec(spec)
     elif isinstance(data, str):
         spec, rest = DataSpec.of(data, dataset_options, data_root=data_root, protocol=protocol)
+        _refuse_choice(spec)
         data = load_spec(spec, **rest)  # checked first: an option this kind of data does not read is refused
     elif not isinstance(data, (ImageTextDataset, CaptionSet)):
         captions = [str(c) for c in data]
@@ -163,6 +165,16 @@ def hardness(
     if output_dir is not None:
         write_report(report, output_dir)
     return report
+
+
+def _refuse_choice(spec: DataSpec) -> None:
+    """An option-choice set has no caption set to measure this way: one line naming what measures it."""
+    from hnbench.hardness.choice import choice_task
+
+    if choice_task(spec) is not None:
+        raise ConfigError(f"{spec.dataset} (protocol {spec.protocol or 'default'}) is an option-choice set: "
+                          "hnbench.hardness.choice_hardness measures its negatives against their positives "
+                          "(hnbench hardness picks it by itself)")
 
 
 def _statistics(s: HardnessSettings) -> dict[str, Any]:

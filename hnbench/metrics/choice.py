@@ -32,7 +32,8 @@ import numpy.typing as npt
 
 from hnbench.metrics import bootstrap_mean_ci, clopper_pearson
 
-__all__ = ["RULES", "TIE_RULES", "Aggregation", "Scoring", "aggregate", "intervals", "option_correct", "outcomes",
+__all__ = ["RULES", "TIE_RULES", "Aggregation", "Scoring", "aggregate", "intervals", "negative_pairs", "option_correct",
+           "outcomes",
            "sugarcrepe_pp_outcomes", "winoground_outcomes"]
 
 BoolArray = npt.NDArray[np.bool_]
@@ -218,6 +219,25 @@ def outcomes(scoring: Scoring, image_text: npt.ArrayLike, text_text: npt.ArrayLi
     if text_text is None:
         raise ValueError("the SugarCrepe++ rule needs the text–text scores")
     return sugarcrepe_pp_outcomes(it[:, 0, :], text_text, scoring.tie_rule)
+
+
+def negative_pairs(scoring: Scoring, text_roles: Sequence[str]) -> list[tuple[int, int]]:
+    """The (positive, negative) text pairs of an item under ``scoring``, as positions in ``text_roles``: what each
+    rule asks a model to tell apart (``hnbench hardness`` measures how close they are in a text encoder).
+
+    - ``option``: the correct option against every other option;
+    - ``winoground``: its two captions, each the other's negative: ``(C0, C1)``;
+    - ``sugarcrepe-pp``: each positive against the negative: ``(P1, N)``, ``(P2, N)``."""
+    roles = list(text_roles)
+    if scoring.rule == "option":
+        missing = [r for r in scoring.options if r not in roles]
+        if missing:
+            raise ValueError(f"the texts have no {missing[0]!r} (their roles: {roles})")
+        right = roles.index(scoring.correct)
+        return [(right, roles.index(r)) for r in scoring.options if r != scoring.correct]
+    if scoring.rule == "winoground":
+        return [(0, 1)]
+    return [(0, 2), (1, 2)]
 
 
 @dataclass

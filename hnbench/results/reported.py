@@ -10,7 +10,10 @@ only ever lands in a table of the matching protocol.
 ``direction`` names the task's metric group (:data:`hnbench.registry.TASKS`): ``t2i``/``i2t`` rows are
 retrieval (columns ``R@1``, ``R@5``, ``R@10``), ``classification`` rows are zero-shot classification (columns
 ``top-1``, ``top-5``; :data:`ZERO_SHOT_SETS`: the benchmark is the labelled set's layout, the protocol the
-prompt templates). A file without the classification columns (the older schema) still reads.
+prompt templates), ``choice`` rows option choice on a compositional benchmark (columns ``accuracy`` (the protocol's
+headline: Winoground's group score), ``text``, ``image``, ``TOT``, ``micro``; the protocol is the one whose rule
+produced the number: MTEB's published numbers sit under the ``mteb`` variants). A file without the classification
+or choice columns (an older schema) still reads.
 
 A file is checked before it is used (:func:`load_published`): its columns, each row's direction, and every
 metric cell empty (not reported) or a number from 0 to 100; ``nan``, ``inf`` or text in a metric cell, or a
@@ -36,8 +39,9 @@ from hnbench.validate import DEFAULT_KS
 
 PUBLISHED_CSV = Path(__file__).resolve().parents[1] / "assets" / "published-results.csv"
 
-#: the metric columns of the file beyond the retrieval ones (absent from older files: read as empty)
-METRIC_COLUMNS = ("R@1", "R@5", "R@10", "top-1", "top-5")
+#: the metric columns of the file: retrieval's, zero-shot's, option choice's (those beyond the retrieval ones may be
+#: absent from older files: read as empty)
+METRIC_COLUMNS = ("R@1", "R@5", "R@10", "top-1", "top-5", "accuracy", "text", "image", "TOT", "micro")
 #: the columns every file has (the first schema's, but its metrics, which may be absent)
 REQUIRED_COLUMNS = ("source", "protocol", "method", "backbone", "training", "benchmark", "direction")
 

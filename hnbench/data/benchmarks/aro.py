@@ -251,7 +251,8 @@ def _vg(name: str, kind: str, file: str, n: int, official: bool) -> ChoiceProtoc
                 "or ≥ 25 filter, the image not cropped (MTEB's evaluator does not crop)")
     field = "relation_name" if kind == "relation" else "attributes"
     return choice_protocol(name, "hnbench.data.benchmarks.aro:read_vg", scoring, {file: n}, text,
-                           options={"file": file, "kind": kind}, crop=official, breakdown=(field,) if official else ())
+                           options={"file": file, "kind": kind}, crop=official, breakdown=(field,) if official else (),
+                           official=official)
 
 
 def _order(name: str, folder: str, karpathy: str, karpathy_val: str) -> ChoiceProtocol:

@@ -159,7 +159,7 @@ def _sc_protocols() -> tuple[ChoiceProtocol, ...]:
     mteb = choice_protocol(
         "mteb", reader, MTEB, {s: n for s, (n, _) in SUGARCREPE_FILES.items()},
         "MTEB's SugarCrepe: the seven subsets pooled into one set of 7,511, argmax over [caption, negative_caption] "
-        "(a tie counts as right), text_acc; per-subset accuracies beside it", breakdown=("subset",))
+        "(a tie counts as right), text_acc; per-subset accuracies beside it", breakdown=("subset",), official=False)
     return (*official, mteb)
 
 

@@ -169,7 +169,8 @@ SPEC = BenchmarkSpec(
         choice_protocol("mteb", "hnbench.data.benchmarks.winoground:read_winoground",
                         Scoring("winoground", tie_rule="argmax_first"), {"examples": N_EXAMPLES},
                         "CLIP_benchmark's and MTEB's: argmax over the 2×2 matrix's rows (text) and columns (image), "
-                        "a tie on image 0 / caption 0 right, on image 1 / caption 1 wrong; MTEB's accuracy = group"),
+                        "a tie on image 0 / caption 0 right, on image 1 / caption 1 wrong; MTEB's accuracy = group",
+                        official=False),
     ),
     default_protocol="official",
     resources=(Resource("winoground", hf_repo=HF_REPO, manual=GATED),),
