@@ -122,9 +122,7 @@ def page(path: str) -> str:
 def on_config(config: Any) -> Any:
     """The benchmark cards' section of the navigation, one entry per ``datasets/*.md``."""
     cards = [{_card_title(p): f"cards/{p.name}"} for p in sorted(CARDS.glob("*.md"))]
-    nav = config["nav"]
-    at = next(i for i, entry in enumerate(nav) if "User guides" in entry) + 1
-    nav.insert(at, {"Benchmark cards": cards})
+    config["nav"].append({"Benchmark cards": cards})  # last: the guides, contributing and reference stay in view
     return config
 
 

@@ -298,9 +298,9 @@ def test_protocol_families_are_papers_tables_and_suites():
 
 
 def test_readme_lists_the_registered_suites():
-    from hnbench.registry import SUITES
-
     from docs_pages import page
+
+    from hnbench.registry import SUITES
 
     text = page("guides/suites.md").split("# Suites", 1)[1]  # its suite table generated, as the site shows it
     rows = re.findall(r"^\| `([^`]+)` \| (.*) \|$", text.split("\n\nEvery model", 1)[0], flags=re.M)
