@@ -2,7 +2,7 @@
 
 A page holds a marker, an HTML comment such as ``<!-- hnbench:zoo-table -->`` (invisible where the Markdown is read
 raw), and :func:`render` replaces it with what the package declares now: the model zoo table
-(``hnbench.models.zoo.zoo_table``), the suite table (``hnbench.registry.SUITES``), the benchmark table (every
+(``hnbench.models.zoo.zoo_table``), the suite table (``hnbench.registry.SUITES``), the registries and their entries, the benchmark table (every
 ``BENCHMARK_SPECS`` entry, linked to its card) and each command's flags (the parser ``hnbench.cli.build_parser``
 builds). The benchmark cards are ``datasets/*.md``, added to the site as ``cards/NAME.md`` (never copied into
 ``docs/``). The tests render pages through this module too (tests/test_docs_site.py and the tests that check what
@@ -93,7 +93,20 @@ def cli_reference() -> str:
     return "\n".join(sections)
 
 
+def registry_table() -> str:
+    """Each registry of ``hnbench.registry`` (its name there, what it holds) and the entries registered now."""
+    from hnbench import registry
+
+    rows = ["| registry | holds | entries |", "|---|---|---|"]
+    for name, value in vars(registry).items():
+        if isinstance(value, registry.Registry):
+            entries = ", ".join(f"`{n}`" for n in value.names())
+            rows.append(f"| `{name}` | {value.kind} | {entries} |")
+    return "\n".join(rows)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "registry-table": registry_table,
     "zoo-table": zoo_table,
     "suite-table": suite_table,
     "benchmark-table": benchmark_table,
