@@ -1,5 +1,5 @@
 """One adapter per model family, asked by ``remembered``, PEFT loading and the loader instead of branching on
-family names; the README's "Adding a model family" block, registered from this test module, is fingerprinted,
+family names; the docs' "Adding a model family" block, registered from this test module, is fingerprinted,
 cached, rebuilt on a changed checkpoint and trained with LoRA."""
 
 from __future__ import annotations
@@ -22,18 +22,18 @@ from hnbench.models.base import Encoder
 from hnbench.models.family import RANDOM_INIT, ModelFamily, family_of
 from hnbench.registry import Registry
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-SECTION = "### Adding a model family"
+README = Path(__file__).resolve().parent.parent / "docs" / "contributing" / "model-family.md"
+SECTION = "## A family that keeps open_clip's towers"
 
 
 def _readme_block() -> tuple[str, str]:
-    """The section's Python block and its registry line, as the README prints them."""
+    """The section's Python block and its registry line, as the contributor guide prints them."""
     text = README.read_text()
     section = text[text.index(SECTION):]
-    section = section[:section.index("\n### ", len(SECTION))]
+    section = section[:section.index("\n## ", len(SECTION))]
     code = re.search(r"```python\n(.*?)```", section, re.S)
     line = re.search(r"`(MODELS\.register\(.*?\))`", section)
-    assert code and line, "the README section shows the adapter module and its registry line"
+    assert code and line, "the guide's section shows the adapter module and its registry line"
     return code.group(1), line.group(1)
 
 
@@ -49,10 +49,10 @@ def _models(monkeypatch: pytest.MonkeyPatch) -> Registry[object]:
 
 @pytest.fixture
 def folder_family(monkeypatch):
-    """The README's FolderFamily, its module made importable as ``mymodels.folder``, registered by its line."""
+    """The guide's FolderFamily, its module made importable as ``mymodels.folder``, registered by its line."""
     code, line = _readme_block()
     module = types.ModuleType("mymodels.folder")
-    exec(compile(code, "README.md:mymodels/folder.py", "exec"), module.__dict__)
+    exec(compile(code, "model-family.md:mymodels/folder.py", "exec"), module.__dict__)
     monkeypatch.setitem(sys.modules, "mymodels", types.ModuleType("mymodels"))
     monkeypatch.setitem(sys.modules, "mymodels.folder", module)
     models = _models(monkeypatch)

@@ -323,8 +323,8 @@ def test_hardness_none_weights_run_and_a_failure_leaves_nothing(micro_config, tm
 
 
 # --- docs ------------------------------------------------------------------------------------------------
-def _readme_block(heading: str) -> str:
-    text = (REPO / "README.md").read_text()
+def _readme_block(heading: str, page: str = "docs/guides/models.md") -> str:
+    text = (REPO / page).read_text()
     section = text[text.index(heading):]
     return section[section.index("```python\n") + 10:section.index("\n```", section.index("```python\n"))]
 
@@ -335,7 +335,7 @@ def test_readme_encoder_protocol_example_scores_a_custom_model(tmp_path, monkeyp
 
     monkeypatch.chdir(tmp_path)
     scope: dict = {"__name__": "readme_example"}
-    exec(compile(_readme_block("## Scoring your own model: the encoder protocol"), "README.md", "exec"), scope)
+    exec(compile(_readme_block("## Scoring your own model: the encoder protocol"), "models.md", "exec"), scope)
     assert isinstance(scope["ColourEncoder"](), Encoder)  # the protocol, as documented
     result = scope["result"]
     assert result.model["arch"] == "colour-histogram" and result.dataset["name"] == "synthdense"

@@ -359,5 +359,5 @@ def test_flair_refusals_are_one_line_and_the_release_pooling_block_has_its_publi
     # the released architecture's pooling block: 8 heads over embed 512, about 1.05M parameters (frameworks.md §5)
     pool = TextConditionedPool(RELEASE_CONFIGS["ViT-B-16-FLAIR"]["embed_dim"])
     assert pool.heads == 8 and sum(p.numel() for p in pool.parameters()) == 1_053_696
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "scoring.md").read_text()
     assert "`train` refuses it in one line" in readme and "model.extra.scoring" in readme

@@ -112,8 +112,10 @@ def test_remote_model_is_refused_without_trust_in_one_line(tmp_path, data, capsy
         assert rc == 2, command
         assert_one_line_error(capsys.readouterr().err, f"remote:{folder}", "modeling_tiny.py", "--trust-remote-code")
     assert snapshot(tmp_path) == before  # nothing written (no code ran)
-    # the README's "All flags" line lists the flag, and with it the same command scores the model
-    assert "[--trust-remote-code]" in (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    # the docs' command-line reference lists the flag under eval, and with it the same command scores the model
+    from docs_pages import page, section
+
+    assert "[--trust-remote-code]" in section(page("reference/cli.md"), "## `hnbench eval`")
     rc = main(["-q", "eval", "--dataset", str(manifest), "--output", str(tmp_path / "out"), "--model",
                f"remote:{folder}", "--trust-remote-code", "--no-ci", "--num-workers", "0"])
     assert rc == 0

@@ -326,12 +326,13 @@ def test_frozen_20_position_table_keeps_its_first_20_rows_and_trainable_trains_e
     assert moved == ([False] * 20 + [True] * 12 if table == "frozen-20" else [True] * 32)
 
 
-# ----------------------------------------------------------------------------- README: "Adding an objective"
+# ------------------------------------------------------------------------------ docs: "Adding an objective"
 
 def _readme_section(start: str, end: str) -> str:
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = "".join((Path(__file__).resolve().parents[1] / "docs" / page).read_text()
+                   for page in ("guides/objectives.md", "contributing/objective.md"))
     return text[text.index(start):text.index(end, text.index(start))]
 
 
@@ -342,9 +343,9 @@ def test_readme_lists_the_objectives_and_its_token_term_is_the_code():
     from hnbench.registry import OBJECTIVES
     from hnbench.train.objectives import clip
 
-    listed = re.search(r"--objective ([a-z|]+)`", _readme_section("### Objectives", "**FineLIP**")).group(1)
+    listed = re.search(r"--objective ([a-z|]+)`", _readme_section("# Objectives", "**FineLIP**")).group(1)
     assert listed.split("|") == OBJECTIVES.names()
-    block = _readme_section("**Adding an objective**", "## How hard")
+    block = _readme_section("**Adding an objective**", "## A complete example")
     snippet = block[block.index("```python") + len("```python"):block.index("```", block.index("```python") + 3)]
     source = inspect.getsource(clip.token_term)
 
@@ -353,7 +354,7 @@ def test_readme_lists_the_objectives_and_its_token_term_is_the_code():
                 if ln.strip() and not ln.strip().startswith(('"""', "#", "λ"))]
 
     shown = lines(snippet[:snippet.index("def build")])
-    assert shown == lines(source), "the README's token-level term is not the code of objectives/clip.py"
+    assert shown == lines(source), "the guide's token-level term is not the code of objectives/clip.py"
 
 
 def test_each_objective_is_one_module_a_registry_line_and_a_recipe():

@@ -227,7 +227,7 @@ def test_readme_states_the_budget_line_and_the_tolerance_tested():
 
     from hnbench.results.record import EvalResult
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "scoring.md").read_text()
     line = "captions over the model's 77-token context: 412 of 5,000 (8.2%) truncated"
     assert f"`{line}`" in readme
     result = EvalResult(model={"arch": "m"}, dataset={"name": "d"}, metrics={"t2i": {}, "i2t": {}},

@@ -547,8 +547,8 @@ def _terminal_view(frame: pd.DataFrame) -> str:
 
 
 def zoo_table() -> str:
-    """The registered entries as the README's Markdown table (name, family, ``--model``, context, weights); a test
-    checks the README shows exactly this."""
+    """The registered entries as a Markdown table (name, family, ``--model``, context, weights): the docs' model zoo
+    table, made from it when the site is built (docs/hooks.py)."""
     from hnbench.io import markdown_code, markdown_text
     from hnbench.registry import MODEL_ZOO
 
