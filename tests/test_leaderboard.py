@@ -214,8 +214,12 @@ def test_reported_rows_are_marked_and_only_join_their_protocol(results_dir):
 
 def test_published_rows_cover_the_csv_and_map_protocols():
     raw, rows = load_published(), reported_rows()
-    retrieval = raw[raw["direction"] != "classification"]  # a zero-shot row is one row
+    retrieval = raw[raw["direction"].isin(["t2i", "i2t"])]  # a t2i and an i2t line make one retrieval row
     assert (rows["task"] == "retrieval").sum() * 2 == len(retrieval)
+    # a zero-shot or option-choice line is one row of its task
+    assert (rows["task"] == "zeroshot").sum() == (raw["direction"] == "classification").sum() > 0
+    assert (rows["task"] == "choice").sum() == (raw["direction"] == "choice").sum() > 0
+    assert len(rows) == len(retrieval) // 2 + len(raw) - len(retrieval)
     # a family, or (this rows) a protocol name of the benchmark: tests/test_reported_suite.py
     assert set(retrieval.loc[~retrieval["source"].str.contains("@"), "protocol"]) <= set(PROTOCOL_FAMILIES)
     hn = rows[(rows["model"] == "HN-CLIP") & (rows["benchmark"] == "dci")].iloc[0]

@@ -101,6 +101,10 @@ def test_the_plain_cli_finds_an_installed_plugin_through_its_entry_point(install
     assert suite.returncode == 0, suite.stderr
     table = (tmp_path / "suite" / "suite-example-suite.md").read_text()
     assert "example-pairs/test t2i R@1" in table and "example-pairs/test positive" in table
+    row = next(line for line in table.splitlines() if line.startswith("| example:colour"))
+    cells = [c.strip() for c in row.strip("|").split("|")][1:]  # two tasks on one benchmark/protocol: own cells
+    links = [c.partition("](")[2] for c in cells]
+    assert "nan" not in row and len(set(links[:2])) == 1 and links[0] != links[-1], row
 
 
 @pytest.mark.slow

@@ -381,10 +381,11 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
               **({"trust_remote_code": True} if trust_remote_code else {})}
     check_output(table_path, "a suite table", inputs, overwrite=s.overwrite)
     run = SuiteRun(suite.name, "", table_path)
-    cells: dict[tuple[str, str], Any] = {}
+    cells: dict[tuple[str, int], Any] = {}  # by the entry's place: two tasks may score one benchmark/protocol
+    failed: dict[tuple[str, int], str] = {}
     for model, weights in pairs:
         label = f"{model} ({weights or 'random init'})"
-        for entry in suite.entries:
+        for n, entry in enumerate(suite.entries):
             dataset, kw = _data(entry, root_map, suite_settings)
             try:
                 from hnbench.evaluation.evaluate import evaluate
@@ -398,11 +399,11 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
             except Exception as e:  # reported, and the other entries go on
                 message = str(e) if isinstance(e, HnbenchError) else f"{type(e).__name__}: {e}"
                 logger.warning("%s on %s failed: %s", label, entry.label, message)
-                run.failures[label, entry.label] = message
+                run.failures[label, entry.label] = failed[label, n] = message
                 continue
-            cells[label, entry.label] = result
+            cells[label, n] = result
             run.results[label, entry.label] = str(result.path)
-    run.table = render_table(suite, [f"{m} ({w or 'random init'})" for m, w in pairs], cells, run.failures, out,
+    run.table = render_table(suite, [f"{m} ({w or 'random init'})" for m, w in pairs], cells, failed, out,
                              limit=s.limit, seed=s.seed)
     record_output(table_path, inputs)
     atomic_write_bytes(table_path, run.table.encode())
@@ -431,22 +432,24 @@ def _columns(entry: Entry) -> list[str]:
     return list(TASKS.get(entry.task).main_of)
 
 
-def render_table(suite: Suite, labels: Sequence[str], cells: dict[tuple[str, str], Any],
-                 failures: dict[tuple[str, str], str], out: Path, *, limit: int | None, seed: int) -> str:
+def render_table(suite: Suite, labels: Sequence[str], cells: dict[tuple[str, int], Any],
+                 failures: dict[tuple[str, int], str], out: Path, *, limit: int | None, seed: int) -> str:
     """The aggregated Markdown table: a row per model, a column per entry × metric, each cell linked to its
-    result file (relative to ``out``); failed cells say so; ``limit``: one line under the title names the subsets."""
+    result file (relative to ``out``); ``cells`` and ``failures`` are keyed by (model label, the entry's index): entries of
+    one benchmark and protocol scored by two tasks are two cells. Failed cells say so; ``limit``: one line under
+    the title names the subsets."""
     import pandas as pd
 
     rows = []
     for label in labels:
         row = {"model": markdown_text(label)}
-        for entry in suite.entries:
+        for n, entry in enumerate(suite.entries):
             task = TASKS.get(entry.task)
             for col in _columns(entry):
                 head = markdown_text(f"{entry.label} {task.label(col)}")
-                result = cells.get((label, entry.label))
+                result = cells.get((label, n))
                 if result is None:
-                    row[head] = "failed" if (label, entry.label) in failures else ""
+                    row[head] = "failed" if (label, n) in failures else ""
                     continue
                 value = task.value(result.metrics, col)
                 link = os.path.relpath(result.path, out) if result.path else ""
@@ -459,6 +462,6 @@ def render_table(suite: Suite, labels: Sequence[str], cells: dict[tuple[str, str
                   "comparable with full runs.", ""]
     lines += [pd.DataFrame(rows).to_markdown(index=False), ""]
     if failures:
-        lines += ["Failed:", ""] + [f"- {markdown_text(m)} on {markdown_text(e)}: {markdown_text(msg)}"
+        lines += ["Failed:", ""] + [f"- {markdown_text(m)} on {markdown_text(suite.entries[e].label)}: {markdown_text(msg)}"
                                     for (m, e), msg in failures.items()] + [""]
     return "\n".join(lines)

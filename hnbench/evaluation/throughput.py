@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from hnbench.io import atomic_write_bytes, cache_dir, read_json_untrusted
+from hnbench.models.base import Encoder, as_deferred
 
 __all__ = ["COUNT_FORMAT", "FLOP_UNIT", "PEAK_TFLOPS", "architecture_key", "count_cache_dir", "count_model",
            "device_name", "footer", "model_counts", "open_clip_numbers", "peak_rate", "peak_share", "ran_before",
@@ -167,18 +168,18 @@ def _compute_precision(settings: Any) -> str:
 
 
 # --- counting ---------------------------------------------------------------------------------------------------
-def architecture_key(encoder: Any) -> dict[str, Any]:
+def architecture_key(encoder: Encoder) -> dict[str, Any]:
     """What the counts depend on: the architecture (name, framework, parameter count, embedding width), the
     context length and the image preprocessing (its image size); not the weights."""
     from hnbench.evaluation.cache import _describe_transform
 
     info = encoder.info
-    preprocess = getattr(encoder, "transform_description", None)
-    if preprocess is None and getattr(encoder, "has_images", True):
+    preprocess = encoder.transform_description
+    if preprocess is None and encoder.has_images:
         preprocess = _describe_transform(encoder.image_transform)
     return {"format": COUNT_FORMAT, "arch": info.arch, "framework": info.framework, "n_params": int(info.n_params),
             "embed_dim": int(info.embed_dim), "context_length": int(info.context_length),
-            "preprocess": preprocess if getattr(encoder, "has_images", True) else None}
+            "preprocess": preprocess if encoder.has_images else None}
 
 
 def count_cache_dir() -> Path:
@@ -309,7 +310,7 @@ def _measure(run: Any) -> tuple[int, set[int]]:
     return int(counter.get_total_flops()), inputs.seen
 
 
-def count_model(encoder: Any) -> dict[str, Any]:
+def count_model(encoder: Encoder) -> dict[str, Any]:
     """Count (no cache) the FLOPs of one image and one caption at the context length, and the parameters each
     tower's forward reads: ``{image_flops, text_flops, image_size, context_length, params {image, text, total}}``
     (image entries None for a text-only encoder; a tower's params None where the encoder holds no torch module)."""
@@ -318,7 +319,7 @@ def count_model(encoder: Any) -> dict[str, Any]:
     info = encoder.info
     modules = _modules(encoder)
     params = {id(p): p for m in modules for p in m.parameters()}
-    has_images = bool(getattr(encoder, "has_images", True))
+    has_images = bool(encoder.has_images)
     pixels = encoder.image_transform(Image.new("RGB", (_PICTURE_SIDE, _PICTURE_SIDE), (128, 128, 128))
                                      ).unsqueeze(0) if has_images else None
     # a caption longer than any context: the tokenizer truncates it to exactly the model's context length
@@ -343,13 +344,11 @@ def count_model(encoder: Any) -> dict[str, Any]:
             "params": {"image": used(image_seen) if has_images else None, "text": used(text_seen), "total": total}}
 
 
-def model_counts(encoder: Any) -> tuple[dict[str, Any] | None, str]:
+def model_counts(encoder: Encoder) -> tuple[dict[str, Any] | None, str]:
     """The counts of ``encoder``'s architecture (:func:`count_model`), from the cache or counted and cached, and
     where they came from (``"cache"``, ``"counted"``); (None, why) where they cannot be had: a model never built in
     this run (every embedding came from the cache) whose architecture was never counted, or a count that failed."""
-    # a DeferredEncoder (hnbench.models.base), asked of its class: on Python 3.11 ``isinstance`` against the
-    # protocol reads every member, and reading a deferred encoder's properties builds its model
-    deferred = callable(getattr(type(encoder), "real", None))
+    deferred = as_deferred(encoder)  # a remembered model: never built just to be counted
     try:
         key = architecture_key(encoder)
     except Exception as e:  # a transform that cannot be described: count without the cache
@@ -358,10 +357,10 @@ def model_counts(encoder: Any) -> tuple[dict[str, Any] | None, str]:
     cached = _read_cached(key) if key is not None else None
     if cached is not None:
         return cached, "cache"
-    if deferred and not getattr(encoder, "built", True):
+    if deferred is not None and not deferred.built:
         return None, ("not counted: the model was not built (every embedding came from the cache) and its "
                       "architecture was never counted here")
-    target = encoder.real() if deferred else encoder
+    target = deferred.real() if deferred is not None else encoder
     try:
         counts = count_model(target)
     except Exception as e:  # an exotic forward the counter cannot run: the run's numbers stand without it

@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 
 from hnbench.errors import ConfigError
+from hnbench.hardness.run import choice_task
 from hnbench.hardness.stats import Distribution, bucket_index, bucket_labels, check_edges, unit_rows
 from hnbench.io import atomic_write_bytes, check_output, markdown_text, record_output
-from hnbench.registry import TASKS
 from hnbench.settings import HardnessSettings, from_options
 from hnbench.specs import DataSpec
 
@@ -99,21 +99,6 @@ class ChoiceHardnessReport:
         d = dataclasses.asdict(self)
         d.pop("path")
         return {"kind": KIND, "schema_version": SCHEMA_VERSION, **d}
-
-
-def choice_task(spec: DataSpec) -> Any | None:
-    """The task that scores ``spec``'s data when it is an option-choice set (a per-item task whose check accepts
-    it: the choice task on a compositional benchmark or synthdense's compositional protocols), else None."""
-    for name in TASKS.declared():
-        task = TASKS.get(name)
-        if not task.per_item:
-            continue
-        try:
-            task.check(spec)
-        except ConfigError:
-            continue
-        return task
-    return None
 
 
 def item_hardness(data: Any, text_vectors: Any) -> tuple[Any, Any, list[tuple[int, int]]]:

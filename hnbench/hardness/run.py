@@ -27,9 +27,10 @@ from hnbench.hardness.schema import HardnessReport, write_report
 from hnbench.io import check_output, record_output
 from hnbench.models import load_model, model_pairs
 from hnbench.models.family import check_trusted
-from hnbench.registry import TEXT_ENCODERS
+from hnbench.registry import TASKS, TEXT_ENCODERS
 from hnbench.settings import HardnessSettings, from_options, identity_fields
 from hnbench.specs import DataSpec, split_keywords
+from hnbench.tasks import Task
 
 logger = logging.getLogger(__name__)
 
@@ -167,10 +168,23 @@ def hardness(
     return report
 
 
+def choice_task(spec: DataSpec) -> Task | None:
+    """The task that scores ``spec``'s data when it is an option-choice set (a per-item task whose check accepts
+    it: the choice task on a compositional benchmark or synthdense's compositional protocols), else None."""
+    for name in TASKS.declared():
+        task = TASKS.get(name)
+        if not task.per_item:
+            continue
+        try:
+            task.check(spec)
+        except ConfigError:
+            continue
+        return task
+    return None
+
+
 def _refuse_choice(spec: DataSpec) -> None:
     """An option-choice set has no caption set to measure this way: one line naming what measures it."""
-    from hnbench.hardness.choice import choice_task
-
     if choice_task(spec) is not None:
         raise ConfigError(f"{spec.dataset} (protocol {spec.protocol or 'default'}) is an option-choice set: "
                           "hnbench.hardness.choice_hardness measures its negatives against their positives "

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch
@@ -85,9 +85,26 @@ class DeferredEncoder(Encoder, Protocol):
     """An :class:`Encoder` that stands in for a model not built yet (a remembered fingerprint,
     :class:`hnbench.evaluation.remembered.RememberedEncoder`): :meth:`real` builds and returns it."""
 
+    @property
+    def built(self) -> bool:
+        """Whether :meth:`real` has built the model yet."""
+        ...
+
     def real(self) -> Encoder:
         """The encoder itself, built on first use."""
         ...
+
+
+def as_deferred(encoder: Encoder) -> DeferredEncoder | None:
+    """``encoder`` as a :class:`DeferredEncoder`, or None for an encoder that is built already.
+
+    Asked of its class, not of the object: on Python 3.11 ``isinstance`` against a runtime protocol reads every
+    member, and reading a deferred encoder's properties builds its model.
+    """
+    cls = type(encoder)
+    if callable(getattr(cls, "real", None)) and isinstance(getattr(cls, "built", None), property):
+        return cast(DeferredEncoder, encoder)
+    return None
 
 
 @runtime_checkable

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hnbench.errors import CheckpointError, ConfigError
-from hnbench.models.base import DeferredEncoder, Encoder, ModelInfo, family_config, state_dict_fingerprint
+from hnbench.models.base import Encoder, ModelInfo, as_deferred, family_config, state_dict_fingerprint
 from hnbench.models.checkpoint import load_checkpoint, read_state_dict
 from hnbench.models.family import RANDOM_INIT, ModelFamily, TextPreprocessing
 from hnbench.models.openclip import OPEN_CLIP, OpenCLIPEncoder, _seeded
@@ -263,8 +263,9 @@ class FlairConditionedScorer:
 
     def _model(self) -> FlairCLIP:
         encoder = self._encoder
-        if isinstance(encoder, DeferredEncoder):  # remembered: the model is built on first use
-            encoder = encoder.real()
+        deferred = as_deferred(encoder)
+        if deferred is not None:  # remembered: the model is built on first use
+            encoder = deferred.real()
         if not isinstance(encoder, FlairEncoder):
             raise ConfigError(f"--scorer {SCORER} needs a FLAIR model (flair:ARCH), not {encoder.info.arch}")
         return encoder.model
