@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # for the entries' types only: importing them here would load
 
 __all__ = ["BENCHMARK_SPECS", "CAPTION_RULES", "DATASETS", "LOSSES", "MODELS", "MODEL_ZOO", "OBJECTIVES",
            "PLUGIN_GROUP", "PLUGIN_VARIABLE", "READERS", "RECIPES", "RECIPE_DIR", "SCORERS", "SUITES", "TASKS",
-           "TEXT_ENCODERS", "LossEntry", "LossRegistry", "ObjectiveEntry", "ObjectiveRegistry", "Registry", "Target",
+           "TEXT_ENCODERS", "LossEntry", "LossRegistry", "OptionsEntry", "OptionsRegistry", "Registry", "Target",
            "load_plugins", "model_family"]
 
 PLUGIN_VARIABLE = "HNBENCH_PLUGINS"  # modules to import, comma-separated
@@ -260,12 +260,66 @@ for _name, _attr in (("description", "_description"), ("first-nonempty-line", "_
                      ("raw", "_raw"), ("newline-space", "_newline_space"), ("sentences", "rejoin_sentences")):
     CAPTION_RULES.register(_name, f"hnbench.data.benchmarks.readers:{_attr}")
 
+# --- entries with options: a training objective or an evaluation task declares the dataclass of its own options
+# beside its target (OptionsEntry): flags --<prefix>-<option> (a field declaring ``flag`` keeps it) -------------
+@dataclass(frozen=True)
+class OptionsEntry:
+    """What a training objective or an evaluation task declares beside its target: its options (a dataclass whose
+    fields are declared with :func:`hnbench.settings.option`, as ``"module:Class"`` or the class; None: it has
+    none), their flag prefix (``--<prefix>-<option>``, default the name; a field declaring ``flag`` keeps it) and
+    a help line. An objective's options are a recipe's table ``[<name>]``, ``--set <name>.<option>=...``, and the
+    run's ``TrainConfig.objective_options``; a task's are ``EvalSettings.task_options``, recorded in a result's
+    settings under their flat keys (:func:`hnbench.settings.flat_key`)."""
+
+    name: str
+    options: Any = None
+    prefix: str = ""
+    help: str = ""
+
+    def options_class(self) -> type | None:
+        """The options dataclass, imported now if it was named as ``"module:Class"``."""
+        if isinstance(self.options, str):
+            return cast(type, Target(self.options).resolve())
+        return cast("type | None", self.options)
+
+
+class OptionsRegistry(Registry[T]):
+    """A registry whose entries may declare options (:class:`OptionsEntry`): :data:`OBJECTIVES` (:meth:`get` the
+    builder) and :data:`TASKS` (:meth:`get` the task); :meth:`entry` the declaration."""
+
+    def __init__(self, kind: str, default: str | None = None):
+        super().__init__(kind, default)
+        self._entries: dict[str, OptionsEntry] = {}
+
+    def register(self, name: str, target: Any, /, *, help: str = "", prefixes: tuple[str, ...] = (),
+                 options: Any = None, prefix: str | None = None, **kwargs: Any) -> None:
+        """Declare ``name`` → ``target`` (``"module:attr"``), its options class and flag prefix."""
+        super().register(name, target, help=help, prefixes=prefixes, **kwargs)
+        self._entries[name.lower()] = OptionsEntry(name, options, prefix or name, help)
+
+    def entry(self, name: str) -> OptionsEntry:
+        """What ``name`` declares (an unknown name: the one-line error with "did you mean"; plugins loaded first)."""
+        if name.lower() not in self._entries and name.lower() not in self._keys():
+            raise self.error(name)
+        return self._entries[name.lower()]
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` and its declaration."""
+        super().unregister(name)
+        self._entries.pop(name.lower(), None)
+
+    def entries(self) -> list[OptionsEntry]:
+        """Every entry's declaration, in the order registered (the order of their flags)."""
+        return [self._entries[key] for key in self._keys()]
+
+
 # --- evaluation tasks: name → its Task (inputs, metrics, main score), one module each in hnbench/tasks/ ---
-TASKS: Registry[Task] = Registry("task", default="retrieval")
+# (a task's options: a dataclass in a light module, flags --<prefix>-<option> or the field's own ``flag``)
+TASKS: OptionsRegistry[Task] = OptionsRegistry("task", default="retrieval")
 TASKS.register("retrieval", "hnbench.tasks.retrieval:TASK", help="image–caption search both ways: R@K, ranks, MRR")
-TASKS.register("zeroshot", "hnbench.tasks.zeroshot:TASK",
+TASKS.register("zeroshot", "hnbench.tasks.zeroshot:TASK", options="hnbench.tasks.options:ZeroShotOptions",
                help="zero-shot classification of a labelled image set: top-1, top-5 accuracy")
-TASKS.register("monotonicity", "hnbench.tasks.monotonicity:TASK",
+TASKS.register("monotonicity", "hnbench.tasks.monotonicity:TASK", options="hnbench.tasks.options:MonotonicityOptions",
                help="caption-length monotonicity, HiMo@K: Pearson r of prefix index and image–text cosine")
 TASKS.register("choice", "hnbench.tasks.choice:TASK",
                help="option choice on compositional benchmarks (sugarcrepe, sugarcrepe-pp, winoground, aro, synthdense's "
@@ -421,57 +475,8 @@ LOSSES.register("hn", "hnbench.train.losses:hn_clip_loss", uses_g=True,
 
 
 # --- training objectives (frameworks): name → build(config) -> list of hnbench.train.objectives.Term; each
-# entry also names its options dataclass (ObjectiveEntry): flags --<prefix>-<option>, recipe table [<name>] ----
-@dataclass(frozen=True)
-class ObjectiveEntry:
-    """What a training objective declares beside its ``build``: its options (a dataclass whose fields are
-    declared with :func:`hnbench.settings.option`, as ``"module:Class"`` or the class; None: it has none),
-    their flag prefix (``--<prefix>-<option>``, default the name; a field declaring ``flag`` keeps it) and a
-    help line. The options are a recipe's table ``[<name>]``, ``--set <name>.<option>=...``, and the
-    run's ``TrainConfig.objective_options``."""
-
-    name: str
-    options: Any = None
-    prefix: str = ""
-    help: str = ""
-
-    def options_class(self) -> type | None:
-        """The options dataclass, imported now if it was named as ``"module:Class"``."""
-        if isinstance(self.options, str):
-            return cast(type, Target(self.options).resolve())
-        return cast("type | None", self.options)
-
-
-class ObjectiveRegistry(Registry[Callable[..., Any]]):
-    """:data:`OBJECTIVES`: :meth:`get` the builder, :meth:`entry` its declaration (:class:`ObjectiveEntry`)."""
-
-    def __init__(self, kind: str, default: str | None = None):
-        super().__init__(kind, default)
-        self._entries: dict[str, ObjectiveEntry] = {}
-
-    def register(self, name: str, target: Any, /, *, help: str = "", prefixes: tuple[str, ...] = (),
-                 options: Any = None, prefix: str | None = None, **kwargs: Any) -> None:
-        """Declare ``name`` → ``target`` (its ``build``, ``"module:attr"``), its options class and flag prefix."""
-        super().register(name, target, help=help, prefixes=prefixes, **kwargs)
-        self._entries[name.lower()] = ObjectiveEntry(name, options, prefix or name, help)
-
-    def entry(self, name: str) -> ObjectiveEntry:
-        """What ``name`` declares (an unknown name: the one-line error with "did you mean"; plugins loaded first)."""
-        if name.lower() not in self._entries and name.lower() not in self._keys():
-            raise self.error(name)
-        return self._entries[name.lower()]
-
-    def unregister(self, name: str) -> None:
-        """Remove ``name`` and its declaration."""
-        super().unregister(name)
-        self._entries.pop(name.lower(), None)
-
-    def entries(self) -> list[ObjectiveEntry]:
-        """Every objective's declaration, in the order registered (the order of their flags)."""
-        return [self._entries[key] for key in self._keys()]
-
-
-OBJECTIVES = ObjectiveRegistry("objective")
+# entry also names its options dataclass: flags --<prefix>-<option>, recipe table [<name>] ---------------------
+OBJECTIVES: OptionsRegistry[Callable[..., Any]] = OptionsRegistry("objective")
 OBJECTIVES.register("clip", "hnbench.train.objectives.clip:build",
                     help="the global term (--loss) plus --token-loss-weight × the token-level term")
 OBJECTIVES.register("finelip", "hnbench.train.objectives.finelip:build",

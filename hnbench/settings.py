@@ -31,8 +31,8 @@ from hnbench.validate import (
     check_output_dir,
 )
 
-__all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "check_declared", "choices_of", "flag_of", "flat_key", "from_options", "help_of", "identity_fields",
-           "negated_help", "option", "option_help", "resume_free", "same_as"]
+__all__ = ["DEFAULT_EDGES", "EvalSettings", "HardnessSettings", "check_declared", "choices_of", "eval_identity_names", "flag_of", "fold_task_options", "flat_key", "from_options", "help_of", "identity_fields",
+           "negated_help", "option", "option_help", "resume_free", "same_as", "take_task_options", "task_option_keys"]
 
 
 class Listing(Protocol):
@@ -283,14 +283,11 @@ class EvalSettings:
                       help="bootstrap confidence intervals of R@K", off="skip the confidence intervals")
     seed: int = option(0, group="evaluation", record="if_set", identity=True, minimum=0,
                        help="seed of the bootstrap resampling (default 0)")
-    templates: str = option("openai", group="evaluation", record="if_set", identity=True,
-                            help="--task zeroshot: prompt templates: openai (open_clip's 80 OPENAI_IMAGENET_TEMPLATES, "
-                                 "the default), simple (its SIMPLE_IMAGENET_TEMPLATES) or a file, one template "
-                                 "with {} per line")
-    prefixes: str = option("sentences", group="evaluation", record="if_set", identity=True,
-                           choices=("sentences", "captions"),
-                           help="--task monotonicity: a list's prefixes: sentences (each caption's cumulative "
-                                "sentences, the default) or captions (each image's captions in order, HiMo-Docci)")
+    # the chosen task's own options (its TASKS entry's ``options`` class, hnbench.tasks.options for the built-in
+    # ones; a mapping of them is read into it): recorded here, each under its flat key when set (``templates``)
+    task_options: Any = option(default_factory=dict, cli=False,
+                               help="the chosen task's own options: an instance of its options class, or a mapping "
+                                    "of them (read into it)")
     limit: int | None = option(None, group="evaluation", record="if_set", identity=True, minimum=1, metavar="N",
                                help="score a seeded subset of N images (seed: --seed) and their captions, for a quick "
                                     "look: recorded in the result, which is never ranked with full runs")
@@ -330,10 +327,15 @@ class EvalSettings:
             self.ks = tuple(self.ks)
         if isinstance(self.cache_dir, Path):
             self.cache_dir = str(self.cache_dir)
+        if isinstance(self.task_options, Mapping) and self.task in TASKS:  # else: validate() says what is wrong
+            cls = TASKS.entry(self.task).options_class()
+            if cls is not None and set(self.task_options) <= {f.name for f in dataclasses.fields(cls)}:
+                self.task_options = cls(**self.task_options)
 
     def validate(self, output_dir: str | Path | None = None) -> None:
         """Every setting (and the output directory), before any model or data is loaded."""
         check_declared(self)
+        self._check_task_options()
         check_eval(ks=self.ks, device=self.device, output_dir=output_dir, backend=self.backend)
         if self.scorer != "cosine" and not TASKS.get(self.task).scorers:
             raise ConfigError(f"--scorer {self.scorer} scores retrieval exactly: not with --task {self.task}")
@@ -343,15 +345,106 @@ class EvalSettings:
             raise ConfigError("--rerank-top K re-ranks the dual encoder's top K with a pairwise --scorer; pass --scorer "
                               f"NAME ({', '.join(n for n in SCORERS.names() if n != 'cosine')})")
 
+    def _check_task_options(self) -> None:
+        """``task_options`` are the chosen task's (its options class), within their declared bounds."""
+        entry = TASKS.entry(self.task)
+        cls, given = entry.options_class(), self.task_options
+        if cls is None:
+            if given:
+                names = sorted(given) if isinstance(given, Mapping) else [type(given).__name__]
+                raise ConfigError(f"--task {entry.name} has no options of its own, got {', '.join(map(str, names))}")
+            return
+        if isinstance(given, Mapping):  # a name the class does not declare (__post_init__ read the others)
+            known = [f.name for f in dataclasses.fields(cls)]
+            bad = next(str(k) for k in given if k not in known)
+            hint = did_you_mean(bad, known, n=1)
+            raise ConfigError(f"--task {entry.name} has no option {bad!r}" + (f" ({hint})" if hint else ""))
+        if not isinstance(given, cls):
+            raise ConfigError(f"task_options must be --task {entry.name}'s options ({cls.__name__}), got "
+                              f"{type(given).__name__}")
+        check_declared(given, prefix=entry.prefix)
+
     def recorded(self) -> dict[str, Any]:
-        """The fields marked ``record``, as written to a result's ``settings`` (tuples as lists), and under
-        ``identity`` the names of those that change the numbers (the result file's name hashes them)."""
+        """The fields marked ``record``, as written to a result's ``settings`` (tuples as lists), the chosen
+        task's options likewise under their flat keys (where ``task_options`` sits), and under ``identity`` the
+        names of those that change the numbers (the result file's name hashes them: :func:`eval_identity_names`)."""
         out = {}
         for f in dataclasses.fields(self):
+            if f.name == "task_options":
+                out.update(_recorded_task_options(self))
+                continue
             value, mode = getattr(self, f.name), f.metadata.get("record")
             if mode is True or (mode == "if_set" and value != f.default):
                 out[f.name] = list(value) if isinstance(value, tuple) else value
-        return {**out, "identity": identity_fields(self)}
+        return {**out, "identity": eval_identity_names()}
+
+
+def _recorded_task_options(s: EvalSettings) -> dict[str, Any]:
+    options = s.task_options
+    if not dataclasses.is_dataclass(options) or s.task not in TASKS:
+        return {}
+    prefix, out = TASKS.entry(s.task).prefix, {}
+    for f in dataclasses.fields(options):
+        value, mode = getattr(options, f.name), f.metadata.get("record")
+        if mode is True or (mode == "if_set" and value != f.default):
+            out[flat_key(f, prefix)] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def task_option_keys() -> dict[str, tuple[str, str]]:
+    """Every registered task's options by their flat key (``templates``, ``prefixes``: the flag's spelling,
+    :func:`flat_key`) → (task, option)."""
+    keys = {}
+    for entry in TASKS.entries():
+        cls = entry.options_class()
+        for f in dataclasses.fields(cls) if cls is not None else ():
+            keys[flat_key(f, entry.prefix)] = (entry.name, f.name)
+    return keys
+
+
+def eval_identity_names() -> list[str]:
+    """The names a result records under ``settings.identity``: the :class:`EvalSettings` fields and every
+    registered task's options (by flat key) that change the numbers. The result file's name hashes those of them
+    its settings hold (:meth:`hnbench.results.record.EvalResult.settings_hash`), so a name listed but unset changes
+    no name."""
+    keys = task_option_keys()
+    names = set(identity_fields(EvalSettings))
+    for key, (task, name) in keys.items():
+        cls = TASKS.entry(task).options_class()
+        if cls is not None and next(f for f in dataclasses.fields(cls) if f.name == name).metadata.get("identity"):
+            names.add(key)
+    return sorted(names)
+
+
+def fold_task_options(options: dict[str, Any], base: EvalSettings | None) -> None:
+    """Keyword ``options`` of one evaluation (over ``base``): the run's task's options given by flat key
+    (``templates="simple"``) folded into ``options["task_options"]``, over those given there or held by ``base``
+    for the same task; another task's option is a one-line error (:func:`take_task_options`)."""
+    task = str(options.get("task") or (base.task if base is not None else TASKS.default))
+    name = TASKS.entry(task).name if task in TASKS else task  # an unknown task: validate() says so
+    given = take_task_options(options, [name]).get(name)
+    if not given:
+        return
+    held = base.task_options if base is not None and base.task == task else {}
+    current = options.get("task_options", held)
+    if dataclasses.is_dataclass(current) and not isinstance(current, type):
+        current = dataclasses.asdict(current)
+    options["task_options"] = {**dict(current), **given}
+
+
+def take_task_options(options: dict[str, Any], tasks: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Remove the task options among keyword ``options`` (a task's option by its flat key, ``templates="simple"``)
+    and return them by task → {option: value}; one given for none of ``tasks`` (the task run, or a suite's
+    entries' tasks) is a one-line error naming the task it belongs to."""
+    keys, own = task_option_keys(), {f.name for f in dataclasses.fields(EvalSettings)}
+    out: dict[str, dict[str, Any]] = {}
+    for key in [k for k in options if k in keys and k not in own]:
+        task, name = keys[key]
+        if task not in tasks:
+            flag = "--" + key.replace("_", "-")
+            raise ConfigError(f"{flag} is an option of --task {task}, not of --task {', '.join(dict.fromkeys(tasks))}")
+        out.setdefault(task, {})[name] = options.pop(key)
+    return out
 
 
 # In-batch similarity bucket edges of hardness (``hnbench.hardness.stats.DEFAULT_EDGES``).

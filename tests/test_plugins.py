@@ -153,7 +153,19 @@ def test_a_plugin_imported_after_the_cli_is_used_by_it(pairs_root, tmp_path, cap
     assert rc == 0, capsys.readouterr().err
     (result,) = [json.loads(p.read_text()) for p in (tmp_path / "out").glob("*.json")]
     assert result["task"] == "example-margin" and result["model"]["arch"] == "example:colour"
-    assert result["main_score"]["name"] == "positive"
+    assert result["main_score"]["name"] == "positive" and "example_margin_top" not in result["settings"]
+    # the task's own option: its flag, recorded under its flat key, another file; the margin over the mean of the
+    # two best other captions is at least the margin over the best one
+    rc = main(["-q", "eval", "--model", "example:colour", "--dataset", "example-pairs", "--data-root", str(pairs_root),
+               "--task", "example-margin", "--example-margin-top", "2", "--output", str(tmp_path / "out"), "--no-ci"])
+    assert rc == 0, capsys.readouterr().err
+    (top2,) = [r for p in (tmp_path / "out").glob("*.json") if (r := json.loads(p.read_text()))["settings"] != result["settings"]]
+    assert top2["settings"]["example_margin_top"] == 2 and "example_margin_top" in top2["settings"]["identity"]
+    assert top2["metrics"]["margin"]["mean"] >= result["metrics"]["margin"]["mean"]
+    capsys.readouterr()
+    rc = main(["-q", "eval", "--model", "example:colour", "--dataset", "example-pairs", "--data-root", str(pairs_root),
+               "--example-margin-top", "2", "--output", str(tmp_path / "refused")])  # retrieval: not its option
+    assert rc == 2 and "--example-margin-top is an option of --task example-margin" in capsys.readouterr().err
 
 
 @pytest.mark.slow

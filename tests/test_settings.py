@@ -9,22 +9,26 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import make_pairs, write_jsonl
+from conftest import assert_one_line_error, make_pairs, write_jsonl
 
 from hnbench.cli import build_parser, eval_settings, main
 from hnbench.data import load_dataset
 from hnbench.errors import ConfigError
 from hnbench.evaluation.evaluate import evaluate, run_evaluation
 from hnbench.models import load_model
+from hnbench.registry import TASKS
 from hnbench.settings import (
     EvalSettings,
     HardnessSettings,
     check_minimums,
     choices_of,
     field_types,
+    flag_of,
+    flat_key,
     help_of,
     negated_help,
 )
+from hnbench.tasks.options import MonotonicityOptions, ZeroShotOptions
 from hnbench.train.config import TrainConfig
 
 
@@ -48,8 +52,18 @@ def test_every_eval_setting_is_a_flag_with_its_help(command):
     _, p = _subparser(command)
     actions = _by_dest(p)
     flagged = [f for f in dataclasses.fields(EvalSettings) if f.metadata["cli"]]
-    # progress is the global -q, distributed follows torchrun's environment: the only two without a flag
-    assert {f.name for f in dataclasses.fields(EvalSettings)} - {f.name for f in flagged} == {"progress", "distributed"}
+    # progress is the global -q, distributed follows torchrun's environment; task_options: the task's own flags
+    assert {f.name for f in dataclasses.fields(EvalSettings)} - {f.name for f in flagged} == {
+        "progress", "distributed", "task_options"}
+    for entry in TASKS.entries():  # each task's own options: a flag each, in the task's group, with its help
+        options = entry.options_class()
+        for f in dataclasses.fields(options) if options else ():
+            action = actions[flat_key(f, entry.prefix)]
+            assert action.option_strings == [flag_of(f, entry.prefix)] and action.default is None
+            assert action.help.replace("%%", "%") == help_of(f.metadata)
+            group = next(g for g in p._action_groups if action in g._group_actions)
+            assert group.title == f"--task {entry.name}"
+    assert actions["templates"].option_strings == ["--templates"] and actions["prefixes"].option_strings == ["--prefixes"]
     for f in flagged:
         assert f.name in actions, f"--{f.name} missing on hnbench {command}"
         action = actions[f.name]
@@ -69,16 +83,48 @@ def test_cli_and_python_api_make_the_same_settings(tmp_path):
              "--context-length", "77", "--precision", "bf16", "--amp", "--backend", "torch", "--k", "1", "3",
              "--no-ci", "--seed", "5", "--skip-invalid", "--no-cache", "--cache-dir", str(tmp_path / "c"),
              "--search", "approximate", "--overwrite", "--task", "zeroshot", "--templates", "simple",
-             "--prefixes", "captions", "--limit", "4", "--scorer", "finelip-finegrained", "--rerank-top", "7"]
+             "--limit", "4", "--scorer", "finelip-finegrained", "--rerank-top", "7"]
     python = EvalSettings(device="cpu", batch_size=8, text_batch_size=16, num_workers=0, context_length=77,
                           precision="bf16", amp=True, backend="torch", ks=[1, 3], ci=False, seed=5,
                           skip_invalid=True, use_cache=False, cache_dir=tmp_path / "c", search="approximate",
-                          overwrite=True, progress=False, task="zeroshot", templates="simple", prefixes="captions",
+                          overwrite=True, progress=False, task="zeroshot", task_options={"templates": "simple"},
                           limit=4, scorer="finelip-finegrained", rerank_top=7)
     assert eval_settings(parser.parse_args(["-q", *base, *flags])) == python
+    assert python.task_options == ZeroShotOptions(templates="simple")
+    monotonicity = eval_settings(parser.parse_args([*base, "--task", "monotonicity", "--prefixes", "captions"]))
+    assert monotonicity == EvalSettings(task="monotonicity", task_options=MonotonicityOptions(prefixes="captions"))
     # every field was given a non-default value above, so no flag is silently ignored
     assert all(getattr(python, f.name) != f.default for f in dataclasses.fields(EvalSettings)
                if f.metadata["cli"] and f.name != "device")
+
+
+def test_a_task_option_is_the_tasks_own_and_recorded_under_its_flat_key(tmp_path, capsys):
+    """A task's option given to another task is one line naming the task it belongs to (CLI and API), before
+    anything loads; the chosen task's is recorded under its flat key only when set, and every result lists
+    every task's identity options, as before they moved into the tasks."""
+    for argv, task in ((["--templates", "simple"], "retrieval"), (["--task", "zeroshot", "--prefixes", "captions"],
+                                                                   "zeroshot")):
+        rc = main(["eval", "--model", "no-such-arch", "--dataset", str(tmp_path / "absent.jsonl"),
+                   "--output", str(tmp_path / "out"), *argv])
+        assert rc == 2
+        assert_one_line_error(capsys.readouterr().err, f"is an option of --task {'zeroshot' if task == 'retrieval' else 'monotonicity'}, "
+                                  f"not of --task {task}")
+    with pytest.raises(ConfigError, match="--templates is an option of --task zeroshot, not of --task retrieval"):
+        evaluate("no-such-arch", str(tmp_path / "absent.jsonl"), output_dir=tmp_path / "out", templates="simple")
+    with pytest.raises(ConfigError, match=r"--task monotonicity has no option 'prefix' \(did you mean 'prefixes'"):
+        EvalSettings(task="monotonicity", task_options={"prefix": "captions"}).validate()
+    with pytest.raises(ConfigError, match="--prefixes must be one of sentences, captions"):
+        EvalSettings(task="monotonicity", task_options={"prefixes": "words"}).validate()
+    with pytest.raises(ConfigError, match="--task retrieval has no options of its own"):
+        EvalSettings(task_options={"templates": "simple"}).validate()
+    from hnbench.evaluation.suites import run_suite
+
+    with pytest.raises(ConfigError, match="--templates is an option of --task zeroshot, not of --task retrieval"):
+        run_suite("zero-shot-splits", ["no-such-arch"], output_dir=tmp_path / "out", templates="simple")
+    assert not (tmp_path / "out").exists()
+    assert "templates" not in EvalSettings(task="zeroshot").recorded()
+    assert EvalSettings(task="zeroshot", task_options={"templates": "simple"}).recorded()["templates"] == "simple"
+    assert {"templates", "prefixes"} <= set(EvalSettings().recorded()["identity"])
 
 
 def test_unknown_evaluate_keyword_suggests_the_field(tmp_path):

@@ -4,6 +4,7 @@ benchmarks) and printing the result. The evaluator loads when a command runs, no
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -20,7 +21,7 @@ from hnbench.cli.flags import (
 )
 from hnbench.evaluation.suites import SuiteSettings
 from hnbench.registry import SUITES, TASKS
-from hnbench.settings import EvalSettings
+from hnbench.settings import EvalSettings, fold_task_options, task_option_keys
 from hnbench.specs import DataSpec, ModelSpec
 
 __all__ = ["DEMO_DATA", "DEMO_MODEL", "add_demo_parser", "add_eval_parser", "add_suite_parser", "eval_settings"]
@@ -49,13 +50,34 @@ def add_demo_parser(sub: Subparsers) -> None:
 
 def _add_eval_options(p: argparse.ArgumentParser) -> None:
     add_settings_args(p, EvalSettings)
+    _add_task_options(p)
     group(p, "evaluation").add_argument(
         "--json", action="store_true", help="print the result record as JSON instead of a table")
 
 
+def _add_task_options(p: argparse.ArgumentParser) -> None:
+    """Each task's own options (its TASKS entry's options class), in a group named after the task; none defaults,
+    so a flag given is told from one left out (another task's option given is refused)."""
+    for entry in TASKS.entries():
+        options = entry.options_class()
+        if options is not None:
+            add_settings_args(p, options, sparse=True, prefix=entry.prefix, title=f"--task {entry.name}")
+
+
+def _task_options_given(args: argparse.Namespace) -> dict[str, Any]:
+    """The task options given as flags, by flat key (``templates``)."""
+    return {k: v for k in task_option_keys() if (v := getattr(args, k, None)) is not None}
+
+
 def eval_settings(args: argparse.Namespace) -> EvalSettings:
-    """The evaluation settings of parsed ``eval`` / ``demo`` flags."""
-    return settings_from_args(EvalSettings, args)
+    """The evaluation settings of parsed ``eval`` / ``demo`` flags: the task's own options among them (another
+    task's option given is a one-line error)."""
+    settings = settings_from_args(EvalSettings, args)
+    options = _task_options_given(args)
+    if not options:
+        return settings
+    fold_task_options(options, settings)
+    return dataclasses.replace(settings, **options)
 
 
 def _task_data_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -134,6 +156,7 @@ def add_suite_parser(sub: Subparsers) -> None:
     add_settings_args(p, ModelSpec)  # --model-config, --context-length (--model and --pretrained above)
     add_settings_args(p, SuiteSettings, required={"output"})
     add_settings_args(p, EvalSettings, skip={"task"})  # each entry has its own task
+    _add_task_options(p)  # each applies to the entries of its task
     p.set_defaults(handler=_run_suite)
 
 
@@ -143,7 +166,7 @@ def _run_suite(args: argparse.Namespace) -> int:
     settings = settings_from_args(EvalSettings, args)
     run = run_suite(args.name, args.model, pretrained=args.pretrained, model_config=args.model_config,
                     trust_remote_code=args.trust_remote_code, data_root_map=args.data_root_map, output_dir=args.output,
-                    allow_count_mismatch=args.allow_count_mismatch, settings=settings)
+                    allow_count_mismatch=args.allow_count_mismatch, settings=settings, **_task_options_given(args))
     print(run.table, end="")
     print(f"wrote {run.path}")
     for (model, entry), message in run.failures.items():

@@ -69,13 +69,15 @@ def spec_from_args(cls: type[_T], args: argparse.Namespace, **given: Any) -> _T:
 
 def add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = False, skip: Collection[str] = (),
                       only: Collection[str] | None = None, required: Collection[str] = (),
-                      prefix: str | None = None) -> None:
+                      prefix: str | None = None, title: str | None = None) -> None:
     """One flag per field of the settings dataclass ``cls`` (see :func:`hnbench.settings.option`), in its group.
 
     ``sparse``: every default is None, so only the flags given override a recipe (or a result's record). A
     flag already on ``p`` (the shared model / data flags) is kept as it is; ``skip`` / ``only``: the fields
     left out / the only ones made flags; ``required``: fields whose flag must be given; ``prefix``: ``cls`` is an
-    objective's options, flagged ``--<prefix>-<field>`` and stored under the flag's flat key (``finelip_margin``).
+    objective's or a task's options, flagged ``--<prefix>-<field>`` (a field's declared ``flag`` kept) and stored
+    under the flag's flat key (``finelip_margin``, ``templates``); ``title``: the help group of fields that name
+    none (default: ``prefix``).
     """
     kinds = field_types(cls)
     for f in dataclasses.fields(cls):
@@ -85,7 +87,7 @@ def add_settings_args(p: argparse.ArgumentParser, cls: type, *, sparse: bool = F
         flag = flag_of(f, prefix)
         if flag in p._option_string_actions:
             continue
-        into = group(p, meta.get("group") or prefix or "options")
+        into = group(p, meta.get("group") or title or prefix or "options")
         default = None if f.default is dataclasses.MISSING else f.default
         kw: dict[str, Any] = {"dest": f.name if prefix is None else flat_key(f, prefix),
                               "help": help_of(meta).replace("%", "%%"), **meta.get("argparse", {})}

@@ -20,7 +20,7 @@ from hnbench.models.family import check_trusted, family_of
 from hnbench.models.scorers import COSINE, check_scorer
 from hnbench.registry import TASKS
 from hnbench.results.record import EvalResult
-from hnbench.settings import EvalSettings, from_options
+from hnbench.settings import EvalSettings, fold_task_options, from_options
 from hnbench.specs import DataSpec, ModelSpec, check_data, split_keywords
 
 __all__ = ["evaluate", "run_evaluation"]
@@ -51,7 +51,9 @@ def evaluate(
     ``output_dir`` the result JSON and a per-query parquet are written there (atomically; the JSON
     last, so its presence means the run is complete). ``settings`` and the keyword ``options`` are the
     fields of :class:`~hnbench.settings.EvalSettings` (device, batch_size, precision, ks, ci, seed, ...; the
-    keywords replace those of ``settings``). ``skip_invalid`` drops (and counts) images
+    keywords replace those of ``settings``), and the task's own options (its options class,
+    :data:`hnbench.registry.TASKS`): as ``task_options`` or each by its flat key (``templates="simple"`` for
+    ``task="zeroshot"``; another task's option is refused). ``skip_invalid`` drops (and counts) images
     that are missing or cannot be decoded and captions that are empty, instead of failing.
     ``use_cache`` reads and writes the embedding cache (:mod:`hnbench.evaluation.cache`) under ``cache_dir``
     (default: ``<hnbench cache>/embeddings``). ``search="approximate"`` uses a faiss HNSW index
@@ -68,6 +70,7 @@ def evaluate(
     The result file is named by model, data and result-changing settings: a rerun of the same replaces
     its own file; replacing any other file (unreadable, or another result of that name) needs ``overwrite``.
     """
+    fold_task_options(options, settings)  # the task's own options by name (templates="simple")
     options, dataset_options = split_keywords(options, EvalSettings, dataset_options)  # name=, split_file=, ...
     s = from_options(EvalSettings, settings, options)
     s.validate(output_dir)

@@ -42,7 +42,15 @@ from hnbench.io import (
     record_output,
 )
 from hnbench.registry import BENCHMARK_SPECS, DATASETS, SUITES, TASKS
-from hnbench.settings import EvalSettings, check_declared, from_options, option, same_as
+from hnbench.settings import (
+    EvalSettings,
+    check_declared,
+    from_options,
+    option,
+    same_as,
+    take_task_options,
+    task_option_keys,
+)
 from hnbench.specs import DataSpec, check_data, data_keywords
 
 __all__ = ["Entry", "Suite", "SuiteRun", "SuiteSettings", "family", "fixed", "official_choice", "run_suite"]
@@ -342,7 +350,8 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
     write each result into ``output_dir`` and the aggregated table to ``output_dir/suite-NAME.md``.
 
     ``settings`` / ``options``: :class:`~hnbench.settings.EvalSettings` (the task is each entry's own;
-    ``limit`` scores a seeded subset of each set). ``allow_count_mismatch``: each registered benchmark's entry
+    ``limit`` scores a seeded subset of each set); a task's own option by its flat key (``templates="simple"``)
+    applies to the entries of that task (one no entry's task declares is refused). ``allow_count_mismatch``: each registered benchmark's entry
     runs even if its loaded counts differ from the published ones (recorded in its result).
     ``trust_remote_code``: the models whose family runs release code may run it (each is refused before anything
     loads without it, as ``hnbench eval`` refuses it); passed to every evaluation and recorded with the table.
@@ -351,6 +360,8 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
     """
     from hnbench.models import model_pairs
 
+    keys = task_option_keys()  # each task's own options (templates=...): for the entries of that task
+    task_options = {k: options.pop(k) for k in list(options) if k in keys}
     s: EvalSettings = from_options(EvalSettings, settings, options)
     suite_settings = SuiteSettings(data_root_map=None if data_root_map is None else os.fspath(data_root_map),
                                    output=os.fspath(output_dir), allow_count_mismatch=allow_count_mismatch)
@@ -359,6 +370,8 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
     if "task" in s.recorded():  # given (recorded only when not the default)
         raise ConfigError("--task is each suite entry's own; leave it out")
     suite = get_suite(name)  # a registered suite or a suite file (its entries checked as it is read)
+    per_task = take_task_options(dict(task_options), [TASKS.entry(e.task).name for e in suite.entries
+                                                      if e.task in TASKS])
     root_map = read_root_map(data_root_map) if data_root_map is not None else {}
     check_suite(suite, root_map)
     problems = []
@@ -374,7 +387,7 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
     out = Path(output_dir)
     table_path = out / f"suite-{suite.name}.md"
     inputs = {"suite": suite.name, "models": [list(p) for p in pairs], "model_config": model_config,
-              "root_map": root_map, "settings": s.recorded(),
+              "root_map": root_map, "settings": {**s.recorded(), **task_options},
               # a suite file's entries (another file of the same name is another table); a registered suite's are code
               **({"entries": [dataclasses.asdict(e) for e in suite.entries]} if is_suite_file(name) else {}),
               **({"allow_count_mismatch": True} if allow_count_mismatch else {}),
@@ -394,7 +407,9 @@ def run_suite(name: str, models: Sequence[str], *, pretrained: Sequence[str | No
                 result = evaluate(model, dataset, pretrained=weights, model_config=model_config,
                                   trust_remote_code=trust_remote_code, output_dir=out,
                                   dataset_options=options or None,
-                                  settings=dataclasses.replace(s, task=entry.task, limit=s.limit if TASKS.get(entry.task).limit else None),
+                                  settings=dataclasses.replace(
+                                      s, task=entry.task, task_options=per_task.get(TASKS.entry(entry.task).name, {}),
+                                      limit=s.limit if TASKS.get(entry.task).limit else None),
                                   **{k: v for k, v in kw.items() if k not in options})
             except Exception as e:  # reported, and the other entries go on
                 message = str(e) if isinstance(e, HnbenchError) else f"{type(e).__name__}: {e}"

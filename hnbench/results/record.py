@@ -81,7 +81,7 @@ from hnbench.io import (
     write_temp,
 )
 from hnbench.registry import SCORERS, TASKS
-from hnbench.settings import EvalSettings, identity_fields
+from hnbench.settings import eval_identity_names
 from hnbench.tasks import Task
 
 logger = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ class EvalResult:
         with the defaults of their time (:data:`_OLD_FILE_DEFAULTS`), so every stored file keeps its name."""
         s, meta = self.settings or {}, self.dataset.get("meta") or {}
         recorded = s.get("identity")
-        names: list[str] = recorded if isinstance(recorded, list) else identity_fields(EvalSettings)
+        names: list[str] = recorded if isinstance(recorded, list) else eval_identity_names()
         out: dict[str, Any] = {"context_length": self.model.get("context_length")
                                or (self.tokens or {}).get("context_length"), "caption_rule": meta.get("caption_rule")}
         for name in names:

@@ -111,20 +111,20 @@ def run(encoder: Any, data: Any, settings: Any, output_dir: str | Path | None = 
         raise ConfigError(f"--task monotonicity scores an image–caption set, not {type(data).__name__}")
     s = settings
     job = TaskRun(TASK, encoder, data, s, output_dir, {
-        "prefixes": s.prefixes, "similarity": "cosine, fp32",
+        "prefixes": s.task_options.prefixes, "similarity": "cosine, fp32",
         "metric": "mean over lists of Pearson r(prefix index, cosine)"},
         ctx=ctx, t0=t0, timings=timings, data_spec=data_spec)
     cache = job.start()
     img = encode_images(encoder, data.images, batch_size=s.batch_size, num_workers=s.num_workers, amp=s.amp,
                         progress=s.progress, cache=cache)
-    texts, lists = prefix_lists(data.captions, data.caption_image.tolist(), s.prefixes)
+    texts, lists = prefix_lists(data.captions, data.caption_image.tolist(), s.task_options.prefixes)
     txt = encode_texts(encoder, texts, batch_size=s.text_batch_size or max(s.batch_size, 64), amp=s.amp,
                        progress=s.progress, cache=cache, num_workers=s.num_workers)
     r = np.asarray(himo_scores(img.vectors, txt.vectors, lists), dtype=np.float64)
     ok = ~np.isnan(r)
     if not ok.any():
         raise ConfigError(f"{data.name}: no list of two prefixes or more with distinct cosines (--prefixes "
-                          f"{s.prefixes}); HiMo@K is undefined")
+                          f"{s.task_options.prefixes}); HiMo@K is undefined")
     metrics = {"HiMo@K": float(r[ok].mean()), "n_queries": int(ok.sum()), "n_skipped": int((~ok).sum()),
                "mean_prefixes": float(np.mean([len(t) for _, t in lists])),
                "share_increasing": float(np.mean(r[ok] > 0))}

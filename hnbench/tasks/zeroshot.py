@@ -56,7 +56,7 @@ class ZeroShot(Task):
 
     def check_settings(self, settings: Any) -> None:
         """Refuse, before any model or data loads, a ``--templates`` that is no template set, or a bad line."""
-        templates(settings.templates)
+        templates(settings.task_options.templates)
 
     def load(self, spec: Any, **options: Any) -> Any:
         from hnbench.data.classes import load_classes
@@ -182,10 +182,10 @@ def run(encoder: Any, data: Any, settings: Any, output_dir: str | Path | None = 
     if not isinstance(data, LabelledImages):
         raise ConfigError(f"--task zeroshot scores a labelled image set, not {type(data).__name__}")
     s = settings
-    tpls = templates(s.templates)
+    tpls = templates(s.task_options.templates)
     texts = prompts(data.class_names, tpls)
     job = TaskRun(TASK, encoder, data, s, output_dir, {
-        "templates": s.templates, "n_templates": len(tpls),
+        "templates": s.task_options.templates, "n_templates": len(tpls),
         "prompts_sha256": hashlib.sha256("\0".join(texts).encode()).hexdigest(),
         "tie_rule": "pessimistic: rank = 1 + #other classes scoring >= the true class",
         "classifier": "normalised mean of the normalised prompt embeddings (open_clip)"},

@@ -76,7 +76,7 @@ class TrainConfig:
                            help="Ḡ from the text encoder being trained (default) or a frozen copy of the initial one")
     token_loss_weight: float = option(0.0, minimum=0, group="objective",
                                       help="λ of the FILIP token-level term (open_clip)")
-    # the chosen objective's own options (hnbench.registry.ObjectiveEntry.options: FineLIP's, GOAL's, StructXLIP's)
+    # the chosen objective's own options (hnbench.registry.OptionsEntry.options: FineLIP's, GOAL's, StructXLIP's)
     objective_options: Any = option(default_factory=dict, cli=False,
                                     help="the chosen objective's options, the dataclass its OBJECTIVES entry "
                                          "names (flags --<objective>-<option>; recipe table [<objective>]; "

@@ -7,7 +7,7 @@ AdamW parameter group (:class:`ExtraModule`) and a per-epoch weight schedule. Ev
 logged by name each step.
 
 An objective is registered in :data:`hnbench.registry.OBJECTIVES` as a builder ``build(config) -> list[Term]``
-with the dataclass of its options (:class:`~hnbench.registry.ObjectiveEntry`; the built-in ones:
+with the dataclass of its options (:class:`~hnbench.registry.OptionsEntry`; the built-in ones:
 :mod:`hnbench.train.objective_options`), which ``build`` reads as ``config.objective_options``; ``--objective``
 picks it and ``--loss infonce|hn`` its global term (:func:`global_term`), so every framework runs with and
 without L_HN from one flag.

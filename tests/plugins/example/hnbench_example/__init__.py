@@ -16,7 +16,8 @@ BENCHMARK_SPECS.register("example-pairs", "hnbench_example.benchmark:SPEC",
                          help="the example plugin's image–caption pairs (pairs.tsv + images/)")
 
 # a task: how far each image's own caption scores above the best other caption
-TASKS.register("example-margin", "hnbench_example.task:TASK",
+# (with an option of its own: --example-margin-top)
+TASKS.register("example-margin", "hnbench_example.task:TASK", options="hnbench_example.task:MarginOptions",
                help="the example plugin's margin: own caption's cosine minus the best other caption's")
 
 # a model family: a colour histogram against the colour words of each caption (example:colour)

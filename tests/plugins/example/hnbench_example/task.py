@@ -1,14 +1,28 @@
 """The example plugin's task, ``example-margin``: for each image, its own caption's cosine minus the best cosine of
 any other image's caption (the margin a retrieval model keeps over its hardest negative caption). Metrics (group
-``margin``): ``mean`` (the mean margin), ``positive`` (% of images whose margin is above 0; main score)."""
+``margin``): ``mean`` (the mean margin), ``positive`` (% of images whose margin is above 0; main score).
+
+Its option (:class:`MarginOptions`, declared with the task's registration): ``--example-margin-top K`` measures the
+margin over the mean of the K best other captions instead of the best one; recorded in the result as
+``example_margin_top`` when set, and part of the result file's name."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hnbench.settings import option
 from hnbench.tasks import Task
 from hnbench.tasks.common import TaskRun
+
+
+@dataclass(frozen=True)
+class MarginOptions:
+    """The task's own option: flag ``--example-margin-top`` (its prefix is the task's name)."""
+
+    top: int = option(1, minimum=1, record="if_set", identity=True,
+                      help="the margin over the mean of the K best other captions (default 1: the best one)")
 
 
 class Margin(Task):
@@ -40,7 +54,8 @@ class Margin(Task):
                            progress=s.progress, cache=cache, num_workers=s.num_workers)
         scores = img.vectors @ txt.vectors.T  # (images, captions)
         own = np.asarray(data.caption_image) == np.arange(data.n_images)[:, None]
-        margin = np.where(own, scores, -np.inf).max(1) - np.where(own, -np.inf, scores).max(1)
+        others = np.sort(np.where(own, -np.inf, scores), axis=1)[:, ::-1][:, :s.task_options.top]
+        margin = np.where(own, scores, -np.inf).max(1) - others.mean(1)
         metrics = {"mean": float(margin.mean()), "positive": float(100.0 * (margin > 0).mean()),
                    "n_queries": int(data.n_images)}
         return job.finish(metrics, {}, img, txt, n_captions=data.n_captions)
