@@ -376,7 +376,7 @@ class EvalSettings:
             value, mode = getattr(self, f.name), f.metadata.get("record")
             if mode is True or (mode == "if_set" and value != f.default):
                 out[f.name] = list(value) if isinstance(value, tuple) else value
-        return {**out, "identity": eval_identity_names()}
+        return {**out, "identity": eval_identity_names(type(self))}
 
 
 def _recorded_task_options(s: EvalSettings) -> dict[str, Any]:
@@ -402,13 +402,13 @@ def task_option_keys() -> dict[str, tuple[str, str]]:
     return keys
 
 
-def eval_identity_names() -> list[str]:
-    """The names a result records under ``settings.identity``: the :class:`EvalSettings` fields and every
-    registered task's options (by flat key) that change the numbers. The result file's name hashes those of them
+def eval_identity_names(cls: type | None = None) -> list[str]:
+    """The names a result records under ``settings.identity``: the fields of ``cls`` (default
+    :class:`EvalSettings`) and every registered task's options (by flat key) that change the numbers. The result file's name hashes those of them
     its settings hold (:meth:`hnbench.results.record.EvalResult.settings_hash`), so a name listed but unset changes
     no name."""
     keys = task_option_keys()
-    names = set(identity_fields(EvalSettings))
+    names = set(identity_fields(cls or EvalSettings))
     for key, (task, name) in keys.items():
         cls = TASKS.entry(task).options_class()
         if cls is not None and next(f for f in dataclasses.fields(cls) if f.name == name).metadata.get("identity"):
