@@ -3,7 +3,7 @@
 A suite of three generated entries — synthdense test (500 / 500), and Flickr30k ``karpathy-test`` (1,000 /
 5,000) and ``karpathy-val`` (1,014 / 5,070) on ``generate_flickr30k``'s data (``--images`` scenes in
 Flickr30k's layout, generated once; its Karpathy file has the published split counts) — registered here
-under ``bench-issue23`` and run with ``hnbench.run_suite`` (the data-root map written by this script), vs the
+under ``bench-suite-overhead`` and run with ``hnbench.run_suite`` (the data-root map written by this script), vs the
 same three ``hnbench.evaluation.evaluate`` calls one after another. Both sides: ``hnbench-tiny`` / ``synthdense``,
 embedding cache off (cold), result files into a fresh folder, each run in its own child process (after a
 64-item warm-up ``evaluate`` there), interleaved. Prints wall and CPU time per repeat with the load average,
@@ -45,10 +45,10 @@ from hnbench.evaluation.suites import run_suite  # noqa: E402
 from hnbench.registry import SUITES  # noqa: E402
 
 EVALUATE = importlib.import_module("hnbench.evaluation.evaluate")  # the module (``hnbench.evaluation.evaluate`` is also the function)
-SUITE = "bench-issue23"
+SUITE = "bench-suite-overhead"
 ENTRIES = (("synthdense", "test", "retrieval"), ("flickr30k", "karpathy-test", "retrieval"),
            ("flickr30k", "karpathy-val", "retrieval"))
-SUITES.register(SUITE, "hnbench.evaluation.suites:fixed", help="issue 23's suite benchmark", entries=ENTRIES)
+SUITES.register(SUITE, "hnbench.evaluation.suites:fixed", help="the suite runner overhead benchmark: the suite vs one evaluate call per entry", entries=ENTRIES)
 MODEL, WEIGHTS = "hnbench-tiny", "synthdense"
 OPTIONS = {"use_cache": False, "progress": False}
 

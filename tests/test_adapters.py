@@ -126,7 +126,7 @@ def test_a_plain_loader_family_is_never_taken_for_a_random_init(monkeypatch, tmp
 
 
 @pytest.mark.slow
-def test_the_readme_family_trains_with_lora_and_its_adapter_reloads(folder_family, tmp_path):
+def test_the_documented_family_trains_with_lora_and_its_adapter_reloads(folder_family, tmp_path):
     pytest.importorskip("peft")
     from hnbench.train.trainer import TrainConfig, train
 

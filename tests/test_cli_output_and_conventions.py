@@ -330,7 +330,7 @@ def _readme_block(heading: str, page: str = "docs/guides/models.md") -> str:
 
 
 @pytest.mark.slow
-def test_readme_encoder_protocol_example_scores_a_custom_model(tmp_path, monkeypatch, capsys):
+def test_the_documented_encoder_protocol_example_scores_a_custom_model(tmp_path, monkeypatch, capsys):
     from hnbench.models.base import Encoder
 
     monkeypatch.chdir(tmp_path)

@@ -378,7 +378,7 @@ def test_families_declare_the_signatures_the_open_clip_loader_asks():
 
 
 # --- the docs' model zoo section --- -------------------------------------------------------------------
-def test_readme_model_zoo_table_is_the_registry():
+def test_the_documented_model_zoo_table_is_the_registry():
     from docs_pages import page
 
     readme = page("guides/models.md")  # the model zoo section as the site shows it (its table generated)

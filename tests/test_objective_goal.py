@@ -336,7 +336,7 @@ def _readme_section(start: str, end: str) -> str:
     return text[text.index(start):text.index(end, text.index(start))]
 
 
-def test_readme_lists_the_objectives_and_its_token_term_is_the_code():
+def test_the_objectives_guide_lists_the_objectives_and_its_token_term_is_the_code():
     import inspect
     import re
 

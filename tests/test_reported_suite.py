@@ -205,7 +205,7 @@ def _readme_suite_toml() -> str:
     return "#" + text.split("```toml\n#", 1)[1].split("```", 1)[0]
 
 
-def test_readme_suite_file_example_reads_as_a_suite(tmp_path):
+def test_the_documented_suite_file_example_reads_as_a_suite(tmp_path):
     from hnbench.evaluation.suites import get_suite
 
     path = tmp_path / "my-suite.toml"
@@ -302,7 +302,7 @@ def test_protocol_families_are_papers_tables_and_suites():
     assert PROTOCOL_FAMILIES["flair-splits"]["dci"] == "full-sentences"
 
 
-def test_readme_lists_the_registered_suites():
+def test_the_suites_guide_lists_the_registered_suites():
     from docs_pages import page
 
     from hnbench.registry import SUITES

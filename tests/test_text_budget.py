@@ -221,8 +221,8 @@ def test_each_family_records_its_own_text_budget(siglip_dir, tmp_path):  # noqa:
     assert (tulip.tokens["context_length"], tulip.tokens["n_truncated"], tulip.tokens["max"]) == (248, 1, 272)
 
 
-def test_readme_states_the_budget_line_and_the_tolerance_tested():
-    """The README's footer example is what a result prints, and its tolerance is the one these tests assert."""
+def test_the_scoring_guide_states_the_budget_line_and_the_tolerance_tested():
+    """The scoring guide's footer example is what a result prints, and its tolerance is the one these tests assert."""
     import re
 
     from hnbench.results.record import EvalResult
