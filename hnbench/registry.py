@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # for the entries' types only: importing them here would load
 
 __all__ = ["BENCHMARK_SPECS", "CAPTION_RULES", "DATASETS", "LOSSES", "MODELS", "MODEL_ZOO", "OBJECTIVES",
            "PLUGIN_GROUP", "PLUGIN_VARIABLE", "READERS", "RECIPES", "RECIPE_DIR", "SCORERS", "SUITES", "TASKS",
-           "TEXT_ENCODERS", "LossEntry", "LossRegistry", "OptionsEntry", "OptionsRegistry", "Registry", "Target",
+           "TEXT_ENCODERS", "DeclaringRegistry", "LossEntry", "LossRegistry", "OptionsEntry", "OptionsRegistry", "Registry", "Target",
            "load_plugins", "model_family"]
 
 PLUGIN_VARIABLE = "HNBENCH_PLUGINS"  # modules to import, comma-separated
@@ -283,21 +283,22 @@ class OptionsEntry:
         return cast("type | None", self.options)
 
 
-class OptionsRegistry(Registry[T]):
-    """A registry whose entries may declare options (:class:`OptionsEntry`): :data:`OBJECTIVES` (:meth:`get` the
-    builder) and :data:`TASKS` (:meth:`get` the task); :meth:`entry` the declaration."""
+E = TypeVar("E")
+
+
+class DeclaringRegistry(Registry[T], Generic[T, E]):
+    """A registry whose entries each keep a declaration beside their target (:class:`OptionsEntry`,
+    :class:`LossEntry`): :meth:`entry` it, :meth:`entries` all of them in the order registered. A subclass's
+    ``register`` makes the declaration and stores it with :meth:`_declare`."""
 
     def __init__(self, kind: str, default: str | None = None):
         super().__init__(kind, default)
-        self._entries: dict[str, OptionsEntry] = {}
+        self._entries: dict[str, E] = {}
 
-    def register(self, name: str, target: Any, /, *, help: str = "", prefixes: tuple[str, ...] = (),
-                 options: Any = None, prefix: str | None = None, **kwargs: Any) -> None:
-        """Declare ``name`` → ``target`` (``"module:attr"``), its options class and flag prefix."""
-        super().register(name, target, help=help, prefixes=prefixes, **kwargs)
-        self._entries[name.lower()] = OptionsEntry(name, options, prefix or name, help)
+    def _declare(self, name: str, declaration: E) -> None:
+        self._entries[name.lower()] = declaration
 
-    def entry(self, name: str) -> OptionsEntry:
+    def entry(self, name: str) -> E:
         """What ``name`` declares (an unknown name: the one-line error with "did you mean"; plugins loaded first)."""
         if name.lower() not in self._entries and name.lower() not in self._keys():
             raise self.error(name)
@@ -308,9 +309,20 @@ class OptionsRegistry(Registry[T]):
         super().unregister(name)
         self._entries.pop(name.lower(), None)
 
-    def entries(self) -> list[OptionsEntry]:
+    def entries(self) -> list[E]:
         """Every entry's declaration, in the order registered (the order of their flags)."""
         return [self._entries[key] for key in self._keys()]
+
+
+class OptionsRegistry(DeclaringRegistry[T, OptionsEntry]):
+    """A registry whose entries may declare options (:class:`OptionsEntry`): :data:`OBJECTIVES` (:meth:`get` the
+    builder) and :data:`TASKS` (:meth:`get` the task); :meth:`entry` the declaration."""
+
+    def register(self, name: str, target: Any, /, *, help: str = "", prefixes: tuple[str, ...] = (),
+                 options: Any = None, prefix: str | None = None, **kwargs: Any) -> None:
+        """Declare ``name`` → ``target`` (``"module:attr"``), its options class and flag prefix."""
+        super().register(name, target, help=help, prefixes=prefixes, **kwargs)
+        self._declare(name, OptionsEntry(name, options, prefix or name, help))
 
 
 # --- evaluation tasks: name → its Task (inputs, metrics, main score), one module each in hnbench/tasks/ ---
@@ -443,29 +455,14 @@ class LossEntry:
     help: str = ""
 
 
-class LossRegistry(Registry[Callable[..., "Tensor"]]):
+class LossRegistry(DeclaringRegistry[Callable[..., "Tensor"], LossEntry]):
     """:data:`LOSSES`: :meth:`get` the function, :meth:`entry` what it declares (:class:`LossEntry`)."""
-
-    def __init__(self, kind: str, default: str | None = None):
-        super().__init__(kind, default)
-        self._entries: dict[str, LossEntry] = {}
 
     def register(self, name: str, target: Any, /, *, help: str = "", prefixes: tuple[str, ...] = (),
                  uses_g: bool = False, **kwargs: Any) -> None:
         """Declare ``name`` → ``target`` (``"module:attr"``), and whether it reads Ḡ."""
         super().register(name, target, help=help, prefixes=prefixes, **kwargs)
-        self._entries[name.lower()] = LossEntry(name, uses_g, help)
-
-    def entry(self, name: str) -> LossEntry:
-        """What ``name`` declares (an unknown name: the one-line error with "did you mean"; plugins loaded first)."""
-        if name.lower() not in self._entries and name.lower() not in self._keys():
-            raise self.error(name)
-        return self._entries[name.lower()]
-
-    def unregister(self, name: str) -> None:
-        """Remove ``name`` and its declaration."""
-        super().unregister(name)
-        self._entries.pop(name.lower(), None)
+        self._declare(name, LossEntry(name, uses_g, help))
 
 
 LOSSES = LossRegistry("loss")

@@ -370,50 +370,55 @@ class EvalSettings:
         names of those that change the numbers (the result file's name hashes them: :func:`eval_identity_names`)."""
         out = {}
         for f in dataclasses.fields(self):
-            if f.name == "task_options":
-                out.update(_recorded_task_options(self))
-                continue
-            value, mode = getattr(self, f.name), f.metadata.get("record")
-            if mode is True or (mode == "if_set" and value != f.default):
-                out[f.name] = list(value) if isinstance(value, tuple) else value
+            if f.name == "task_options":  # the task's own options, in this field's place
+                out.update(self._recorded_task_options())
+            elif _is_recorded(f, value := getattr(self, f.name)):
+                out[f.name] = _plain(value)
         return {**out, "identity": eval_identity_names(type(self))}
 
+    def _recorded_task_options(self) -> dict[str, Any]:
+        """The chosen task's options marked ``record``, each under its flat key (:func:`flat_key`)."""
+        options = self.task_options
+        if not dataclasses.is_dataclass(options) or self.task not in TASKS:
+            return {}
+        prefix = TASKS.entry(self.task).prefix
+        return {flat_key(f, prefix): _plain(value) for f in dataclasses.fields(options)
+                if _is_recorded(f, value := getattr(options, f.name))}
 
-def _recorded_task_options(s: EvalSettings) -> dict[str, Any]:
-    options = s.task_options
-    if not dataclasses.is_dataclass(options) or s.task not in TASKS:
-        return {}
-    prefix, out = TASKS.entry(s.task).prefix, {}
-    for f in dataclasses.fields(options):
-        value, mode = getattr(options, f.name), f.metadata.get("record")
-        if mode is True or (mode == "if_set" and value != f.default):
-            out[flat_key(f, prefix)] = list(value) if isinstance(value, tuple) else value
+
+def _is_recorded(f: dataclasses.Field[Any], value: Any) -> bool:
+    """Whether field ``f`` holding ``value`` is written to a result (``record``; ``"if_set"``: not its default)."""
+    mode = f.metadata.get("record")
+    return mode is True or (mode == "if_set" and value != f.default)
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _task_option_fields() -> dict[str, tuple[str, dataclasses.Field[Any], str]]:
+    """Every registered task's options by flat key → (task, field, flag)."""
+    out = {}
+    for entry in TASKS.entries():
+        cls = entry.options_class()
+        for f in dataclasses.fields(cls) if cls is not None else ():
+            out[flat_key(f, entry.prefix)] = (entry.name, f, flag_of(f, entry.prefix))
     return out
 
 
 def task_option_keys() -> dict[str, tuple[str, str]]:
     """Every registered task's options by their flat key (``templates``, ``prefixes``: the flag's spelling,
     :func:`flat_key`) → (task, option)."""
-    keys = {}
-    for entry in TASKS.entries():
-        cls = entry.options_class()
-        for f in dataclasses.fields(cls) if cls is not None else ():
-            keys[flat_key(f, entry.prefix)] = (entry.name, f.name)
-    return keys
+    return {key: (task, f.name) for key, (task, f, _) in _task_option_fields().items()}
 
 
 def eval_identity_names(cls: type | None = None) -> list[str]:
     """The names a result records under ``settings.identity``: the fields of ``cls`` (default
-    :class:`EvalSettings`) and every registered task's options (by flat key) that change the numbers. The result file's name hashes those of them
-    its settings hold (:meth:`hnbench.results.record.EvalResult.settings_hash`), so a name listed but unset changes
-    no name."""
-    keys = task_option_keys()
-    names = set(identity_fields(cls or EvalSettings))
-    for key, (task, name) in keys.items():
-        cls = TASKS.entry(task).options_class()
-        if cls is not None and next(f for f in dataclasses.fields(cls) if f.name == name).metadata.get("identity"):
-            names.add(key)
-    return sorted(names)
+    :class:`EvalSettings`) and every registered task's options (by flat key) that change the numbers. The result
+    file's name hashes those of them its settings hold (:meth:`hnbench.results.record.EvalResult.settings_hash`), so
+    a name listed but unset changes no name."""
+    tasks = {key for key, (_, f, _) in _task_option_fields().items() if f.metadata.get("identity")}
+    return sorted(set(identity_fields(cls or EvalSettings)) | tasks)
 
 
 def fold_task_options(options: dict[str, Any], base: EvalSettings | None) -> None:
@@ -436,14 +441,13 @@ def take_task_options(options: dict[str, Any], tasks: Sequence[str]) -> dict[str
     """Remove the task options among keyword ``options`` (a task's option by its flat key, ``templates="simple"``)
     and return them by task → {option: value}; one given for none of ``tasks`` (the task run, or a suite's
     entries' tasks) is a one-line error naming the task it belongs to."""
-    keys, own = task_option_keys(), {f.name for f in dataclasses.fields(EvalSettings)}
+    keys, own = _task_option_fields(), {f.name for f in dataclasses.fields(EvalSettings)}
     out: dict[str, dict[str, Any]] = {}
     for key in [k for k in options if k in keys and k not in own]:
-        task, name = keys[key]
+        task, f, flag = keys[key]
         if task not in tasks:
-            flag = "--" + key.replace("_", "-")
             raise ConfigError(f"{flag} is an option of --task {task}, not of --task {', '.join(dict.fromkeys(tasks))}")
-        out.setdefault(task, {})[name] = options.pop(key)
+        out.setdefault(task, {})[f.name] = options.pop(key)
     return out
 
 

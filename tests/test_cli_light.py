@@ -124,3 +124,13 @@ def test_cache_commands_name_the_cache_folder_as_it_was_given(tmp_path, capsys, 
     assert capsys.readouterr().out.splitlines()[-1] == f"({folder})"
     assert main(["cache", "clear", "--cache-dir", folder]) == 0
     assert capsys.readouterr().out == f"nothing to clear in {folder}\n"
+
+
+def test_reading_a_results_throughput_and_its_open_clip_row_imports_no_torch():
+    """The throughput module counts FLOPs with torch inside its counting functions only: the modules that read a
+    result's throughput (the eval footer, the open_clip CSV export) import without torch."""
+    probe = ("import sys\nimport hnbench.evaluation.throughput, hnbench.publish.open_clip_csv\n"
+             "print('torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_env(), timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "False"

@@ -53,10 +53,12 @@ import math
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hnbench.io import atomic_write_bytes, cache_dir, read_json_untrusted
-from hnbench.models.base import Encoder, as_deferred
+
+if TYPE_CHECKING:  # hnbench.models imports torch: this module reads results without it
+    from hnbench.models.base import Encoder
 
 __all__ = ["COUNT_FORMAT", "FLOP_UNIT", "PEAK_TFLOPS", "architecture_key", "count_cache_dir", "count_model",
            "device_name", "footer", "model_counts", "open_clip_numbers", "peak_rate", "peak_share", "ran_before",
@@ -348,6 +350,8 @@ def model_counts(encoder: Encoder) -> tuple[dict[str, Any] | None, str]:
     """The counts of ``encoder``'s architecture (:func:`count_model`), from the cache or counted and cached, and
     where they came from (``"cache"``, ``"counted"``); (None, why) where they cannot be had: a model never built in
     this run (every embedding came from the cache) whose architecture was never counted, or a count that failed."""
+    from hnbench.models.base import as_deferred
+
     deferred = as_deferred(encoder)  # a remembered model: never built just to be counted
     try:
         key = architecture_key(encoder)
